@@ -1,0 +1,190 @@
+/*
+ * libperseus C API: the one boundary that the Python extension and any framework layer call.
+ *
+ * Conventions
+ *  - Every function returns perseus_status. PERSEUS_OK is 0. On any other value,
+ *    perseus_last_error() holds a message for this thread that names the tensor, the ranks and
+ *    what to do.
+ *  - Collectives are asynchronous: they enqueue the request and return a handle at once, from
+ *    any thread. The handle completes when every rank of the process set has submitted a
+ *    matching request and the data has moved. Input buffers must stay alive and unmodified,
+ *    and output buffers alive, until the handle completes.
+ *  - Names identify a collective across ranks: every rank submits the same name for the same
+ *    operation, in any order. A name still in flight on this rank is a PERSEUS_ERR_DUPLICATE_NAME.
+ *  - Tensors are dense and row-major (C-contiguous).
+ *  - A handle is released exactly once with perseus_release(); outputs owned by the library
+ *    (allgather, alltoall, reducescatter) stay valid until then.
+ */
+#ifndef PERSEUS_C_API_H_
+#define PERSEUS_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PERSEUS_API __attribute__((visibility("default")))
+#define PERSEUS_C_API_VERSION 1
+
+typedef enum {
+  PERSEUS_OK = 0,
+  PERSEUS_ERR_INVALID_ARGUMENT = 1, /* bad dtype, shape, root, split, name... */
+  PERSEUS_ERR_NOT_INITIALIZED = 2,  /* called before perseus_init() */
+  PERSEUS_ERR_MISMATCH = 3,         /* ranks disagree on shape/dtype/op/root/process set */
+  PERSEUS_ERR_PEER_LOST = 4,        /* a rank died or its connection broke */
+  PERSEUS_ERR_TIMEOUT = 5,
+  PERSEUS_ERR_DUPLICATE_NAME = 6,
+  PERSEUS_ERR_UNSUPPORTED = 7,      /* dtype/device/op not supported for this collective */
+  PERSEUS_ERR_INTERNAL = 8,
+  PERSEUS_ERR_SHUT_DOWN = 9,        /* called after perseus_shutdown() */
+  PERSEUS_ERR_IN_PROGRESS = 10,     /* perseus_wait with a timeout that expired */
+  PERSEUS_ERR_AUTH_FAILED = 11
+} perseus_status;
+
+typedef enum {
+  PERSEUS_UINT8 = 0, PERSEUS_INT8 = 1, PERSEUS_INT32 = 2, PERSEUS_INT64 = 3,
+  PERSEUS_FLOAT16 = 4, PERSEUS_BFLOAT16 = 5, PERSEUS_FLOAT32 = 6, PERSEUS_FLOAT64 = 7,
+  PERSEUS_BOOL = 8
+} perseus_dtype;
+
+typedef enum {
+  PERSEUS_SUM = 0, PERSEUS_AVERAGE = 1, PERSEUS_MIN = 2, PERSEUS_MAX = 3, PERSEUS_PRODUCT = 4
+} perseus_reduce_op;
+
+/* Process sets. 0 is every rank. LOCAL is the ranks of this host and CROSS the ranks with this
+ * rank's local_rank on every host; both mean a different group on different ranks. Sets made
+ * with perseus_add_process_set get ids >= 1. */
+#define PERSEUS_PROCESS_SET_GLOBAL 0
+#define PERSEUS_PROCESS_SET_LOCAL (-1)
+#define PERSEUS_PROCESS_SET_CROSS (-2)
+
+#define PERSEUS_DEVICE_CPU (-1)
+#define PERSEUS_MAX_NDIM 16
+
+typedef struct {
+  void* data;
+  int32_t dtype;          /* perseus_dtype */
+  int32_t ndim;           /* 0 (a scalar) .. PERSEUS_MAX_NDIM */
+  const int64_t* shape;   /* ndim entries */
+  int32_t device;         /* PERSEUS_DEVICE_CPU or a CUDA device ordinal */
+  void* cuda_stream;      /* CUDA only: the cudaStream_t that produced data (NULL: legacy default) */
+} perseus_tensor;
+
+typedef int64_t perseus_handle;
+
+typedef struct {
+  int32_t rank, size;
+  int32_t local_rank, local_size;
+  int32_t cross_rank, cross_size;
+} perseus_topology;
+
+typedef void (*perseus_callback)(perseus_handle handle, perseus_status status, void* user_data);
+
+/* --- lifetime and topology ------------------------------------------------------------ */
+/* Reads the topology from the environment (PERSEUS_* from perseusrun, OMPI_COMM_WORLD_* from
+ * mpirun, or a single rank when neither is set), runs rendezvous and starts the engine.
+ * Idempotent. */
+PERSEUS_API perseus_status perseus_init(void);
+/* Fails every pending handle with PERSEUS_ERR_SHUT_DOWN and stops the engine. */
+PERSEUS_API perseus_status perseus_shutdown(void);
+PERSEUS_API int perseus_is_initialized(void);
+PERSEUS_API perseus_status perseus_get_topology(perseus_topology* out);
+PERSEUS_API const char* perseus_last_error(void);
+/* Static text, e.g. "cpu=1 cuda=0 nccl=0 mpi=1 version=0.1.0". */
+PERSEUS_API const char* perseus_build_info(void);
+/* Every setting with its value, default and description, one "NAME=value\tdefault\tdoc" per
+ * line. Valid until the next call on this thread. */
+PERSEUS_API const char* perseus_params_dump(void);
+
+/* --- collectives (asynchronous) ------------------------------------------------------- */
+/* output may alias input (in place). prescale multiplies inputs before the reduction and
+ * postscale the result after it (1.0 for none). AVERAGE divides by the set size. */
+PERSEUS_API perseus_status perseus_allreduce(const char* name, const perseus_tensor* input,
+                                             const perseus_tensor* output, int32_t op,
+                                             double prescale, double postscale,
+                                             int32_t process_set, perseus_handle* handle);
+/* `count` tensors negotiated and completed as one unit. */
+PERSEUS_API perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
+                                                     const perseus_tensor* inputs,
+                                                     const perseus_tensor* outputs, int32_t op,
+                                                     double prescale, double postscale,
+                                                     int32_t process_set,
+                                                     perseus_handle* handle);
+/* Concatenates along the first dimension; ranks may differ in that dimension only.
+ * The output is owned by the handle: perseus_handle_output(handle, 0, ...). */
+PERSEUS_API perseus_status perseus_allgather(const char* name, const perseus_tensor* input,
+                                             int32_t process_set, perseus_handle* handle);
+PERSEUS_API perseus_status perseus_grouped_allgather(const char* name, int32_t count,
+                                                     const perseus_tensor* inputs,
+                                                     int32_t process_set, perseus_handle* handle);
+/* root_rank is a rank within the process set. output may alias input. */
+PERSEUS_API perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
+                                             const perseus_tensor* output, int32_t root_rank,
+                                             int32_t process_set, perseus_handle* handle);
+/* splits[i] rows of the first dimension go to set rank i; NULL splits divide evenly.
+ * The output and the received splits are owned by the handle. */
+PERSEUS_API perseus_status perseus_alltoall(const char* name, const perseus_tensor* input,
+                                            const int64_t* splits, int32_t num_splits,
+                                            int32_t process_set, perseus_handle* handle);
+/* Reduces, then gives set rank i the i-th block of the first dimension (the first
+ * dim % size ranks get one more row). The output is owned by the handle. */
+PERSEUS_API perseus_status perseus_reducescatter(const char* name, const perseus_tensor* input,
+                                                 int32_t op, double prescale, double postscale,
+                                                 int32_t process_set, perseus_handle* handle);
+PERSEUS_API perseus_status perseus_grouped_reducescatter(const char* name, int32_t count,
+                                                         const perseus_tensor* inputs, int32_t op,
+                                                         double prescale, double postscale,
+                                                         int32_t process_set,
+                                                         perseus_handle* handle);
+PERSEUS_API perseus_status perseus_barrier(int32_t process_set, perseus_handle* handle);
+/* Horovod's join: this rank has no more work; it takes part with zeros in collectives the
+ * others still run until every rank joined. The result is the last rank to join. */
+PERSEUS_API perseus_status perseus_join(perseus_handle* handle);
+
+/* --- handles ---------------------------------------------------------------------------- */
+PERSEUS_API perseus_status perseus_poll(perseus_handle handle, int* done);
+/* Blocks until done or timeout_s passes (< 0: no limit; the engine's PERSEUS_TIMEOUT still
+ * bounds every transfer). Returns the operation's status. */
+PERSEUS_API perseus_status perseus_wait(perseus_handle handle, double timeout_s);
+/* Runs cb once, on the engine thread (or at once if already done). cb must not block. */
+PERSEUS_API perseus_status perseus_set_callback(perseus_handle handle, perseus_callback cb,
+                                                void* user_data);
+PERSEUS_API perseus_status perseus_handle_num_outputs(perseus_handle handle, int32_t* count);
+/* Library-owned output i of a completed handle; shape/data valid until perseus_release. */
+PERSEUS_API perseus_status perseus_handle_output(perseus_handle handle, int32_t index,
+                                                 perseus_tensor* out);
+/* alltoall: rows received from each set rank. */
+PERSEUS_API perseus_status perseus_handle_received_splits(perseus_handle handle,
+                                                          const int64_t** splits,
+                                                          int32_t* count);
+/* join: the last rank that joined. */
+PERSEUS_API perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank);
+/* CUDA: makes `stream` wait for the collective on the GPU (no host block). */
+PERSEUS_API perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stream);
+PERSEUS_API perseus_status perseus_release(perseus_handle handle);
+
+/* --- process sets (collective over all ranks: every rank calls with the same list) ----- */
+PERSEUS_API perseus_status perseus_add_process_set(const int32_t* ranks, int32_t count,
+                                                   int32_t* id);
+PERSEUS_API perseus_status perseus_remove_process_set(int32_t id);
+/* rank_in_set is -1 when this rank is not a member. */
+PERSEUS_API perseus_status perseus_process_set_info(int32_t id, int32_t* rank_in_set,
+                                                    int32_t* size);
+/* Global ranks of the set into ranks[0..capacity); *count gets the set size. */
+PERSEUS_API perseus_status perseus_process_set_ranks(int32_t id, int32_t* ranks,
+                                                     int32_t capacity, int32_t* count);
+
+/* --- rendezvous server, for launchers ---------------------------------------------------- */
+/* Starts the authenticated rendezvous store that ranks reach through PERSEUS_CONTROLLER_ADDR /
+ * _PORT. port 0 picks a free one; *bound_port gets it. secret is the job secret (hex). */
+PERSEUS_API perseus_status perseus_store_server_start(const char* bind_address, int32_t port,
+                                                      const char* secret, int32_t* bound_port,
+                                                      void** server);
+PERSEUS_API perseus_status perseus_store_server_stop(void* server);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERSEUS_C_API_H_ */

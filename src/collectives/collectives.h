@@ -1,0 +1,46 @@
+// The collectives the engine runs, over one Communicator, on host memory. Each entry point
+// picks an algorithm (see collectives/registry.h and docs/algorithms.md): the cheapest one
+// whose supports() accepts the call, unless PERSEUS_ALLREDUCE_ALGO names one.
+//
+// All calls are blocking and collective: every member calls the same function with matching
+// arguments (the engine's negotiation guarantees it). Errors are the transport's exceptions.
+// Buffers may alias where noted. Counts are elements, sizes are bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/dtype.h"
+
+namespace perseus::collectives {
+
+// out[i] = op over ranks of in[i]. in == out is allowed. op is never kAverage here: the
+// engine turns Average into Sum with a postscale. float16/bfloat16 reduce in float32.
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
+               ReduceOp op);
+
+// Concatenates each rank's `bytes[r]` bytes in rank order into out (sum of bytes).
+void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes);
+
+// Root's buffer reaches every rank. `root` is a communicator rank.
+void broadcast(Communicator& comm, void* data, size_t bytes, int root);
+
+// Rank r sends send_bytes[p] bytes (consecutive in `in`, in peer order) to each peer p and
+// receives recv_bytes[p] bytes from each, concatenated in peer order into `out`.
+void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes,
+               void* out, const std::vector<size_t>& recv_bytes);
+
+// Reduces `in` (sum of counts elements) and leaves block r (counts[r] elements, blocks in rank
+// order) on rank r in `out`.
+void reducescatterv(Communicator& comm, const void* in, void* out,
+                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op);
+
+// Root receives every rank's bytes[r] concatenated in rank order (out is ignored elsewhere).
+void gatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes,
+             int root);
+
+void barrier(Communicator& comm);
+
+}  // namespace perseus::collectives

@@ -1,0 +1,81 @@
+// One typed registry of every PERSEUS_* setting. Each is parsed once from the environment;
+// a value that does not parse is an InvalidArgumentError naming the variable. The table is
+// dumpable (`perseusrun --params`), and docs/environment.md documents the same list.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace perseus {
+
+// X(type, member, variable, default, description)
+#define PERSEUS_PARAM_LIST(X)                                                                  \
+  X(int64_t, fusion_threshold, "PERSEUS_FUSION_THRESHOLD", int64_t{64} << 20,                  \
+    "Bytes of the fusion buffer; ready tensors of one kind are packed up to this size. 0 disables fusion.") \
+  X(double, timeout_s, "PERSEUS_TIMEOUT", 30.0,                                                \
+    "Seconds after which a lost peer or a stuck transfer fails every pending operation.")     \
+  X(double, start_timeout_s, "PERSEUS_START_TIMEOUT", 60.0,                                    \
+    "Seconds that rendezvous waits for every rank to arrive.")                                 \
+  X(double, stall_warning_s, "PERSEUS_STALL_WARNING", 60.0,                                    \
+    "Seconds a tensor may wait on a subset of ranks before it is logged with the missing ranks.") \
+  X(double, stall_shutdown_s, "PERSEUS_STALL_SHUTDOWN", 0.0,                                   \
+    "If > 0, seconds after which a stalled tensor fails the job instead of only warning.")     \
+  X(std::string, timeline, "PERSEUS_TIMELINE", std::string(),                                 \
+    "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it).") \
+  X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                      \
+    "trace, debug, info, warning, error or off.")                                               \
+  X(std::string, iface, "PERSEUS_IFACE", std::string(),                                        \
+    "Network interface (name) or address to listen on; default: the address that reaches the controller.") \
+  X(std::string, hierarchical_allreduce, "PERSEUS_HIERARCHICAL_ALLREDUCE", std::string("auto"), \
+    "auto, 1 or 0: reduce within the host, then across hosts, then broadcast within the host.") \
+  X(std::string, allreduce_algo, "PERSEUS_ALLREDUCE_ALGO", std::string("auto"),               \
+    "Forces one allreduce algorithm by name (see docs/algorithms.md); auto picks by cost model.") \
+  X(std::string, cpu_operations, "PERSEUS_CPU_OPERATIONS", std::string("auto"),               \
+    "Data plane for CPU tensors: auto (shared memory within a host, TCP across), tcp, or mpi.") \
+  X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                          \
+    "TCP connections per pair of ranks on different hosts; large messages are striped over them.") \
+  X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                         \
+    "Microseconds a waiting thread busy-polls before it blocks.")                              \
+  X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                         \
+    "Negotiated tensors remembered by the response cache; 0 disables the cache.")              \
+  X(int64_t, num_streams, "PERSEUS_NUM_STREAMS", int64_t{1},                                   \
+    "CUDA streams (fused buffers in flight) per device.")                                      \
+  X(int64_t, allreduce_dtype, "PERSEUS_ALLREDUCE_DTYPE", int64_t{1},                          \
+    "AIACC wire type for float32 allreduce: 0 fp16, 1 none, 2 mixed.")                          \
+  X(bool, allreduce_nancheck, "PERSEUS_ALLREDUCE_NANCHECK", false,                             \
+    "Report which tensor first carried a NaN or Inf into an allreduce.")                       \
+  X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{1} << 20,                       \
+    "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")       \
+  X(int64_t, tcp_chunk_bytes, "PERSEUS_TCP_CHUNK_BYTES", int64_t{1} << 20,                     \
+    "Segment size that TCP algorithms pipeline with.")
+
+struct Params {
+#define PERSEUS_PARAM_MEMBER(type, member, variable, default_value, description) \
+  type member = default_value;
+  PERSEUS_PARAM_LIST(PERSEUS_PARAM_MEMBER)
+#undef PERSEUS_PARAM_MEMBER
+
+  using Lookup = std::function<const char*(const char*)>;
+  // Parses every variable through `lookup` (getenv by default). Throws InvalidArgumentError.
+  static Params fromEnvironment(const Lookup& lookup = nullptr);
+
+  struct Entry {
+    std::string variable;
+    std::string value;
+    std::string default_value;
+    std::string description;
+  };
+  std::vector<Entry> describe() const;
+};
+
+// Environment helpers shared by the bootstrap code. They throw InvalidArgumentError naming the
+// variable when a value is set but does not parse.
+namespace env {
+const char* get(const char* name);  // nullptr when unset or empty
+int64_t getInt(const char* name, int64_t fallback);
+bool has(const char* name);
+}  // namespace env
+
+}  // namespace perseus

@@ -1,0 +1,39 @@
+// Shared staging memory of the ranks of one host, for collectives that read and write peers'
+// memory directly instead of sending messages (see Note [Shared-memory allreduce] in
+// collectives/allreduce_shm.cc).
+//
+// Each local rank owns one slot of slotBytes() bytes, mapped read-write in every local process
+// at a fixed address per process (registered once: no allocation or page fault per call).
+// barrier() synchronises a group of local ranks; each group (one per communicator) has its own
+// flags, identified by `group_id` (0 .. kMaxGroups-1), so overlapping process sets don't mix.
+//
+// Thread contract: the engine thread (or a test's rank thread) only.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace perseus::transport {
+
+class ShmArena {
+ public:
+  static constexpr int kMaxGroups = 64;
+
+  virtual ~ShmArena() = default;
+  virtual int localRank() const = 0;
+  virtual int localSize() const = 0;
+  // The global rank of each local rank, in local-rank order.
+  virtual const std::vector<int>& globalRanks() const = 0;
+  virtual size_t slotBytes() const = 0;
+  // Local rank `local_rank`'s slot as mapped in this process.
+  virtual void* slot(int local_rank) = 0;
+  // Waits until every rank in `members` (local ranks, sorted, including this one) has reached
+  // the same barrier call for this group. Spins, then yields; throws PeerLostError if a member
+  // process died, TimeoutError after PERSEUS_TIMEOUT, ShutDownError after abort().
+  virtual void barrier(int group_id, const std::vector<int>& members) = 0;
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace perseus::transport
