@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds Perseus, runs the C++ tests (plain, then under AddressSanitizer+UBSan, then
+# ThreadSanitizer), installs the Python package and runs the Python tests.
+# Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer builds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PYTHON=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+build_and_test() {  # dir, extra cmake args...; $TEST_PREFIX runs before ctest
+  local dir=$1; shift
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DPERSEUS_WITH_CUDA=AUTO "$@" >/dev/null
+  ninja -C "$dir" -j "$JOBS"
+  (cd "$dir" && ${TEST_PREFIX:-} ctest --output-on-failure -j 1 --timeout 180)
+}
+
+section "C++ build and tests"
+build_and_test build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+if [ $quick = 0 ]; then
+  section "C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  ASAN_OPTIONS=detect_leaks=1 build_and_test build/asan -DCMAKE_BUILD_TYPE=Debug \
+    -DPERSEUS_SANITIZE=address,undefined -DPERSEUS_WITH_CUDA=OFF -DPERSEUS_BUILD_BENCH=OFF
+  section "C++ tests under ThreadSanitizer"
+  # TSan needs the address layout that setarch -R gives on recent kernels; where that is
+  # refused, say so and go on.
+  if setarch "$(uname -m)" -R true 2>/dev/null; then
+    TSAN_OPTIONS="halt_on_error=1" TEST_PREFIX="setarch $(uname -m) -R" build_and_test build/tsan \
+      -DCMAKE_BUILD_TYPE=Debug -DPERSEUS_SANITIZE=thread -DPERSEUS_WITH_CUDA=OFF -DPERSEUS_BUILD_BENCH=OFF
+  else
+    echo "ThreadSanitizer skipped: setarch -R is not permitted here"
+  fi
+fi
+
+section "Python package and tests"
+$PYTHON -m pip install -q --disable-pip-version-check --no-build-isolation "$ROOT"
+cd "$ROOT/tests/python"
+$PYTHON -m pytest -q -p no:cacheprovider --timeout=300 .
