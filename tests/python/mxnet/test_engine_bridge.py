@@ -1,0 +1,110 @@
+"""The MXNet engine bridge against real MXNet 1.9.1, with dummy asynchronous collectives."""
+import ctypes
+import threading
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from perseus.mxnet.engine import EngineBridge, bridge
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _np(view):
+    n = int(np.prod(view.shape)) if view.shape else 1
+    buf = (ctypes.c_float * n).from_address(view.data)
+    return np.frombuffer(buf, dtype=np.float32).reshape(view.shape)
+
+
+def _doubling(delay):
+    def start(ins, outs, done):
+        def later():
+            time.sleep(delay)
+            _np(outs[0])[...] = _np(ins[0]) * 2
+            done(None)
+        threading.Thread(target=later).start()
+    return start
+
+
+def test_push_returns_at_once_and_consumers_wait():
+    x = mx.nd.ones((4,)) * 5
+    y = mx.nd.zeros((4,))
+    t0 = time.time()
+    op = bridge().push(_doubling(0.3), [x], [y], name="double")
+    assert time.time() - t0 < 0.2
+    z = y + 1  # queued behind the collective by the engine
+    np.testing.assert_allclose(z.asnumpy(), 11)
+    op.wait(5)
+
+
+def test_collective_waits_for_its_producer():
+    seen = []
+
+    def start(ins, outs, done):
+        seen.append(_np(ins[0]).copy())
+        done(None)
+
+    a = mx.nd.random.uniform(shape=(300, 300))
+    x = mx.nd.dot(a, a)  # still running when the collective is pushed
+    for _ in range(5):
+        x = x * 1.0001
+    bridge().push(start, [x], [], name="reader").wait(10)
+    np.testing.assert_allclose(seen[0], x.asnumpy(), rtol=1e-6)
+
+
+def test_in_place_array_passed_once():
+    x = mx.nd.ones((3,))
+    bridge().push(_doubling(0.0), [x], [x], name="inplace")
+    np.testing.assert_allclose(x.asnumpy(), 2)
+
+
+def test_error_poisons_outputs_as_mxnet_error():
+    def fail(ins, outs, done):
+        threading.Timer(0.05, lambda: done("peer rank 1 lost; check its log")).start()
+    w = mx.nd.zeros((2,))
+    op = bridge().push(fail, [], [w], name="bad")
+    with pytest.raises(mx.base.MXNetError, match="peer rank 1 lost"):
+        (w + 1).asnumpy()
+    with pytest.raises(mx.base.MXNetError, match="peer rank 1 lost"):
+        op.wait(5)
+
+
+def test_exception_in_start_reaches_mxnet():
+    def broken(ins, outs, done):
+        raise ValueError("shape mismatch on tensor t")
+    w = mx.nd.zeros((2,))
+    bridge().push(broken, [], [w], name="broken")
+    with pytest.raises(mx.base.MXNetError, match="shape mismatch on tensor t"):
+        w.asnumpy()
+
+
+def test_priority_orders_ready_collectives():
+    b = EngineBridge()
+    gate = threading.Event()
+    order = []
+    blockers = []
+    # Occupy the kCPUPrioritized pool (MXNET_CPU_PRIORITY_NTHREADS, default 4) so the next
+    # pushes queue up; then release and see them start by priority, highest first.
+    for i in range(4):
+        blockers.append(b.push(lambda ins, outs, done: threading.Thread(
+            target=lambda: (gate.wait(), done(None))).start() or time.sleep(0.5),
+            [], [mx.nd.zeros((1,))], name="blocker%d" % i))
+    time.sleep(0.2)
+    ops = []
+    for p in [1, 5, 3, 9, 7]:
+        ops.append(b.push(lambda ins, outs, done, p=p: (order.append(p), done(None)),
+                          [], [mx.nd.zeros((1,))], priority=p, name="p%d" % p))
+    gate.set()
+    for op in blockers + ops:
+        op.wait(10)
+    assert order == [9, 7, 5, 3, 1]
+
+
+def test_fallback_without_engine():
+    b = EngineBridge(use_engine=False)
+    x = mx.nd.ones((3,)) * 2
+    y = mx.nd.zeros((3,))
+    b.push(_doubling(0.05), [x], [y], name="sync")
+    np.testing.assert_allclose(y.asnumpy(), 4)
