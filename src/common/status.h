@@ -85,5 +85,10 @@ namespace detail {
   } while (0)
 
 // Builds a message with stream syntax: PERSEUS_STR("rank " << r << " lost").
-#define PERSEUS_STR(stream_expr) \
-  (static_cast<std::ostringstream&>(std::ostringstream() << stream_expr).str())
+// (A lambda: `std::ostringstream() << "text"` is an rvalue stream in C++11 and later.)
+#define PERSEUS_STR(stream_expr)       \
+  ([&]() {                             \
+    std::ostringstream perseus_str_os_; \
+    perseus_str_os_ << stream_expr;    \
+    return perseus_str_os_.str();      \
+  }())
