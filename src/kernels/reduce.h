@@ -15,6 +15,11 @@ namespace perseus::kernels {
 void reduceInto(void* acc, const void* src, size_t count, DataType dtype, ReduceOp op);
 // out[i] = a[i] op b[i]; out may alias a or b.
 void reduce2(void* out, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
+// out[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], combined in that order (so every
+// rank that runs it on the same inputs gets the same bits). float16/bfloat16 accumulate in
+// float32 and round once. out may alias any source. n >= 1.
+void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType dtype,
+             ReduceOp op);
 // data[i] *= factor (integers: rounded toward zero after multiplying in double).
 void scale(void* data, size_t count, DataType dtype, double factor);
 // dst[i] = src[i] * factor, as scale() but out of place.
@@ -27,6 +32,13 @@ float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);
 void floatToHalfArray(uint16_t* dst, const float* src, size_t count);
 void halfToFloatArray(float* dst, const uint16_t* src, size_t count);
+void floatToBfloat16Array(uint16_t* dst, const float* src, size_t count);
+void bfloat16ToFloatArray(float* dst, const uint16_t* src, size_t count);
+
+// memcpy for large outputs that will not be read again soon: non-temporal stores bypass the
+// cache (no read-for-ownership), which saves DRAM traffic once the data outgrows L3. Falls
+// back to memcpy for small or unaligned-tail parts. Buffers must not overlap.
+void copyStreaming(void* dst, const void* src, size_t bytes);
 
 // True if any element is NaN or +-Inf (floating types only; false otherwise).
 bool hasNonFinite(const void* data, size_t count, DataType dtype);
