@@ -1,0 +1,57 @@
+// ShmArena over the segments of one host: slot i is local rank i's slot region, and each
+// rank's segment carries one barrier epoch counter per group (see barrier()).
+//
+// Thread contract: barrier(), slot() from the engine thread (or a test's rank thread) only;
+// abort() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+#include "transport/shm/shm_arena.h"
+#include "transport/shm/shm_doorbell.h"
+#include "transport/shm/shm_segment_set.h"
+
+namespace perseus::transport::shm {
+
+class ShmArenaImpl : public ShmArena {
+ public:
+  ShmArenaImpl(std::shared_ptr<ShmSegmentSet> set, std::shared_ptr<ShmDoorbell> doorbell,
+               const Params& params);
+
+  int localRank() const override { return set_->localRank(); }
+  int localSize() const override { return set_->localSize(); }
+  const std::vector<int>& globalRanks() const override { return set_->globalRanks(); }
+  size_t slotBytes() const override { return set_->layout().slot_bytes; }
+  void* slot(int local_rank) override;
+  // Each member bumps its own counter for `group_id` (release), rings the members that sleep,
+  // and waits until every member's counter reaches its own (acquire). So writes to slots made
+  // before the barrier are visible to every member after it. Counters only grow, and every
+  // member makes the same sequence of barrier calls per group, so a member that already left
+  // for the next barrier (counter ahead) still counts as arrived.
+  void barrier(int group_id, const std::vector<int>& members) override;
+  void abort(const std::string& reason) override;
+
+ private:
+  void validateMembers(int group_id, const std::vector<int>& members) const;
+  void checkAborted() const;
+  // First member whose counter for the group is below `target`, or -1 when all arrived.
+  int firstMissing(int group_id, const std::vector<int>& members, uint64_t target) const;
+
+  std::shared_ptr<ShmSegmentSet> set_;
+  std::shared_ptr<ShmDoorbell> doorbell_;
+  const std::chrono::microseconds spin_;
+  const std::chrono::duration<double> timeout_;
+  std::vector<uint64_t> epochs_;  // this rank's counter per group (its shared copy mirrors it)
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;
+};
+
+}  // namespace perseus::transport::shm

@@ -1,0 +1,25 @@
+// The Doorbell of one local rank: a futex word in its own segment that peers (ShmChannel,
+// ShmArenaImpl) and local threads (wake(), abort()) ring. Only the owning rank's thread sleeps
+// on it; ringing costs a fence and a load unless the owner is asleep.
+#pragma once
+
+#include <memory>
+
+#include "transport/channel_transport.h"
+#include "transport/shm/shm_segment_set.h"
+
+namespace perseus::transport::shm {
+
+class ShmDoorbell : public Doorbell {
+ public:
+  explicit ShmDoorbell(std::shared_ptr<ShmSegmentSet> set) : set_(std::move(set)) {}
+  uint32_t arm() override;
+  void wait(uint32_t ticket, std::chrono::microseconds timeout) override;
+  void disarm() override;
+  void ring() override;
+
+ private:
+  std::shared_ptr<ShmSegmentSet> set_;
+};
+
+}  // namespace perseus::transport::shm

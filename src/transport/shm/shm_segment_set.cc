@@ -1,0 +1,124 @@
+#include "transport/shm/shm_segment_set.h"
+
+#include <unistd.h>
+
+#include <new>
+
+#include "common/status.h"
+#include "transport/shm/futex.h"
+
+namespace perseus::transport::shm {
+
+ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
+                             std::vector<int> global_ranks, size_t ring_bytes, size_t slot_bytes)
+    : local_rank_(local_rank),
+      global_ranks_(std::move(global_ranks)),
+      layout_(static_cast<int>(global_ranks_.size()), ring_bytes, slot_bytes),
+      job_id_(job_id),
+      own_name_(segmentName(job_id, global_ranks_.at(local_rank))) {
+  segments_.resize(global_ranks_.size());
+  watches_.resize(global_ranks_.size());
+  segments_[local_rank_] = ShmSegment::create(own_name_, layout_.total_bytes);
+
+  // The object is zero-filled, so every position, flag and epoch starts at 0; constructing the
+  // atomics in place is a formality that keeps the accesses well-defined.
+  char* b = segments_[local_rank_]->base();
+  auto* h = new (b) SegmentHeader{};
+  for (int g = 0; g < ShmArena::kMaxGroups; ++g) {
+    new (b + layout_.epochs_offset + g * sizeof(BarrierEpoch)) BarrierEpoch{};
+  }
+  for (int s = 0; s < localSize(); ++s) {
+    if (s != local_rank_) new (ring(local_rank_, s)) RingControl{};
+  }
+  h->version = kLayoutVersion;
+  h->owner_pid = static_cast<int32_t>(::getpid());
+  h->global_rank = global_ranks_[local_rank_];
+  h->local_rank = local_rank_;
+  h->local_size = localSize();
+  h->ring_bytes = ring_bytes;
+  h->slot_bytes = slot_bytes;
+  h->total_bytes = layout_.total_bytes;
+  h->magic.store(kSegmentMagic, std::memory_order_release);
+}
+
+ShmSegmentSet::~ShmSegmentSet() {
+  if (own_linked_) ShmSegment::unlink(own_name_);
+  if (!segments_[local_rank_]) return;
+  header(local_rank_)->closed.store(1, std::memory_order_release);
+  for (int lr = 0; lr < localSize(); ++lr) {
+    if (lr != local_rank_ && segments_[lr]) notify(lr);
+  }
+}
+
+void ShmSegmentSet::mapPeers() {
+  const SegmentHeader* mine = header(local_rank_);
+  for (int lr = 0; lr < localSize(); ++lr) {
+    if (lr == local_rank_) continue;
+    const int g = global_ranks_[lr];
+    const std::string who = PERSEUS_STR("rank " << g << " (local rank " << lr << ")");
+    std::unique_ptr<ShmSegment> seg = ShmSegment::open(segmentName(job_id_, g), who);
+    const auto* h = reinterpret_cast<const SegmentHeader*>(seg->base());
+    if (seg->bytes() < sizeof(SegmentHeader) ||
+        h->magic.load(std::memory_order_acquire) != kSegmentMagic || h->version != kLayoutVersion) {
+      throw MismatchError(PERSEUS_STR("shared-memory segment " << seg->name() << " of " << who
+                                      << " is not a Perseus v" << kLayoutVersion << " segment; "
+                                      << "do two jobs share one job id, or different Perseus versions?"));
+    }
+    if (h->global_rank != g || h->local_rank != lr || h->local_size != localSize()) {
+      throw MismatchError(PERSEUS_STR(
+          "shared-memory segment " << seg->name() << " says global rank " << h->global_rank
+                                   << ", local rank " << h->local_rank << " of " << h->local_size
+                                   << ", but this rank expects " << who << " of " << localSize()
+                                   << "; the ranks of this host disagree on the topology"));
+    }
+    if (h->ring_bytes != mine->ring_bytes || h->slot_bytes != mine->slot_bytes ||
+        h->total_bytes != seg->bytes() || seg->bytes() != layout_.total_bytes) {
+      throw MismatchError(PERSEUS_STR(
+          who << " uses PERSEUS_SHM_RING_BYTES=" << h->ring_bytes << " and PERSEUS_SHM_SLOT_BYTES="
+              << h->slot_bytes << ", this rank uses " << mine->ring_bytes << " and "
+              << mine->slot_bytes << "; every rank of a job must use the same values"));
+    }
+    watches_[lr] = std::make_unique<ProcessWatch>(static_cast<pid_t>(h->owner_pid));
+    segments_[lr] = std::move(seg);
+  }
+}
+
+void ShmSegmentSet::unlinkOwn() {
+  if (!own_linked_) return;
+  ShmSegment::unlink(own_name_);
+  own_linked_ = false;
+}
+
+void ShmSegmentSet::notify(int lr) const {
+  // Pairs with the fence in ShmDoorbell::arm(): either we see the sleeper, or it sees what we
+  // published before calling notify().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  SegmentHeader* h = header(lr);
+  if (h->sleepers.load(std::memory_order_relaxed) != 0) {
+    h->doorbell.fetch_add(1, std::memory_order_release);
+    futexWakeAll(&h->doorbell);
+  }
+}
+
+bool ShmSegmentSet::peerGone(int lr, std::string* why) const {
+  if (header(lr)->closed.load(std::memory_order_acquire) != 0) {
+    *why = "closed its shared-memory transport (it shut down or failed)";
+    return true;
+  }
+  if (watches_[lr] && watches_[lr]->gone()) {
+    *why = PERSEUS_STR("process (pid " << watches_[lr]->pid() << ") exited: killed or crashed");
+    return true;
+  }
+  return false;
+}
+
+void ShmSegmentSet::throwPeerLost(int lr, const std::string& why,
+                                  const std::string& waiting_for) const {
+  const int g = global_ranks_[lr];
+  throw PeerLostError(g, PERSEUS_STR("rank " << g << " (local rank " << lr << " on this host) "
+                                             << why << " while rank " << global_ranks_[local_rank_]
+                                             << " was " << waiting_for
+                                             << "; see that rank's log for the first error"));
+}
+
+}  // namespace perseus::transport::shm
