@@ -1,0 +1,76 @@
+// The DLPack ABI (https://github.com/dmlc/dlpack, v0.8 and the v1.0 versioned tensor), declared
+// here because the extension must not depend on any framework's headers. Only the layout
+// matters; these structs are frozen by the DLPack spec.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+enum DLDeviceType : int32_t {
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,
+  kDLCUDAManaged = 13,
+};
+
+struct DLDevice {
+  int32_t device_type;  // DLDeviceType
+  int32_t device_id;
+};
+
+enum DLDataTypeCode : uint8_t {
+  kDLInt = 0,
+  kDLUInt = 1,
+  kDLFloat = 2,
+  kDLOpaqueHandle = 3,
+  kDLBfloat = 4,
+  kDLComplex = 5,
+  kDLBool = 6,
+};
+
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // NULL: compact row-major
+  uint64_t byte_offset;
+};
+
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+
+}  // extern "C"
+
+namespace perseus_py {
+// Capsule names fixed by the DLPack Python protocol: a producer names a fresh capsule
+// kDltensor; the consumer renames it kUsedDltensor once it took ownership.
+constexpr const char* kDltensor = "dltensor";
+constexpr const char* kUsedDltensor = "used_dltensor";
+constexpr const char* kDltensorVersioned = "dltensor_versioned";
+constexpr const char* kUsedDltensorVersioned = "used_dltensor_versioned";
+}  // namespace perseus_py

@@ -1,0 +1,131 @@
+// Bindings of lifetime, topology, process sets, introspection and the launcher's store server.
+#include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
+
+#include "callbacks.h"
+#include "errors.h"
+#include "handle.h"
+
+namespace py = pybind11;
+
+namespace perseus_py {
+namespace {
+
+// The rendezvous store that perseusrun hosts for its job; stopped on stop() or destruction.
+class StoreServer {
+ public:
+  StoreServer(const std::string& bind_address, int32_t port, const std::string& secret) {
+    check(perseus_store_server_start(bind_address.c_str(), port, secret.c_str(), &port_,
+                                     &server_),
+          "perseus_store_server_start");
+  }
+  ~StoreServer() {
+    if (server_ != nullptr) perseus_store_server_stop(server_);
+  }
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  void stop() {
+    if (server_ == nullptr) return;
+    void* server = server_;
+    server_ = nullptr;
+    py::gil_scoped_release release;
+    check(perseus_store_server_stop(server), "perseus_store_server_stop");
+  }
+  int32_t port() const { return port_; }
+
+ private:
+  int32_t port_ = 0;
+  void* server_ = nullptr;
+};
+
+py::dict topology() {
+  perseus_topology t{};
+  check(perseus_get_topology(&t), "perseus_get_topology");
+  py::dict d;
+  d["rank"] = t.rank;
+  d["size"] = t.size;
+  d["local_rank"] = t.local_rank;
+  d["local_size"] = t.local_size;
+  d["cross_rank"] = t.cross_rank;
+  d["cross_size"] = t.cross_size;
+  return d;
+}
+
+std::vector<int32_t> processSetRanks(int32_t id) {
+  int32_t count = 0;
+  check(perseus_process_set_ranks(id, nullptr, 0, &count), "perseus_process_set_ranks");
+  std::vector<int32_t> ranks(static_cast<size_t>(count));
+  check(perseus_process_set_ranks(id, ranks.data(), count, &count), "perseus_process_set_ranks");
+  ranks.resize(static_cast<size_t>(count));
+  return ranks;
+}
+
+}  // namespace
+
+void registerRuntime(py::module_& m) {
+  using py::arg;
+  m.def("init", [] {
+    perseus_status s;
+    {
+      py::gil_scoped_release release;  // rendezvous waits for every rank
+      s = perseus_init();
+    }
+    check(s, "perseus_init");
+  }, "Rendezvous with the other ranks and start the engine (idempotent).");
+  m.def("shutdown", [] {
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_shutdown();
+    }
+    dropOrphans();  // every pending handle has failed: the engine holds no buffer now
+    check(s, "perseus_shutdown");
+  });
+  m.def("is_initialized", [] { return perseus_is_initialized() != 0; });
+  m.def("topology", &topology, "rank, size, local_rank, local_size, cross_rank, cross_size.");
+  m.def("last_error", [] { return std::string(perseus_last_error()); });
+  m.def("build_info", [] { return std::string(perseus_build_info()); });
+  m.def("params_dump", [] { return std::string(perseus_params_dump()); });
+  m.def("add_process_set", [](const std::vector<int32_t>& ranks) {
+    int32_t id = -1;
+    perseus_status s;
+    {
+      py::gil_scoped_release release;  // collective over all ranks
+      s = perseus_add_process_set(ranks.data(), static_cast<int32_t>(ranks.size()), &id);
+    }
+    check(s, "perseus_add_process_set");
+    return id;
+  }, arg("ranks"));
+  m.def("remove_process_set", [](int32_t id) {
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_remove_process_set(id);
+    }
+    check(s, "perseus_remove_process_set");
+  }, arg("id"));
+  m.def("process_set_info", [](int32_t id) {
+    int32_t rank = -1, size = 0;
+    check(perseus_process_set_info(id, &rank, &size), "perseus_process_set_info");
+    return py::make_tuple(rank, size);
+  }, arg("id"), "(rank_in_set or -1, size)");
+  m.def("process_set_ranks", &processSetRanks, arg("id"));
+  m.def("_stop_callbacks", &stopCallbacks);
+
+  py::class_<StoreServer>(m, "StoreServer",
+                          "The authenticated rendezvous store, hosted by a launcher.")
+      .def(py::init<const std::string&, int32_t, const std::string&>(), arg("bind_address"),
+           arg("port"), arg("secret"))
+      .def("stop", &StoreServer::stop)
+      .def_property_readonly("port", &StoreServer::port);
+
+  m.attr("PROCESS_SET_GLOBAL") = PERSEUS_PROCESS_SET_GLOBAL;
+  m.attr("PROCESS_SET_LOCAL") = PERSEUS_PROCESS_SET_LOCAL;
+  m.attr("PROCESS_SET_CROSS") = PERSEUS_PROCESS_SET_CROSS;
+  m.attr("C_API_VERSION") = PERSEUS_C_API_VERSION;
+}
+
+}  // namespace perseus_py
