@@ -1,0 +1,220 @@
+// Note [Batched fusion copy]
+// One launch moves a whole table of tensors. Each tensor is cut into tiles of kTileElems
+// elements; tile_start[] (a prefix sum, computed on the host) maps a global tile number to its
+// tensor by binary search, so every block of a persistent grid walks tiles of any tensor with
+// no per-tensor launch. A full tile of an aligned tensor is moved with 16-byte vector accesses,
+// kUnroll independent loads in flight per thread before the first store; ragged tails and
+// unaligned tensors take an element-wise loop. The scale, the cast and the NaN check happen in
+// registers, so the bytes cross device memory once each way.
+#include "kernels/cuda/fusion_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/status.h"
+
+namespace perseus::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;
+constexpr int kMaxDevices = 64;
+
+struct LaunchTable {
+  const void* src[kMaxEntriesPerLaunch];
+  void* dst[kMaxEntriesPerLaunch];
+  uint64_t count[kMaxEntriesPerLaunch];
+  uint32_t tile_start[kMaxEntriesPerLaunch + 1];
+};
+static_assert(sizeof(LaunchTable) + 64 < 4096, "kernel parameters must stay under 4 KiB");
+
+// Arithmetic type of an element: float for the 16/32-bit floats, double for the rest, so that
+// integers scale as the CPU kernels do.
+template <typename T> struct Compute { using type = double; };
+template <> struct Compute<float> { using type = float; };
+template <> struct Compute<__half> { using type = float; };
+template <> struct Compute<__nv_bfloat16> { using type = float; };
+
+template <typename C, typename T> __device__ __forceinline__ C load(T x) { return static_cast<C>(x); }
+template <> __device__ __forceinline__ float load<float, __half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float load<float, __nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T, typename C> __device__ __forceinline__ T store(C x) { return static_cast<T>(x); }
+template <> __device__ __forceinline__ __half store<__half, float>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+
+__device__ __forceinline__ bool aligned(const void* p, size_t a) {
+  return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
+}
+
+template <typename Tin, typename Tout, bool kScale, bool kCheck>
+__global__ void __launch_bounds__(kThreads)
+batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
+                  typename Compute<Tin>::type scale, int* nan_flag, int nan_base) {
+  using C = typename Compute<Tin>::type;
+  constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
+  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
+  using VecIn = Vec<Tin, kVec>;
+  using VecOut = Vec<Tout, kVec>;
+  const uint32_t total = table.tile_start[n];
+
+  for (uint32_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (table.tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
+    }
+    const int e = lo;
+    const Tin* src = static_cast<const Tin*>(table.src[e]);
+    Tout* dst = static_cast<Tout*>(table.dst[e]);
+    const uint64_t base = uint64_t{tile - table.tile_start[e]} * kTileElems;
+    const uint64_t end = min(base + kTileElems, table.count[e]);
+    bool bad = false;
+    auto convert = [&](Tin x) {
+      C c = load<C>(x);
+      if (kCheck) bad |= !isfinite(c);
+      if (kScale) c *= scale;
+      return store<Tout>(c);
+    };
+    if (end - base == kTileElems && aligned(src, sizeof(VecIn)) && aligned(dst, sizeof(VecOut))) {
+      const VecIn* in = reinterpret_cast<const VecIn*>(src + base);
+      VecOut* out = reinterpret_cast<VecOut*>(dst + base);
+      VecIn v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = in[u * kThreads + threadIdx.x];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        VecOut o;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) o.v[k] = convert(v[u].v[k]);
+        out[u * kThreads + threadIdx.x] = o;
+      }
+    } else {
+      for (uint64_t i = base + threadIdx.x; i < end; i += kThreads) dst[i] = convert(src[i]);
+    }
+    if (kCheck && bad) atomicMin(nan_flag, nan_base + e);
+  }
+}
+
+void throwIfFailed(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw InternalError(PERSEUS_STR("CUDA " << what << " failed: " << cudaGetErrorString(err)
+                                            << " (" << static_cast<int>(err) << ")"));
+  }
+}
+
+// Blocks of the persistent grid: enough to keep every multiprocessor full.
+int maxBlocks() {
+  static std::atomic<int> cached[kMaxDevices];
+  int device = 0;
+  throwIfFailed(cudaGetDevice(&device), "cudaGetDevice");
+  if (device >= 0 && device < kMaxDevices) {
+    if (int v = cached[device].load(std::memory_order_relaxed)) return v;
+  }
+  int sms = 0;
+  throwIfFailed(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                "cudaDeviceGetAttribute");
+  int blocks = std::max(1, sms) * (2048 / kThreads);
+  if (device >= 0 && device < kMaxDevices) cached[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+template <typename Tin, typename Tout, bool kScale, bool kCheck>
+void launch(const CopyEntry* entries, int count, double scale, int* nan_flag, int nan_base,
+            cudaStream_t stream, size_t elem_divisor) {
+  constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
+  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
+  for (int first = 0; first < count; first += kMaxEntriesPerLaunch) {
+    const int n = std::min(kMaxEntriesPerLaunch, count - first);
+    LaunchTable table;
+    uint64_t tiles = 0;
+    for (int i = 0; i < n; ++i) {
+      const CopyEntry& e = entries[first + i];
+      table.src[i] = e.src;
+      table.dst[i] = e.dst;
+      table.count[i] = e.count * elem_divisor;
+      table.tile_start[i] = static_cast<uint32_t>(tiles);
+      tiles += (table.count[i] + kTileElems - 1) / kTileElems;
+    }
+    PERSEUS_CHECK(tiles < (uint64_t{1} << 32), "batched copy of " << tiles << " tiles");
+    table.tile_start[n] = static_cast<uint32_t>(tiles);
+    if (tiles == 0) continue;
+    const int grid = static_cast<int>(std::min<uint64_t>(tiles, maxBlocks()));
+    batchedCopyKernel<Tin, Tout, kScale, kCheck><<<grid, kThreads, 0, stream>>>(
+        table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag, nan_base + first);
+    throwIfFailed(cudaGetLastError(), "batched copy kernel launch");
+  }
+}
+
+template <typename Tin, typename Tout>
+void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_flag, int nan_base,
+                 cudaStream_t stream) {
+  const bool do_scale = scale != 1.0;
+  if (nan_flag != nullptr) {
+    if (do_scale) launch<Tin, Tout, true, true>(entries, count, scale, nan_flag, nan_base, stream, 1);
+    else launch<Tin, Tout, false, true>(entries, count, scale, nan_flag, nan_base, stream, 1);
+  } else {
+    if (do_scale) launch<Tin, Tout, true, false>(entries, count, scale, nullptr, 0, stream, 1);
+    else launch<Tin, Tout, false, false>(entries, count, scale, nullptr, 0, stream, 1);
+  }
+}
+
+template <typename T>
+void launchSameNoCheck(const CopyEntry* entries, int count, double scale, cudaStream_t stream) {
+  launch<T, T, true, false>(entries, count, scale, nullptr, 0, stream, 1);
+}
+
+}  // namespace
+
+bool supportsCopy(DataType src_type, DataType dst_type) {
+  if (src_type == dst_type) return true;
+  return (src_type == DataType::kFloat32 && dst_type == DataType::kFloat16) ||
+         (src_type == DataType::kFloat16 && dst_type == DataType::kFloat32);
+}
+
+void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                 double scale, int* nan_flag, int nan_index_base, void* stream_ptr) {
+  PERSEUS_CHECK(supportsCopy(src_type, dst_type), "no GPU copy from " << dataTypeName(src_type)
+                                                                      << " to " << dataTypeName(dst_type));
+  if (count <= 0) return;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (!isFloatingPoint(src_type)) nan_flag = nullptr;
+  if (src_type == DataType::kBool) scale = 1.0;
+  if (src_type == dst_type && scale == 1.0 && nan_flag == nullptr) {
+    // A plain copy: move bytes, whatever the type.
+    launch<uint8_t, uint8_t, false, false>(entries, count, 1.0, nullptr, 0, stream,
+                                           dataTypeSize(src_type));
+    return;
+  }
+  if (src_type != dst_type) {
+    if (src_type == DataType::kFloat32) {
+      launchTyped<float, __half>(entries, count, scale, nan_flag, nan_index_base, stream);
+    } else {
+      launchTyped<__half, float>(entries, count, scale, nan_flag, nan_index_base, stream);
+    }
+    return;
+  }
+  switch (src_type) {
+    case DataType::kFloat16: return launchTyped<__half, __half>(entries, count, scale, nan_flag, nan_index_base, stream);
+    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16>(entries, count, scale, nan_flag, nan_index_base, stream);
+    case DataType::kFloat32: return launchTyped<float, float>(entries, count, scale, nan_flag, nan_index_base, stream);
+    case DataType::kFloat64: return launchTyped<double, double>(entries, count, scale, nan_flag, nan_index_base, stream);
+    case DataType::kUInt8: return launchSameNoCheck<uint8_t>(entries, count, scale, stream);
+    case DataType::kInt8: return launchSameNoCheck<int8_t>(entries, count, scale, stream);
+    case DataType::kInt32: return launchSameNoCheck<int32_t>(entries, count, scale, stream);
+    case DataType::kInt64: return launchSameNoCheck<int64_t>(entries, count, scale, stream);
+    case DataType::kBool: break;
+  }
+  PERSEUS_CHECK(false, "unreachable dtype " << dataTypeName(src_type));
+}
+
+}  // namespace perseus::kernels::cuda

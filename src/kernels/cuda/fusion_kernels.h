@@ -1,0 +1,44 @@
+// GPU kernels of the fusion path: one launch copies many tensors (a pointer/size table) into or
+// out of a fusion buffer, with a scale factor, an fp32<->fp16 cast and a NaN/Inf check fused
+// into the same pass over the bytes. Plain C++ interface (no CUDA types), so that host code
+// compiled by g++ can call it; the implementation is fusion_kernels.cu.
+//
+// Contract: every call only enqueues work on `stream` (a cudaStream_t; nullptr is the legacy
+// default stream) of the current device; nothing blocks the host. Pointers are device pointers
+// (or pointers the device can reach). Errors of the launch throw InternalError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace perseus::kernels::cuda {
+
+// One tensor (or a slice of one) of a batched copy: `count` elements from src to dst.
+// src == dst is allowed (an in-place scale or check); other overlaps are not.
+struct CopyEntry {
+  const void* src;
+  void* dst;
+  uint64_t count;
+};
+
+// Tensors per launch: the table travels as a kernel parameter (under the 4 KiB limit), so a
+// launch needs no host-to-device copy of its own. Longer tables take several launches.
+constexpr int kMaxEntriesPerLaunch = 128;
+
+// True when batchedCopy() converts src_type to dst_type: equal types, float32->float16 and
+// float16->float32.
+bool supportsCopy(DataType src_type, DataType dst_type);
+
+// dst[i] = dst_type(src[i] * scale) for every entry. scale == 1 is an exact copy (bit for bit
+// when the types are equal). Integer types scale in double and truncate toward zero, as the
+// CPU kernels (kernels/reduce.h) do; bool is copied, never scaled.
+//
+// nan_flag: null, or a device int that starts at INT32_MAX; for each entry i whose source holds
+// a NaN or +-Inf (floating types), the kernel lowers *nan_flag to at most nan_index_base + i.
+// So after the stream passes this point, *nan_flag is the lowest such index of the batch.
+void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                 double scale, int* nan_flag, int nan_index_base, void* stream);
+
+}  // namespace perseus::kernels::cuda
