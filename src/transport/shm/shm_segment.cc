@@ -83,8 +83,9 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const std:
   if (fd < 0) {
     throw InternalError(PERSEUS_STR("cannot open shared-memory segment " << name << " of "
                                     << describe << ": " << std::strerror(errno)
-                                    << " (it should exist after the start-up barrier; do all local "
-                                    << "ranks run as the same user with the same job id?)"));
+                                    << " (it exists after the start-up barrier unless that rank "
+                                    << "already failed; see its log. Otherwise check that all local "
+                                    << "ranks run as the same user with the same job id)"));
   }
   Fd guard(fd);
   struct stat st;
