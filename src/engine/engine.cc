@@ -1,0 +1,435 @@
+// Engine construction, submission (any thread), the engine thread's loop and shutdown.
+// The cycle itself is in cycle.cc.
+#include "engine/engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/logging.h"
+
+namespace perseus::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string rankVector(const std::vector<int>& ranks) {
+  std::vector<int64_t> v(ranks.begin(), ranks.end());
+  return shapeString(v);
+}
+
+}  // namespace
+
+Engine::Engine(const rendezvous::Topology& topology, transport::Transport* transport,
+               transport::ShmArena* arena, const Params& params)
+    : topology_(topology),
+      transport_(transport),
+      arena_(arena),
+      params_(params),
+      cpu_executor_(makeCpuExecutor()) {
+  PERSEUS_CHECK(transport_ != nullptr, "engine without a transport");
+  const int rank = transport_->rank();
+  const int size = transport_->size();
+  std::vector<int> all(size);
+  std::iota(all.begin(), all.end(), 0);
+  // Without rendezvous information (tests, one host) every rank is local.
+  std::vector<int> local = topology.local_ranks.empty() ? all : topology.local_ranks;
+  std::vector<int> cross = topology.cross_ranks.empty() ? std::vector<int>{rank} : topology.cross_ranks;
+  const size_t capacity = static_cast<size_t>(std::max<int64_t>(params.cache_capacity, 0));
+  auto add = [&](int32_t id, int group, std::vector<int> members) {
+    auto set = std::make_unique<ProcessSet>(id, group, members, rank, capacity);
+    if (set->member()) set->comm = makeComm(*set);
+    set_info_[id] = ProcessSetInfo{id, members, set->rank};
+    sets_[group] = std::move(set);
+  };
+  add(kGlobalSet, kGlobalGroup, all);
+  add(kLocalSet, kLocalGroup, local);
+  add(kCrossSet, kCrossGroup, cross);
+  if (!params.timeline.empty()) {
+    timeline_ = std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+std::unique_ptr<collectives::Communicator> Engine::makeComm(const ProcessSet& set) {
+  return std::make_unique<collectives::Communicator>(transport_, arena_, set.members,
+                                                     set.group_id, params_);
+}
+
+// --- submission ------------------------------------------------------------------------
+
+std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
+                                          const std::vector<TensorArg>& in,
+                                          const std::vector<void*>& out, ReduceOp op,
+                                          double prescale, double postscale, int32_t set) {
+  if (in.empty() || in.size() != out.size()) {
+    throw InvalidArgumentError(PERSEUS_STR("allreduce '" << name << "': " << in.size()
+                                           << " inputs and " << out.size()
+                                           << " outputs; give one output per input (>= 1)"));
+  }
+  auto e = std::make_unique<Entry>();
+  e->request.op = OpType::kAllreduce;
+  e->request.reduce_op = op;
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (out[i] == nullptr) {
+      throw InvalidArgumentError(PERSEUS_STR("allreduce '" << name << "': output " << i
+                                             << " is null; pass a buffer (it may be the input)"));
+    }
+    e->outputs.push_back(out[i]);
+  }
+  e->request.name = name;
+  e->request.process_set = set;
+  for (const TensorArg& t : in) {
+    e->request.tensors.push_back({t.dtype, t.shape});
+    e->inputs.push_back(t.data);
+    e->device = t.device;
+  }
+  return submit(std::move(e));
+}
+
+namespace {
+std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set,
+                                 const std::vector<TensorArg>& in) {
+  auto e = std::make_unique<Entry>();
+  e->request.op = op;
+  e->request.name = name;
+  e->request.process_set = set;
+  for (const TensorArg& t : in) {
+    e->request.tensors.push_back({t.dtype, t.shape});
+    e->inputs.push_back(t.data);
+    e->outputs.push_back(nullptr);
+    e->device = t.device;
+  }
+  return e;
+}
+}  // namespace
+
+std::shared_ptr<Handle> Engine::allgather(const std::string& name,
+                                          const std::vector<TensorArg>& in, int32_t set) {
+  if (in.empty()) throw InvalidArgumentError("allgather '" + name + "': no tensors");
+  return submit(makeEntry(OpType::kAllgather, name, set, in));
+}
+
+std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorArg& in,
+                                          void* out, int32_t root, int32_t set) {
+  if (out == nullptr) {
+    throw InvalidArgumentError("broadcast '" + name + "': null output; pass a buffer (it may be the input)");
+  }
+  auto e = makeEntry(OpType::kBroadcast, name, set, {in});
+  e->outputs[0] = out;
+  e->request.root = root;
+  return submit(std::move(e));
+}
+
+std::shared_ptr<Handle> Engine::alltoall(const std::string& name, const TensorArg& in,
+                                         const std::vector<int64_t>& splits, int32_t set) {
+  auto e = makeEntry(OpType::kAlltoall, name, set, {in});
+  e->splits = splits;
+  e->request.num_splits = static_cast<int32_t>(splits.size());
+  return submit(std::move(e));
+}
+
+std::shared_ptr<Handle> Engine::reducescatter(const std::string& name,
+                                              const std::vector<TensorArg>& in, ReduceOp op,
+                                              double prescale, double postscale, int32_t set) {
+  if (in.empty()) throw InvalidArgumentError("reducescatter '" + name + "': no tensors");
+  auto e = makeEntry(OpType::kReducescatter, name, set, in);
+  e->request.reduce_op = op;
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  return submit(std::move(e));
+}
+
+std::shared_ptr<Handle> Engine::barrier(int32_t set) {
+  int n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = barrier_calls_[set]++;
+  }
+  return submit(makeEntry(OpType::kBarrier, "__barrier." + std::to_string(n), set, {}));
+}
+
+std::shared_ptr<Handle> Engine::join() {
+  return submit(makeEntry(OpType::kJoin, "__join", kGlobalSet, {}));
+}
+
+std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+      sorted.front() < 0 || sorted.back() >= transport_->size()) {
+    throw InvalidArgumentError(PERSEUS_STR("add_process_set(" << rankVector(ranks)
+                                           << "): give distinct ranks in [0, "
+                                           << transport_->size() << ")"));
+  }
+  int n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = add_set_calls_++;
+  }
+  auto e = makeEntry(OpType::kAddProcessSet, "__add_process_set." + std::to_string(n), kGlobalSet, {});
+  e->request.set_ranks.assign(sorted.begin(), sorted.end());
+  return submit(std::move(e));
+}
+
+std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
+  if (id < 1 || !processSet(id)) {
+    throw InvalidArgumentError(PERSEUS_STR("remove_process_set(" << id
+                                           << "): no such set; only sets made by "
+                                              "add_process_set (ids >= 1) can be removed"));
+  }
+  int n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = remove_set_calls_++;
+  }
+  auto e = makeEntry(OpType::kRemoveProcessSet, "__remove_process_set." + std::to_string(n),
+                     kGlobalSet, {});
+  e->request.set_id = id;
+  return submit(std::move(e));
+}
+
+std::optional<ProcessSetInfo> Engine::processSet(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = set_info_.find(id);
+  if (it == set_info_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Engine::validateSet(Entry& e, ProcessSetInfo* info) const {
+  const Request& q = e.request;
+  const std::string what = PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "'");
+  if (q.name.empty()) throw InvalidArgumentError(std::string(opTypeName(q.op)) + ": empty name; give every collective a name");
+  auto it = set_info_.find(q.process_set);
+  if (it == set_info_.end()) {
+    throw InvalidArgumentError(PERSEUS_STR(what << ": process set " << q.process_set
+                                           << " does not exist; create it with add_process_set"));
+  }
+  *info = it->second;
+  if (info->rank < 0) {
+    throw InvalidArgumentError(PERSEUS_STR(what << ": rank " << transport_->rank()
+                                           << " is not a member of process set " << q.process_set
+                                           << " (members " << rankVector(info->members) << ")"));
+  }
+  if (e.device != -1) {
+    throw UnsupportedError(PERSEUS_STR(what << ": tensors on CUDA device " << e.device
+                                       << " need a build with CUDA (PERSEUS_HAVE_CUDA); this build "
+                                          "is CPU-only: copy the tensor to the CPU or rebuild"));
+  }
+  const int n = static_cast<int>(info->members.size());
+  for (size_t i = 0; i < q.tensors.size(); ++i) {
+    const TensorMeta& t = q.tensors[i];
+    for (int64_t d : t.shape) {
+      if (d < 0) throw InvalidArgumentError(PERSEUS_STR(what << ": negative dimension in shape " << shapeString(t.shape)));
+    }
+    if (e.inputs[i] == nullptr && t.numElements() > 0) {
+      throw InvalidArgumentError(PERSEUS_STR(what << ": input " << i << " is null"));
+    }
+    bool needs_dim0 = q.op == OpType::kAllgather || q.op == OpType::kAlltoall ||
+                      q.op == OpType::kReducescatter;
+    if (needs_dim0 && t.shape.empty()) {
+      throw InvalidArgumentError(PERSEUS_STR(what << ": a scalar has no first dimension to "
+                                                     "split or concatenate; reshape it to [1]"));
+    }
+  }
+  if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= n)) {
+    throw InvalidArgumentError(PERSEUS_STR(what << ": root rank " << q.root << " is outside the process set of size " << n));
+  }
+  if (q.op == OpType::kAlltoall) {
+    const int64_t rows = q.tensors[0].shape[0];
+    if (e.splits.empty()) {
+      if (rows % n != 0) {
+        throw InvalidArgumentError(PERSEUS_STR(what << ": first dimension " << rows
+                                               << " does not divide by the set size " << n
+                                               << "; pass splits"));
+      }
+    } else {
+      if (static_cast<int>(e.splits.size()) != n) {
+        throw InvalidArgumentError(PERSEUS_STR(what << ": " << e.splits.size() << " splits for a set of " << n << " ranks"));
+      }
+      int64_t sum = 0;
+      for (int64_t s : e.splits) {
+        if (s < 0) throw InvalidArgumentError(PERSEUS_STR(what << ": negative split " << s));
+        sum += s;
+      }
+      if (sum != rows) {
+        throw InvalidArgumentError(PERSEUS_STR(what << ": splits sum to " << sum << " but the first dimension is " << rows));
+      }
+    }
+  }
+}
+
+std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
+  e->submitted = Clock::now();
+  StatusCode stop_code;
+  std::string stop_message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_code = stop_code_;
+    stop_message = stop_message_;
+    if (stop_code == StatusCode::kOk) {
+      ProcessSetInfo info;
+      validateSet(*e, &info);
+      auto key = std::make_pair(e->request.process_set, e->request.name);
+      if (in_flight_.count(key)) {
+        throw DuplicateNameError(PERSEUS_STR(
+            opTypeName(e->request.op) << " '" << e->request.name << "': a collective with this name is still in "
+            "flight in process set " << e->request.process_set << " on rank " << transport_->rank()
+            << "; wait for it or give this one another name"));
+      }
+      in_flight_.insert(key);
+      e->handle = handles_.create(e->request.name);
+      auto handle = e->handle;
+      queue_.push_back(std::move(e));
+      queue_nonempty_.store(true, std::memory_order_release);
+      transport_->wake();
+      return handle;
+    }
+  }
+  auto handle = handles_.create(e->request.name);
+  handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
+                                          << "' was not run: " << stop_message));
+  return handle;
+}
+
+std::string Engine::lastStallWarning() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_stall_warning_;
+}
+
+// --- engine thread -------------------------------------------------------------------------
+
+bool Engine::drainQueue() {
+  if (!queue_nonempty_.load(std::memory_order_acquire)) return false;
+  std::vector<std::unique_ptr<Entry>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(queue_);
+    queue_nonempty_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& e : batch) {
+    // The set exists: submit() checked it, and sets are removed only on this thread, which
+    // fails a removed set's queue entries below.
+    ProcessSet* set = setById(e->request.process_set);
+    if (set == nullptr) {
+      Entry* raw = e.get();
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.erase({raw->request.process_set, raw->request.name});
+      raw->handle->complete(StatusCode::kInvalidArgument,
+                            PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name
+                                        << "': process set " << raw->request.process_set
+                                        << " was removed"));
+      continue;
+    }
+    Entry* raw = e.get();
+    set->entries[raw->request.name] = std::move(e);
+    set->fresh.push_back(raw);
+  }
+  return !batch.empty();
+}
+
+ProcessSet* Engine::setById(int32_t id) {
+  for (auto& [group, set] : sets_) {
+    if (set->id == id) return set.get();
+  }
+  return nullptr;
+}
+
+void Engine::idleWait(bool pending) {
+  const auto spin_end = Clock::now() + std::chrono::microseconds(params_.spin_us);
+  do {
+    if (queue_nonempty_.load(std::memory_order_acquire) || shutdown_requested_.load() ||
+        transport_->hasIncoming()) {
+      return;
+    }
+    sched_yield();
+  } while (Clock::now() < spin_end);
+  auto timeout = std::chrono::microseconds(100000);
+  if (pending) {
+    auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
+    timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
+  }
+  transport_->waitIncoming(timeout);
+}
+
+void Engine::loop() {
+  // Stall checks need cycles even when nothing new arrives; they come this often.
+  const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
+  while (!stopped_.load()) {
+    bool fresh = drainQueue();
+    bool pending = false;
+    for (auto& [group, set] : sets_) pending = pending || set->hasWork();
+    const auto now = Clock::now();
+    bool due = pending && now >= next_retry_;
+    if (!fresh && !more_work_ && !due && !shutdown_requested_.load() &&
+        !transport_->hasIncoming()) {
+      idleWait(pending);
+      continue;
+    }
+    more_work_ = false;
+    bool progress = runCycle();
+    cycles_.fetch_add(1, std::memory_order_relaxed);
+    if (timeline_) timeline_->flush();
+    if (!progress) {
+      next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(retry_s));
+    }
+  }
+}
+
+void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({set.id, e->request.name});
+  }
+  auto handle = e->handle;
+  auto node = set.entries.extract(e->request.name);  // e stays alive until the end of scope
+  handle->complete(code, message);
+}
+
+void Engine::stopAll(StatusCode code, const std::string& message) {
+  std::vector<std::unique_ptr<Entry>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_code_ == StatusCode::kOk) {
+      stop_code_ = code;
+      stop_message_ = message;
+    }
+    queued.swap(queue_);
+    in_flight_.clear();
+  }
+  auto describe = [&](const Entry& e) {
+    return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
+  };
+  for (auto& e : queued) e->handle->complete(code, describe(*e));
+  for (auto& [group, set] : sets_) {
+    for (auto& [name, e] : set->entries) e->handle->complete(code, describe(*e));
+    set->entries.clear();
+    set->fresh.clear();
+    set->uncached.clear();
+  }
+  stopped_.store(true);
+}
+
+void Engine::breakEngine(const Error& cause, const std::string& during) {
+  PERSEUS_LOG(ERROR, kEngine) << "engine stopped during " << during << ": " << cause.what();
+  stopAll(cause.code(), PERSEUS_STR(cause.what() << " (during " << during << ")"));
+}
+
+void Engine::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  if (!thread_.joinable()) return;
+  shutdown_requested_.store(true);
+  transport_->wake();
+  thread_.join();
+  // Anything submitted after the thread ended fails here rather than waiting forever.
+  stopAll(StatusCode::kShutDown, "Perseus was shut down");
+  if (timeline_) timeline_->flush();
+}
+
+}  // namespace perseus::engine

@@ -1,0 +1,174 @@
+// The engine: one per process (the C API's default instance) or one per rank thread in tests.
+// Framework threads submit requests; one engine thread negotiates them with the other ranks
+// in cycles and runs the collectives in the negotiated order.
+//
+// Note [Engine cycle]
+//  - The engine thread runs a cycle when it has new local requests, when the transport has
+//    incoming bytes (another rank started a cycle: every cycle starts with a message to the
+//    peers), or when pending work is due for a stall check. Otherwise it spins for
+//    PERSEUS_SPIN_US, then blocks in Transport::waitIncoming(). No fixed sleep anywhere.
+//  - A cycle negotiates the global set first (every rank, every cycle): one AND-allreduce of
+//    its control vector (control.h), which also says which other sets have work. Then, in
+//    ascending group order, each flagged set that this rank belongs to negotiates the same
+//    way. All ranks therefore run the same negotiations in the same order (no deadlock).
+//  - A set's negotiation: cached requests are announced by their cache bit; uncached ones go
+//    to set rank 0 (the coordinator, negotiation.h) only when some rank has any, and the
+//    coordinator broadcasts the new responses. Responses run through fusion (fusion.h) and
+//    the device's Executor.
+//  - Failures: a collective or negotiation that throws PeerLostError, TimeoutError or
+//    ShutDownError breaks the engine: every pending and later request fails at once with a
+//    message naming the tensor, the op and the cause (which names the lost rank).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/params.h"
+#include "engine/entry.h"
+#include "engine/executor.h"
+#include "engine/handle.h"
+#include "engine/process_set.h"
+#include "engine/timeline.h"
+#include "rendezvous/world.h"
+#include "transport/shm/shm_arena.h"
+#include "transport/transport.h"
+
+namespace perseus::engine {
+
+// One tensor argument as the engine sees it: dense, row-major.
+struct TensorArg {
+  const void* data = nullptr;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  int device = -1;
+};
+
+struct ProcessSetInfo {
+  int32_t id = 0;
+  std::vector<int> members;  // global ranks
+  int rank = -1;             // this rank's set rank, -1 when not a member
+};
+
+class Engine {
+ public:
+  static constexpr int32_t kGlobalSet = 0;
+  static constexpr int32_t kLocalSet = -1;
+  static constexpr int32_t kCrossSet = -2;
+
+  // `transport` and `arena` (may be null) outlive the engine; the engine thread is the only
+  // thread that drives them from construction until shutdown() returns.
+  Engine(const rendezvous::Topology& topology, transport::Transport* transport,
+         transport::ShmArena* arena, const Params& params);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // --- submission: any thread. Validation errors throw (InvalidArgumentError,
+  // DuplicateNameError, UnsupportedError); once the engine is broken or shut down the
+  // returned handle has already failed with that cause.
+  std::shared_ptr<Handle> allreduce(const std::string& name, const std::vector<TensorArg>& in,
+                                    const std::vector<void*>& out, ReduceOp op,
+                                    double prescale = 1.0, double postscale = 1.0,
+                                    int32_t set = kGlobalSet);
+  std::shared_ptr<Handle> allgather(const std::string& name, const std::vector<TensorArg>& in,
+                                    int32_t set = kGlobalSet);
+  std::shared_ptr<Handle> broadcast(const std::string& name, const TensorArg& in, void* out,
+                                    int32_t root, int32_t set = kGlobalSet);
+  std::shared_ptr<Handle> alltoall(const std::string& name, const TensorArg& in,
+                                   const std::vector<int64_t>& splits, int32_t set = kGlobalSet);
+  std::shared_ptr<Handle> reducescatter(const std::string& name,
+                                        const std::vector<TensorArg>& in, ReduceOp op,
+                                        double prescale = 1.0, double postscale = 1.0,
+                                        int32_t set = kGlobalSet);
+  std::shared_ptr<Handle> barrier(int32_t set = kGlobalSet);
+  // Horovod's join on the global set; the handle's intResult() is the last rank to join.
+  std::shared_ptr<Handle> join();
+  // Collective over all ranks; the handle's intResult() is the new set's id.
+  std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks);
+  std::shared_ptr<Handle> removeProcessSet(int32_t id);
+
+  std::optional<ProcessSetInfo> processSet(int32_t id) const;  // any thread
+
+  // Stops the job's engines together: this rank's next cycle tells every rank, and each fails
+  // its pending requests with ShutDownError and stops. Returns when this engine thread ended.
+  // Idempotent.
+  void shutdown();
+  bool running() const { return !stopped_.load(); }
+
+  HandleTable& handles() { return handles_; }
+  const rendezvous::Topology& topology() const { return topology_; }
+  const Params& params() const { return params_; }
+  // The last stall warning this rank logged (empty if none): for tests and diagnostics.
+  std::string lastStallWarning() const;
+  uint64_t cycles() const { return cycles_.load(); }
+
+ private:
+  std::shared_ptr<Handle> submit(std::unique_ptr<Entry> entry);
+  void validateSet(Entry& entry, ProcessSetInfo* info) const;
+
+  // Engine thread.
+  void loop();
+  bool drainQueue();
+  void idleWait(bool pending);
+  bool runCycle();
+  std::vector<Response> negotiate(ProcessSet& set, bool global);
+  void classifyFresh(ProcessSet& set, std::vector<int>* invalid_bits);
+  std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
+  void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
+  void execute(ProcessSet& set, std::vector<Response>& responses);
+  void executeControl(ProcessSet& set, const Response& r, Entry* e);
+  void addSet(const Response& r, Entry* e);
+  void removeSet(const Response& r, Entry* e);
+  void finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message);
+  void breakEngine(const Error& cause, const std::string& during);
+  void stopAll(StatusCode code, const std::string& message);
+  ProcessSet* setById(int32_t id);
+  std::unique_ptr<collectives::Communicator> makeComm(const ProcessSet& set);
+
+  const rendezvous::Topology topology_;
+  transport::Transport* const transport_;
+  transport::ShmArena* const arena_;
+  const Params params_;
+  HandleTable handles_;
+  std::unique_ptr<Executor> cpu_executor_;
+  std::unique_ptr<Timeline> timeline_;
+
+  // Submission side (any thread), guarded by mu_.
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> queue_;
+  std::set<std::pair<int32_t, std::string>> in_flight_;
+  std::map<int32_t, ProcessSetInfo> set_info_;
+  // Names of the collective calls without a user name: every rank counts its calls, and
+  // ranks call them in the same order, so the n-th call has the same name everywhere.
+  int add_set_calls_ = 0;
+  int remove_set_calls_ = 0;
+  std::map<int32_t, int> barrier_calls_;
+  StatusCode stop_code_ = StatusCode::kOk;  // kOk while running
+  std::string stop_message_;
+  std::string last_stall_warning_;
+  std::atomic<bool> queue_nonempty_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> cycles_{0};
+
+  // Engine thread only.
+  std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
+  int32_t next_set_id_ = 1;
+  bool more_work_ = false;
+  bool set_work_[kMaxGroups] = {};  // from the last global negotiation
+  std::chrono::steady_clock::time_point next_retry_{};
+
+  std::mutex shutdown_mu_;
+  std::thread thread_;
+};
+
+}  // namespace perseus::engine

@@ -1,0 +1,33 @@
+// One submitted operation as the engine thread holds it while negotiating and executing.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "engine/handle.h"
+#include "engine/request.h"
+
+namespace perseus::engine {
+
+struct Entry {
+  Request request;
+  // Per tensor: the caller's input and output buffers. A null output means the library
+  // allocates it in the handle (allgather, alltoall, reducescatter).
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<int64_t> splits;  // alltoall, empty for an even split
+  int device = -1;              // PERSEUS_DEVICE_CPU or a CUDA ordinal
+  std::shared_ptr<Handle> handle;
+  std::chrono::steady_clock::time_point submitted;
+
+  // Engine-thread bookkeeping.
+  int cache_bit = -1;      // >= 0 while waiting as a cache hit
+  bool sent = false;       // sent to the coordinator, waiting for its response
+  bool stall_reported = false;
+  size_t tensors_left = 0; // tensors of this cycle's response still to run
+  StatusCode error = StatusCode::kOk;
+  std::string error_message;
+};
+
+}  // namespace perseus::engine

@@ -1,0 +1,152 @@
+// Running a set's negotiated responses: fusion plan, executor per group, completion.
+// Engine thread only.
+#include <algorithm>
+
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace perseus::engine {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+bool isData(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast ||
+         op == OpType::kAlltoall || op == OpType::kReducescatter;
+}
+}  // namespace
+
+void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
+  if (responses.empty()) return;
+  std::vector<Entry*> entries(responses.size(), nullptr);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    auto it = set.entries.find(responses[i].name);
+    if (it != set.entries.end()) {
+      entries[i] = it->second.get();
+      entries[i]->tensors_left = responses[i].tensors.size();
+    }
+  }
+  const auto negotiated = Clock::now();
+  std::vector<FusionGroup> plan =
+      planFusion(responses, set.comm->size(), params_.fusion_threshold);
+  std::string stop_message;  // set by a stall-shutdown response: the job stops after this list
+  for (const FusionGroup& g : plan) {
+    const Response& first = responses[g.items[0].response];
+    if (first.is_error || !isData(first.op)) {
+      Entry* e = entries[g.items[0].response];
+      if (first.is_error && first.error_code == StatusCode::kTimeout) stop_message = first.error_message;
+      executeControl(set, first, e);
+      continue;
+    }
+    if (timeline_) {
+      for (const FusionItem& it : g.items) timeline_->span(responses[it.response].name, "QUEUE", negotiated, Clock::now());
+    }
+    try {
+      cpu_executor_->run(g, responses, entries, *set.comm, set.fusion, timeline_.get());
+    } catch (const Error& e) {
+      if (e.code() == StatusCode::kPeerLost || e.code() == StatusCode::kTimeout ||
+          e.code() == StatusCode::kShutDown) {
+        // Name the tensors of the failed group in the cause: the message reaches every handle.
+        std::string names;
+        for (size_t i = 0; i < g.items.size() && i < 4; ++i) {
+          names += PERSEUS_STR((i ? ", '" : "'") << responses[g.items[i].response].name << "'");
+        }
+        std::string what = PERSEUS_STR(opTypeName(first.op) << " of " << names << " in process set "
+                                       << set.id << " failed: " << e.what());
+        if (e.code() == StatusCode::kPeerLost) {
+          throw PeerLostError(static_cast<const PeerLostError&>(e).rank(), what);
+        }
+        if (e.code() == StatusCode::kTimeout) throw TimeoutError(what);
+        throw ShutDownError(what);
+      }
+      // A local error before any byte moved (e.g. an unsupported dtype): every rank sees it.
+      for (const FusionItem& it : g.items) {
+        if (Entry* en = entries[it.response]) {
+          en->error = e.code();
+          en->error_message = PERSEUS_STR(opTypeName(first.op) << " '" << en->request.name << "': " << e.what());
+        }
+      }
+    }
+    for (const FusionItem& it : g.items) {
+      Entry* e = entries[it.response];
+      if (e == nullptr || --e->tensors_left > 0) continue;
+      entries[it.response] = nullptr;
+      finish(set, e, e->error, e->error_message);
+    }
+  }
+  if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");
+}
+
+void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
+  if (r.is_error) {
+    if (e) finish(set, e, r.error_code, r.error_message);
+    return;
+  }
+  switch (r.op) {
+    case OpType::kBarrier:
+      if (e) finish(set, e, StatusCode::kOk, "");
+      return;
+    case OpType::kJoin:
+      set.joined = false;
+      if (e) {
+        e->handle->setIntResult(r.last_joined_rank);
+        finish(set, e, StatusCode::kOk, "");
+      }
+      return;
+    case OpType::kAddProcessSet: return addSet(r, e);
+    case OpType::kRemoveProcessSet: return removeSet(r, e);
+    default: PERSEUS_CHECK(false, "unexpected control response " << opTypeName(r.op));
+  }
+}
+
+void Engine::addSet(const Response& r, Entry* e) {
+  ProcessSet& global = *sets_.at(kGlobalGroup);
+  int group = -1;
+  for (int g = kFirstUserGroup; g < kMaxGroups && group < 0; ++g) {
+    if (!sets_.count(g)) group = g;
+  }
+  if (group < 0) {
+    if (e) {
+      finish(global, e, StatusCode::kInvalidArgument,
+             PERSEUS_STR("add_process_set: " << kMaxGroups - kFirstUserGroup
+                         << " process sets exist already; remove one first"));
+    }
+    return;
+  }
+  const int32_t id = next_set_id_++;
+  std::vector<int> members(r.set_ranks.begin(), r.set_ranks.end());
+  auto set = std::make_unique<ProcessSet>(id, group, members, transport_->rank(),
+                                          static_cast<size_t>(std::max<int64_t>(params_.cache_capacity, 0)));
+  if (set->member()) set->comm = makeComm(*set);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_info_[id] = ProcessSetInfo{id, members, set->rank};
+  }
+  sets_[group] = std::move(set);
+  if (e) {
+    e->handle->setIntResult(id);
+    finish(global, e, StatusCode::kOk, "");
+  }
+}
+
+void Engine::removeSet(const Response& r, Entry* e) {
+  ProcessSet& global = *sets_.at(kGlobalGroup);
+  for (auto it = sets_.begin(); it != sets_.end(); ++it) {
+    ProcessSet& set = *it->second;
+    if (set.id != r.set_id || set.id < 1) continue;
+    while (!set.entries.empty()) {
+      Entry* pending = set.entries.begin()->second.get();
+      finish(set, pending, StatusCode::kInvalidArgument,
+             PERSEUS_STR(opTypeName(pending->request.op) << " '" << pending->request.name
+                         << "': process set " << set.id << " was removed while it was pending"));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      set_info_.erase(set.id);
+    }
+    sets_.erase(it);
+    break;
+  }
+  if (e) finish(global, e, StatusCode::kOk, "");
+}
+
+}  // namespace perseus::engine

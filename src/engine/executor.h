@@ -1,0 +1,47 @@
+// The seam between the engine (what to run, in which order) and a device's data plane (how).
+// The engine picks one Executor per device kind; the CPU one runs the host collectives of
+// collectives.h through a fusion buffer. A CUDA executor plugs in here later.
+//
+// Thread contract: the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "engine/entry.h"
+#include "engine/fusion.h"
+
+namespace perseus::engine {
+
+class Timeline;
+
+// Staging memory of one process set: allocated on first use, grown only, never shrunk, so a
+// steady-state cycle neither allocates nor page-faults.
+class FusionBuffer {
+ public:
+  uint8_t* reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t capacity_ = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Runs one group of allreduce/allgather/broadcast/alltoall/reducescatter tensors.
+  // entries[i] is this rank's entry for responses[i], or null when this rank takes part
+  // without one (a joined rank contributes zeros). Outputs that the library owns are
+  // allocated in the entry's handle. Throws what the collectives throw.
+  virtual void run(const FusionGroup& group, const std::vector<Response>& responses,
+                   const std::vector<Entry*>& entries, collectives::Communicator& comm,
+                   FusionBuffer& buffer, Timeline* timeline) = 0;
+};
+
+std::unique_ptr<Executor> makeCpuExecutor();
+
+}  // namespace perseus::engine

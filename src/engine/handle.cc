@@ -1,0 +1,94 @@
+#include "engine/handle.h"
+
+#include <sched.h>
+
+namespace perseus::engine {
+
+void OwnedTensor::allocate(DataType t, std::vector<int64_t> s) {
+  dtype = t;
+  shape = std::move(s);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  bytes = static_cast<size_t>(n) * dataTypeSize(t);
+  // At least one byte so that data() is a valid pointer even for empty outputs.
+  data.reset(new uint8_t[bytes > 0 ? bytes : 1]);
+}
+
+bool Handle::wait(double timeout_s, int64_t spin_us) const {
+  using Clock = std::chrono::steady_clock;
+  if (done()) return true;
+  const auto start = Clock::now();
+  // Spin first: on the fast path the engine finishes within microseconds, and a blocking
+  // wake-up costs tens of microseconds on a busy VM. Yield so a spinning waiter never starves
+  // the engine thread when cores are scarce.
+  if (spin_us > 0) {
+    const auto spin_end = start + std::chrono::microseconds(spin_us);
+    while (Clock::now() < spin_end) {
+      if (done()) return true;
+      sched_yield();
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (timeout_s < 0) {
+    cv_.wait(lock, [&] { return done(); });
+    return true;
+  }
+  auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+  return cv_.wait_until(lock, deadline, [&] { return done(); });
+}
+
+void Handle::setCallback(Callback cb) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!completing_) {
+      callback_ = std::move(cb);
+      return;
+    }
+  }
+  // Already completed (or completing: complete() runs the callback it saw under the lock,
+  // and a callback set afterwards runs here after done() is visible).
+  wait(-1);
+  cb(status_, message_);
+}
+
+void Handle::complete(StatusCode status, const std::string& message) {
+  Callback cb;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (completing_) return;  // the first completion wins (e.g. failure racing shutdown)
+    completing_ = true;
+    status_ = status;
+    message_ = message;
+    cb = std::move(callback_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+  if (cb) cb(status, message);
+}
+
+std::shared_ptr<Handle> HandleTable::create(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t id = next_id_++;
+  auto h = std::make_shared<Handle>(id, name);
+  handles_.emplace(id, h);
+  return h;
+}
+
+std::shared_ptr<Handle> HandleTable::find(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(id);
+  return it == handles_.end() ? nullptr : it->second;
+}
+
+bool HandleTable::release(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handles_.erase(id) > 0;
+}
+
+size_t HandleTable::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handles_.size();
+}
+
+}  // namespace perseus::engine

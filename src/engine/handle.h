@@ -1,0 +1,99 @@
+// Handles: the completion side of one submitted operation (c10d's Work). A Handle is created
+// at submission, filled by the engine thread, and read by framework threads.
+//
+// Thread contract
+//  - complete() is called once, on the engine thread (or by the submitting thread when the
+//    request fails validation). It publishes status, message and outputs, then runs the
+//    callback on the calling thread.
+//  - poll(), wait(), setCallback() and the getters may be called from any thread; getters of
+//    results are valid once done() is true.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace perseus::engine {
+
+// An output that the library allocated (allgather, alltoall, reducescatter); owned by the
+// handle, freed when the handle is released.
+struct OwnedTensor {
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  std::unique_ptr<uint8_t[]> data;
+  size_t bytes = 0;
+
+  void allocate(DataType t, std::vector<int64_t> s);
+};
+
+class Handle {
+ public:
+  using Callback = std::function<void(StatusCode, const std::string&)>;
+
+  Handle(int64_t id, std::string name) : id_(id), name_(std::move(name)) {}
+
+  int64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // Spins for `spin_us`, then blocks. Returns false if `timeout_s` (>= 0) passed first.
+  bool wait(double timeout_s, int64_t spin_us = 0) const;
+  StatusCode status() const { return status_; }
+  const std::string& message() const { return message_; }
+
+  // Runs `cb` once: at once on this thread if already done, else on the completing thread.
+  void setCallback(Callback cb);
+
+  // Engine side. Outputs/splits/join rank are written before complete() publishes them.
+  std::vector<OwnedTensor>& outputs() { return outputs_; }
+  std::vector<int64_t>& receivedSplits() { return received_splits_; }
+  void setIntResult(int32_t v) { int_result_ = v; }
+  void complete(StatusCode status, const std::string& message);
+  void fail(const Error& e) { complete(e.code(), e.what()); }
+
+  const std::vector<OwnedTensor>& outputs() const { return outputs_; }
+  const std::vector<int64_t>& receivedSplits() const { return received_splits_; }
+  // join: the last rank to join; add process set: the new set's id.
+  int32_t intResult() const { return int_result_; }
+
+ private:
+  const int64_t id_;
+  const std::string name_;
+  std::atomic<bool> done_{false};
+  StatusCode status_ = StatusCode::kOk;
+  std::string message_;
+  std::vector<OwnedTensor> outputs_;
+  std::vector<int64_t> received_splits_;
+  int32_t int_result_ = -1;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  Callback callback_;
+  bool completing_ = false;
+};
+
+// Handles by id, for the C API. Ids are never reused within one table.
+class HandleTable {
+ public:
+  std::shared_ptr<Handle> create(const std::string& name);
+  std::shared_ptr<Handle> find(int64_t id) const;  // nullptr if unknown or released
+  bool release(int64_t id);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t next_id_ = 1;
+  std::unordered_map<int64_t, std::shared_ptr<Handle>> handles_;
+};
+
+}  // namespace perseus::engine
