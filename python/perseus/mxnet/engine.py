@@ -87,6 +87,13 @@ class TensorView:
         # DLPack: 1 CPU, 2 GPU, 3 pinned CPU.
         self.device = t.ctx.device_id if t.ctx.device_type == 2 else -1
 
+    def take_capsule(self):
+        """A "dltensor" PyCapsule that now owns this view's DLPack reference (MXNet's own
+        capsule destructor frees it unless a consumer, such as perseus._core, renames it)."""
+        from mxnet.ndarray import ndarray as _nd
+        managed, self._managed = self._managed, None
+        return ctypes.pythonapi.PyCapsule_New(managed, _nd._c_str_dltensor, _nd._c_dlpack_deleter)
+
     def release(self):
         if self._managed is not None:
             check_call(_LIB.MXNDArrayCallDLPackDeleter(self._managed))
@@ -161,9 +168,13 @@ class EngineBridge:
         self._async_func = _ASYNC_FUNC(self._on_start)  # kept alive for the process lifetime
 
     # -- pushing (framework thread) --------------------------------------------------------
-    def push(self, start, inputs, outputs, priority=0, name="perseus"):
+    def push(self, start, inputs, outputs, priority=0, name="perseus", after=()):
+        """``after``: more arrays the op writes in the engine's eyes only (not passed to
+        ``start``), to serialise it after earlier ops on them."""
         inputs, outputs = list(inputs), list(outputs)
         out_handles = {o.handle.value for o in outputs}
+        mutable = outputs + [a for a in after if a.handle.value not in out_handles]
+        out_handles = {o.handle.value for o in mutable}
         const = []
         for a in inputs:  # the engine must not see one var twice (CheckDuplicate is fatal)
             if a.handle.value not in out_handles and all(a.handle.value != c.handle.value
@@ -179,7 +190,7 @@ class EngineBridge:
         check_call(_LIB.MXEnginePushAsyncND(
             self._async_func, ctypes.c_void_p(op_id), None, ctypes.byref(self._ctx),
             c_handle_array(const) if const else None, ctypes.c_int(len(const)),
-            c_handle_array(outputs) if outputs else None, ctypes.c_int(len(outputs)),
+            c_handle_array(mutable) if mutable else None, ctypes.c_int(len(mutable)),
             ctypes.byref(self._prop), ctypes.c_int(int(priority)),
             ctypes.c_char_p(("perseus:" + str(name)).encode()), ctypes.c_bool(False)))
         if self.naive:  # NaiveEngine ran it inline and dropped the error: raise it here

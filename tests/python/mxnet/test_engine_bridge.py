@@ -1,5 +1,8 @@
 """The MXNet engine bridge against real MXNet 1.9.1, with dummy asynchronous collectives."""
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -80,26 +83,33 @@ def test_exception_in_start_reaches_mxnet():
         w.asnumpy()
 
 
+_PRIORITY_SCRIPT = r"""
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import mxnet as mx
+from perseus.mxnet.engine import bridge
+gate, order = threading.Event(), []
+# The only kCPUPrioritized worker (MXNET_CPU_PRIORITY_NTHREADS=1) is held until `gate`, so
+# the next pushes queue up and must start highest priority first.
+blocker = bridge().push(lambda i, o, done: (gate.wait(), done(None)), [], [mx.nd.zeros((1,))],
+                        name="blocker")
+time.sleep(0.3)
+ops = [bridge().push(lambda i, o, done, p=p: (order.append(p), done(None)), [],
+                     [mx.nd.zeros((1,))], priority=p, name="p%d" % p) for p in [1, 5, 3, 9, 7]]
+gate.set()
+for op in [blocker] + ops:
+    op.wait(10)
+print(order)
+"""
+
+
 def test_priority_orders_ready_collectives():
-    b = EngineBridge()
-    gate = threading.Event()
-    order = []
-    blockers = []
-    # Occupy the kCPUPrioritized pool (MXNET_CPU_PRIORITY_NTHREADS, default 4) so the next
-    # pushes queue up; then release and see them start by priority, highest first.
-    for i in range(4):
-        blockers.append(b.push(lambda ins, outs, done: threading.Thread(
-            target=lambda: (gate.wait(), done(None))).start() or time.sleep(0.5),
-            [], [mx.nd.zeros((1,))], name="blocker%d" % i))
-    time.sleep(0.2)
-    ops = []
-    for p in [1, 5, 3, 9, 7]:
-        ops.append(b.push(lambda ins, outs, done, p=p: (order.append(p), done(None)),
-                          [], [mx.nd.zeros((1,))], priority=p, name="p%d" % p))
-    gate.set()
-    for op in blockers + ops:
-        op.wait(10)
-    assert order == [9, 7, 5, 3, 1]
+    env = dict(os.environ, MXNET_CPU_PRIORITY_NTHREADS="1")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
+    out = subprocess.run([sys.executable, "-c", _PRIORITY_SCRIPT, root], env=env, timeout=50,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[9, 7, 5, 3, 1]"
 
 
 def test_fallback_without_engine():

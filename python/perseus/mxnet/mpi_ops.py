@@ -1,0 +1,282 @@
+"""Horovod 0.28 horovod.mxnet collectives over Perseus, ordered by MXNet's dependency engine.
+
+allreduce/broadcast (and their in-place and grouped forms) are pushed into MXNet's engine
+(engine.py): they return at once, start when the ops producing their inputs are done, and the
+ops reading their outputs wait for them; a failure surfaces as MXNetError at ``wait_to_read``,
+``asnumpy`` or ``mx.nd.waitall()``. Collectives whose output shape is known only after the
+ranks have talked (allgather, alltoall, reducescatter) block, as in Horovod.
+
+Names: every rank must submit the same name for the same collective. Unnamed collectives get
+``<kind>.noname.<n>``, which matches across ranks only if every rank issues the same unnamed
+collectives in the same order (as in Horovod).
+"""
+import itertools
+import threading
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from . import _basics
+from ._basics import Average, Sum, Adasum, Min, Max, Product, global_process_set  # noqa: F401
+from .engine import bridge
+
+_counters_lock = threading.Lock()
+_counters = {}
+
+
+def _name(kind, name):
+    if name is not None:
+        return str(name)
+    with _counters_lock:
+        it = _counters.setdefault(kind, itertools.count())
+        return "%s.noname.%d" % (kind, next(it))
+
+
+def _reduce_op(average, op):
+    if average is not None:
+        if op is not None:
+            raise ValueError("The op parameter supersedes average; please provide only one")
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning)
+        op = Average if average else Sum
+    return Average if op is None else op
+
+
+def _core():
+    return _basics._core()
+
+
+def _failure_message(handle, what):
+    try:
+        handle.wait(0.0)
+    except Exception as e:  # noqa: BLE001 - the library's own exception carries the cause
+        return "%s: %s (%s)" % (what, e, type(e).__name__)
+    return "%s failed with status %d" % (what, handle.status)
+
+
+def _on_done(handle, what, done):
+    """Completes the engine op when the Perseus handle completes (callback thread, GIL)."""
+    def callback(status):
+        done(None if status == 0 else _failure_message(handle, what))
+    handle.set_callback(callback)
+
+
+def _push(kind, name, inputs, outputs, priority, submit, after=()):
+    """Pushes one collective; submit(in_capsules, out_capsules_or_None) -> _core handle."""
+    in_place = [a.handle.value for a in inputs] == [a.handle.value for a in outputs]
+
+    def start(in_views, out_views, done):
+        in_caps = [v.take_capsule() for v in in_views]
+        out_caps = None if in_place else [v.take_capsule() for v in out_views]
+        handle = submit(in_caps, out_caps)
+        _on_done(handle, "%s %r" % (kind, name), done)
+
+    return bridge().push(start, inputs, outputs, priority=priority, name="%s.%s" % (kind, name),
+                         after=after)
+
+
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, mx.nd.NDArray):
+        raise ValueError("%s expects an mx.nd.NDArray, got %s" % (what, type(tensor).__name__))
+    if tensor.stype != "default":
+        raise ValueError("%s supports dense NDArrays only (got stype %r); convert with "
+                         "tostype('default')" % (what, tensor.stype))
+
+
+def _allreduce_async(inputs, outputs, name, op, prescale, postscale, process_set, priority,
+                     grouped, after=()):
+    core_op = _basics.core_op(op)
+    ps = _basics.process_set_id(process_set)
+    core = _core()
+    if grouped:
+        def submit(ins, outs):
+            return core.grouped_allreduce(name, ins, outs, core_op, float(prescale),
+                                          float(postscale), ps)
+    else:
+        def submit(ins, outs):
+            return core.allreduce(name, ins[0], None if outs is None else outs[0], core_op,
+                                  float(prescale), float(postscale), ps)
+    return _push("allreduce", name, inputs, outputs, priority, submit, after)
+
+
+def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set, op=None):
+    """Reduces `tensor` over the ranks of `process_set` into a new NDArray (Average by default).
+    Returns at once; the result is ready when MXNet's engine says so."""
+    _check_tensor(tensor, "allreduce")
+    op = _reduce_op(average, op)
+    output = mx.nd.zeros(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    _allreduce_async([tensor], [output], _name("allreduce", name), op, prescale_factor,
+                     postscale_factor, process_set, priority, grouped=False)
+    return output
+
+
+def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set, op=None):
+    """In-place allreduce; returns `tensor`."""
+    _check_tensor(tensor, "allreduce_")
+    op = _reduce_op(average, op)
+    _allreduce_async([tensor], [tensor], _name("allreduce", name), op, prescale_factor,
+                     postscale_factor, process_set, priority, grouped=False)
+    return tensor
+
+
+def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set, op=None):
+    """Allreduce of a list, negotiated and completed as one unit; returns new NDArrays."""
+    for t in tensors:
+        _check_tensor(t, "grouped_allreduce")
+    op = _reduce_op(average, op)
+    outputs = [mx.nd.zeros(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
+    if tensors:
+        _allreduce_async(list(tensors), outputs, _name("grouped_allreduce", name), op,
+                         prescale_factor, postscale_factor, process_set, priority, grouped=True)
+    return outputs
+
+
+def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set, op=None):
+    """In-place grouped allreduce; returns `tensors`."""
+    for t in tensors:
+        _check_tensor(t, "grouped_allreduce_")
+    op = _reduce_op(average, op)
+    if tensors:
+        _allreduce_async(list(tensors), list(tensors), _name("grouped_allreduce", name), op,
+                         prescale_factor, postscale_factor, process_set, priority, grouped=True)
+    return tensors
+
+
+def _broadcast_async(tensor, output, root_rank, name, priority, process_set, after=()):
+    ps = _basics.process_set_id(process_set)
+    core = _core()
+
+    def submit(ins, outs):
+        return core.broadcast(name, ins[0], None if outs is None else outs[0], int(root_rank), ps)
+    return _push("broadcast", name, [tensor], [output], priority, submit, after)
+
+
+def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    """`root_rank`'s tensor, into a new NDArray on every rank."""
+    _check_tensor(tensor, "broadcast")
+    output = mx.nd.zeros(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    _broadcast_async(tensor, output, root_rank, _name("broadcast", name), priority, process_set)
+    return output
+
+
+def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    """In-place broadcast from `root_rank`; returns `tensor`."""
+    _check_tensor(tensor, "broadcast_")
+    _broadcast_async(tensor, tensor, root_rank, _name("broadcast", name), priority, process_set)
+    return tensor
+
+
+# --- blocking collectives (the output shape comes from the other ranks) --------------------
+def _capsule(tensor):
+    return tensor.to_dlpack_for_read()  # waits for the producers of `tensor`
+
+
+def _to_ndarray(handle, index, like):
+    out = handle.output(index, False) if like.context.device_type == "cpu" else None
+    if out is not None and isinstance(out, np.ndarray):
+        return mx.nd.array(out, ctx=like.context, dtype=like.dtype)
+    cap = handle.output(index, True)
+    return mx.nd.from_dlpack(cap).copyto(like.context)
+
+
+def _wait(handle, what):
+    try:
+        handle.wait(-1.0)
+    except Exception as e:
+        raise mx.base.MXNetError("%s: %s" % (what, e)) from e
+
+
+def allgather(tensor, name=None, priority=0, process_set=global_process_set):
+    """Concatenation along dim 0 of every rank's tensor (dim 0 may differ). Blocks."""
+    _check_tensor(tensor, "allgather")
+    name = _name("allgather", name)
+    h = _core().allgather(name, _capsule(tensor), _basics.process_set_id(process_set))
+    _wait(h, "allgather %r" % name)
+    return _to_ndarray(h, 0, tensor)
+
+
+def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
+    """allgather of a list as one unit. Blocks."""
+    for t in tensors:
+        _check_tensor(t, "grouped_allgather")
+    if not tensors:
+        return []
+    name = _name("grouped_allgather", name)
+    h = _core().grouped_allgather(name, [_capsule(t) for t in tensors],
+                                  _basics.process_set_id(process_set))
+    _wait(h, "grouped_allgather %r" % name)
+    return [_to_ndarray(h, i, t) for i, t in enumerate(tensors)]
+
+
+def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
+    """Sends splits[i] rows of dim 0 to rank i. Returns the output, or (output, received_splits)
+    when `splits` is given. Blocks."""
+    _check_tensor(tensor, "alltoall")
+    name = _name("alltoall", name)
+    split_list = None
+    if splits is not None:
+        if isinstance(splits, mx.nd.NDArray):
+            splits = splits.asnumpy()
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+    h = _core().alltoall(name, _capsule(tensor), split_list, _basics.process_set_id(process_set))
+    _wait(h, "alltoall %r" % name)
+    output = _to_ndarray(h, 0, tensor)
+    if splits is None:
+        return output
+    return output, mx.nd.array(h.received_splits(), dtype="int32")
+
+
+def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces, then gives rank i the i-th block of dim 0. Blocks."""
+    _check_tensor(tensor, "reducescatter")
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports op=Average or op=Sum only")
+    if len(tensor.shape) == 0:
+        raise ValueError("reducescatter needs a tensor with at least one dimension")
+    name = _name("reducescatter", name)
+    h = _core().reducescatter(name, _capsule(tensor), _basics.core_op(op), float(prescale_factor),
+                              float(postscale_factor), _basics.process_set_id(process_set))
+    _wait(h, "reducescatter %r" % name)
+    return _to_ndarray(h, 0, tensor)
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of a list as one unit. Blocks."""
+    if op not in (Average, Sum):
+        raise ValueError("grouped_reducescatter supports op=Average or op=Sum only")
+    for t in tensors:
+        _check_tensor(t, "grouped_reducescatter")
+        if len(t.shape) == 0:
+            raise ValueError("grouped_reducescatter needs tensors with at least one dimension")
+    if not tensors:
+        return []
+    name = _name("grouped_reducescatter", name)
+    h = _core().grouped_reducescatter(name, [_capsule(t) for t in tensors], _basics.core_op(op),
+                                      float(prescale_factor), float(postscale_factor),
+                                      _basics.process_set_id(process_set))
+    _wait(h, "grouped_reducescatter %r" % name)
+    return [_to_ndarray(h, i, t) for i, t in enumerate(tensors)]
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set reached it (waits for this rank's pending MXNet work
+    first, so that it really marks a point in the program)."""
+    mx.nd.waitall()
+    h = _core().barrier(_basics.process_set_id(process_set))
+    _wait(h, "barrier")
+
+
+def join():
+    """This rank has no more work; returns the last rank to join once all have."""
+    mx.nd.waitall()
+    h = _core().join()
+    _wait(h, "join")
+    return h.join_rank()
