@@ -1,0 +1,2 @@
+"""perseusrun: starts one process per rank, locally, over ssh or through mpirun, hosts the
+rendezvous store, and tears the whole job down when any rank fails."""

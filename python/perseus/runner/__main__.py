@@ -1,0 +1,5 @@
+import sys
+
+from perseus.runner.launch import main
+
+sys.exit(main())

@@ -1,0 +1,85 @@
+"""perseusrun's command line. Every tuning flag becomes a PERSEUS_* variable (env.py)."""
+
+import argparse
+
+_EPILOG = """\
+examples:
+  perseusrun -np 4 python train.py
+  perseusrun -np 8 -H host1:4,host2:4 -p 2222 python train.py
+  perseusrun -np 2 --mpi python train.py           # hands the job to mpirun
+  mpirun -np 4 python train.py                     # also works: ranks read OMPI_* variables
+  perseusrun --check-build
+
+Every rank's output is prefixed '[rank]<stdout>:' or '[rank]<stderr>:'. When a rank fails,
+the others are stopped (SIGTERM, then SIGKILL) and perseusrun exits with the failed rank's code
+(128+N for signal N). Environment variables are passed through to every rank.
+"""
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="perseusrun", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Launch a Perseus (Horovod-compatible) distributed job.")
+    p.add_argument("-np", "--num-proc", type=int, dest="np",
+                   help="Number of processes (ranks) to start.")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default: localhost:NP).")
+    hosts.add_argument("-hostfile", "--hostfile",
+                       help="MPI machine file: 'host slots=N' per line, '#' comments.")
+    p.add_argument("-p", "--ssh-port", type=int, help="SSH port of the remote hosts.")
+    p.add_argument("-i", "--ssh-identity-file", help="SSH private key for the remote hosts.")
+    p.add_argument("--mpi", action="store_true",
+                   help="Start the ranks with mpirun (Open MPI) instead of directly.")
+    p.add_argument("--mpi-args", default="",
+                   help="Extra arguments for mpirun, as one string (with --mpi).")
+    p.add_argument("--output-filename", metavar="DIR",
+                   help="Also write each rank's output to DIR/rank.<N>/{stdout,stderr}.")
+    p.add_argument("--verbose", action="store_true",
+                   help="Print how ranks are placed and started (never the secret).")
+    p.add_argument("-cb", "--check-build", action="store_true",
+                   help="Print what libperseus was built with and which frameworks import.")
+    p.add_argument("--params", action="store_true",
+                   help="Print every PERSEUS_* setting with its value, default and meaning.")
+
+    t = p.add_argument_group("tuning (each sets a PERSEUS_* variable for every rank)")
+    t.add_argument("--fusion-threshold-mb", type=float,
+                   help="Fusion buffer size in MiB (PERSEUS_FUSION_THRESHOLD, bytes); 0 disables.")
+    t.add_argument("--cache-capacity", type=int,
+                   help="Response cache entries (PERSEUS_CACHE_CAPACITY); 0 disables.")
+    hier = t.add_mutually_exclusive_group()
+    hier.add_argument("--hierarchical-allreduce", dest="hierarchical", action="store_const",
+                      const="1", help="Reduce within hosts, then across (PERSEUS_HIERARCHICAL_ALLREDUCE=1).")
+    hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical", action="store_const",
+                      const="0", help="Never use hierarchical allreduce.")
+    t.add_argument("--timeline-filename",
+                   help="Chrome-trace timeline path (PERSEUS_TIMELINE; one file per rank).")
+    t.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error", "off"],
+                   type=str.lower, help="Core log level (PERSEUS_LOG_LEVEL).")
+    t.add_argument("--start-timeout", type=float,
+                   help="Seconds rendezvous waits for every rank (PERSEUS_START_TIMEOUT).")
+    t.add_argument("--timeout", type=float,
+                   help="Seconds before a lost peer or stuck transfer fails the job (PERSEUS_TIMEOUT).")
+    t.add_argument("--network-interface", "--network-interfaces", dest="network_interface",
+                   help="Interface name or address to use (PERSEUS_IFACE).")
+    t.add_argument("--stall-check-warning-time-seconds", type=float,
+                   help="PERSEUS_STALL_WARNING.")
+    t.add_argument("--stall-check-shutdown-time-seconds", type=float,
+                   help="PERSEUS_STALL_SHUTDOWN.")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="The program and its arguments (a leading '--' is allowed).")
+    return p
+
+
+def parse_args(argv):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not (args.check_build or args.params):
+        if not args.command:
+            parser.error("no command given; usage: perseusrun -np N [options] command args...")
+        if args.np is None:
+            parser.error("-np is required")
+        if args.np < 1:
+            parser.error("-np must be >= 1")
+    return args

@@ -1,0 +1,65 @@
+"""The environment every rank gets: the caller's (filtered), tuning flags, the topology and
+the rendezvous address and secret."""
+
+import os
+
+# Never forwarded: per-session shell state, and (as in Horovod 0.28) CUDA_VISIBLE_DEVICES,
+# which is per-host. PERSEUS_SECRET is set per job, not inherited.
+_SKIP_EXACT = {"OLDPWD", "PWD", "SHLVL", "_", "HOSTNAME", "HOME", "USER", "LOGNAME", "SHELL",
+               "TERM", "DISPLAY", "PS1", "MAIL", "PERSEUS_SECRET", "SSH_AUTH_SOCK",
+               "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY"}
+_SKIP_PREFIXES = ("BASH_FUNC_",)
+_SKIP_SUFFIXES = ("CUDA_VISIBLE_DEVICES",)
+_TOPOLOGY_KEYS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_LOCAL_SIZE",
+                  "PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE", "PERSEUS_HOSTNAME")
+
+
+def forwardable(environ):
+    """The variables sent to remote ranks (local ranks inherit everything)."""
+    return {k: v for k, v in environ.items()
+            if k not in _SKIP_EXACT and not k.startswith(_SKIP_PREFIXES)
+            and not k.endswith(_SKIP_SUFFIXES) and "\0" not in v}
+
+
+def tuning_env(args):
+    """PERSEUS_* variables from the tuning flags that were given."""
+    env = {}
+    if args.fusion_threshold_mb is not None:
+        env["PERSEUS_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    pairs = [("PERSEUS_CACHE_CAPACITY", args.cache_capacity),
+             ("PERSEUS_HIERARCHICAL_ALLREDUCE", args.hierarchical),
+             ("PERSEUS_TIMELINE", args.timeline_filename),
+             ("PERSEUS_LOG_LEVEL", args.log_level),
+             ("PERSEUS_START_TIMEOUT", args.start_timeout),
+             ("PERSEUS_TIMEOUT", args.timeout),
+             ("PERSEUS_IFACE", args.network_interface),
+             ("PERSEUS_STALL_WARNING", args.stall_check_warning_time_seconds),
+             ("PERSEUS_STALL_SHUTDOWN", args.stall_check_shutdown_time_seconds)]
+    for key, value in pairs:
+        if value is not None:
+            env[key] = str(value)
+    return env
+
+
+def job_env(base, args, max_local_size):
+    """Variables shared by every rank: the caller's environment with the tuning flags, and
+    thread defaults that stop N ranks from each spawning one thread per core."""
+    env = dict(base)
+    for key in _TOPOLOGY_KEYS:  # a perseusrun inside a rank must not inherit its parent's
+        env.pop(key, None)
+    env.update(tuning_env(args))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_local_size)))
+    # MXNet's operator tuning spawns threads and slows start-up; harmless for other jobs.
+    env.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
+    env.setdefault("MXNET_USE_NUM_CORES_OPERATOR_TUNING", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def rank_env(slot):
+    """The topology variables of one rank."""
+    return {"PERSEUS_RANK": str(slot.rank), "PERSEUS_SIZE": str(slot.size),
+            "PERSEUS_LOCAL_RANK": str(slot.local_rank),
+            "PERSEUS_LOCAL_SIZE": str(slot.local_size),
+            "PERSEUS_CROSS_RANK": str(slot.cross_rank),
+            "PERSEUS_CROSS_SIZE": str(slot.cross_size), "PERSEUS_HOSTNAME": slot.host}

@@ -1,0 +1,149 @@
+"""Host lists (-H, --hostfile) and the assignment of ranks to hosts and slots."""
+
+import collections
+import fcntl
+import socket
+import struct
+
+HostSlots = collections.namedtuple("HostSlots", "host slots")
+
+
+class SlotInfo(collections.namedtuple(
+        "SlotInfo", "rank size host local_rank local_size cross_rank cross_size")):
+    """Where one rank runs, with the PERSEUS_* topology values it gets."""
+
+
+def parse_hosts(text):
+    """'host1:2,host2:4' (slots default to 1) -> [HostSlots]."""
+    result = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, slots = item.rpartition(":")
+        if not sep:
+            host, slots = item, "1"
+        result.append(HostSlots(host, _parse_slots(slots, item)))
+    if not result:
+        raise ValueError("-H/--hosts is empty; expected host1:slots,host2:slots")
+    return result
+
+
+def parse_hostfile(path):
+    """An MPI machine file: 'host slots=N' (or 'host:N', or 'host') per line; '#' comments."""
+    result = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            fields = line.split()
+            host, slots = fields[0], 1
+            if ":" in host:
+                host, count = host.rsplit(":", 1)
+                slots = _parse_slots(count, "%s:%d" % (path, lineno))
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key == "slots":
+                    slots = _parse_slots(value, "%s:%d" % (path, lineno))
+                elif key not in ("max_slots", "max-slots"):  # accepted, not needed
+                    raise ValueError("%s:%d: unknown field '%s'; expected 'host slots=N'"
+                                     % (path, lineno, field))
+            result.append(HostSlots(host, slots))
+    if not result:
+        raise ValueError("hostfile %s lists no hosts" % path)
+    return result
+
+
+def _parse_slots(value, where):
+    try:
+        slots = int(value)
+    except ValueError:
+        slots = -1
+    if slots < 1:
+        raise ValueError("%s: slots must be a positive integer, got '%s'" % (where, value))
+    return slots
+
+
+def assign_slots(hosts, num_proc):
+    """Fills hosts in order (as horovodrun does): ranks 0..slots-1 on the first host, ...
+    cross_rank is the host's index among the hosts that have this local_rank."""
+    total = sum(h.slots for h in hosts)
+    if num_proc > total:
+        raise ValueError("-np %d asks for more processes than the %d slots of the hosts (%s)"
+                         % (num_proc, total, ",".join("%s:%d" % h for h in hosts)))
+    placed = []  # (host, local_rank) per rank
+    for h in hosts:
+        for local_rank in range(h.slots):
+            if len(placed) == num_proc:
+                break
+            placed.append((h.host, local_rank))
+    local_size = collections.Counter(host for host, _ in placed)
+    hosts_with_local = collections.defaultdict(list)
+    for host, local_rank in placed:
+        if host not in hosts_with_local[local_rank]:
+            hosts_with_local[local_rank].append(host)
+    return [SlotInfo(rank, num_proc, host, local_rank, local_size[host],
+                     hosts_with_local[local_rank].index(host),
+                     len(hosts_with_local[local_rank]))
+            for rank, (host, local_rank) in enumerate(placed)]
+
+
+def _interface_addresses():
+    """IPv4 addresses assigned to this machine's interfaces."""
+    addresses = {"127.0.0.1"}
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(sock.fileno(), 0x8915,  # SIOCGIFADDR
+                                     struct.pack("256s", name.encode()[:15]))
+                addresses.add(socket.inet_ntoa(packed[20:24]))
+            except OSError:
+                pass
+    finally:
+        sock.close()
+    return addresses
+
+
+def interface_address(name):
+    """The IPv4 address of interface `name` (or `name` itself if it is an address)."""
+    try:
+        socket.inet_aton(name)
+        return name
+    except OSError:
+        pass
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        return socket.inet_ntoa(packed[20:24])
+    except OSError as e:
+        raise ValueError("--network-interface %s: no IPv4 address (%s)" % (name, e))
+    finally:
+        sock.close()
+
+
+def is_local(host, _cache={}):
+    """True when `host` names this machine: a local name, or an address of one of its
+    interfaces (127.0.0.2 is not: it is how tests reach a local sshd as a 'remote' host)."""
+    if host in _cache:
+        return _cache[host]
+    names = {"localhost", socket.gethostname(), socket.getfqdn()}
+    local = host in names
+    if not local:
+        try:
+            local = socket.gethostbyname(host) in _interface_addresses()
+        except OSError:
+            local = False
+    _cache[host] = local
+    return local
+
+
+def address_reaching(host):
+    """This machine's address on the route to `host` (no packet is sent)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.connect((socket.gethostbyname(host), 9))
+        return sock.getsockname()[0]
+    finally:
+        sock.close()

@@ -1,0 +1,130 @@
+"""One launched process (a local rank, an ssh session or mpirun) and its prefixed output."""
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+_MPI_TAG = re.compile(rb"^\[\d+,(\d+)\]<(stdout|stderr)>:")
+
+
+class OutputSink:
+    """Writes prefixed lines to this process's stdout/stderr, whole lines at a time, and to
+    DIR/rank.<N>/{stdout,stderr} with --output-filename. Called from the pump threads."""
+
+    def __init__(self, log_dir=None):
+        self._lock = threading.Lock()
+        self._log_dir = log_dir
+        self._files = {}
+
+    def write(self, rank, stream, line):
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        target = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        with self._lock:
+            target.write(b"[%d]<%s>:" % (rank, stream.encode()) + line)
+            target.flush()
+            if self._log_dir is not None:
+                self._file(rank, stream).write(line)
+
+    def _file(self, rank, stream):
+        key = (rank, stream)
+        if key not in self._files:
+            folder = os.path.join(self._log_dir, "rank.%d" % rank)
+            os.makedirs(folder, exist_ok=True)
+            self._files[key] = open(os.path.join(folder, stream), "ab", buffering=0)
+        return self._files[key]
+
+    def close(self):
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
+
+
+class LaunchedProcess:
+    """A child in its own session (so one killpg reaches everything it started). Its output is
+    pumped by two threads; the last stderr lines are kept for the failure report.
+
+    rank: the rank whose prefix the output gets, or None for mpirun, whose --tag-output
+    prefixes are rewritten to ours. stdin_data: written to stdin, which then stays open (an
+    ssh session ends its remote command when it closes)."""
+
+    TAIL_LINES = 20
+
+    def __init__(self, argv, env, rank, host, sink, stdin_data=None):
+        self.rank = rank
+        self.host = host
+        self._sink = sink
+        self.tail = collections.deque(maxlen=self.TAIL_LINES)
+        self.popen = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            start_new_session=True)
+        if stdin_data is not None:
+            self.popen.stdin.write(stdin_data)
+            self.popen.stdin.flush()
+        self._pumps = [threading.Thread(target=self._pump, args=(self.popen.stdout, "stdout"),
+                                        daemon=True),
+                       threading.Thread(target=self._pump, args=(self.popen.stderr, "stderr"),
+                                        daemon=True)]
+        for t in self._pumps:
+            t.start()
+
+    def _pump(self, pipe, stream):
+        for line in iter(pipe.readline, b""):
+            rank = self.rank
+            if rank is None:
+                m = _MPI_TAG.match(line)
+                if m:
+                    rank, stream_tag = int(m.group(1)), m.group(2).decode()
+                    line = line[m.end():]
+                    self._emit(rank, stream_tag, line)
+                    continue
+                rank = 0
+            self._emit(rank, stream, line)
+        pipe.close()
+
+    def _emit(self, rank, stream, line):
+        if stream == "stderr":
+            self.tail.append((rank, line.rstrip(b"\n").decode(errors="replace")))
+        self._sink.write(rank, stream, line)
+
+    def poll(self):
+        return self.popen.poll()
+
+    def signal_group(self, sig):
+        """Signals the child's whole process group (ignored if it is already gone)."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self, timeout=2.0):
+        """After exit: closes stdin and drains the output pumps."""
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        for t in self._pumps:
+            t.join(timeout)
+
+
+def describe_exit(code):
+    """'exited with code 3' / 'was killed by signal 9 (SIGKILL)' for a Popen returncode."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown"
+        return "was killed by signal %d (%s)" % (-code, name)
+    return "exited with code %s" % code
+
+
+def exit_status(code):
+    """The shell convention: 128+N for a process killed by signal N."""
+    return 128 - code if code < 0 else code
