@@ -1,0 +1,198 @@
+// Coordinator negotiation as pure functions: no network, no engine thread.
+#include <gtest/gtest.h>
+
+#include "engine/negotiation.h"
+#include "engine/wire.h"
+
+namespace perseus::engine {
+namespace {
+
+Request allreduce(const std::string& name, std::vector<int64_t> shape,
+                  DataType dtype = DataType::kFloat32) {
+  Request q;
+  q.op = OpType::kAllreduce;
+  q.name = name;
+  q.tensors.push_back({dtype, std::move(shape)});
+  return q;
+}
+
+const auto kNow = Coordinator::Clock::now();
+
+TEST(EngineNegotiation, CompleteOnlyWhenEveryRankAsked) {
+  Coordinator c(3);
+  c.add(0, {allreduce("a", {4})}, kNow);
+  c.add(1, {allreduce("a", {4})}, kNow);
+  c.add(2, {}, kNow);
+  EXPECT_TRUE(c.takeReady().empty());
+  EXPECT_EQ(c.numWaiting(), 1u);
+  c.add(0, {}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {allreduce("a", {4})}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_FALSE(rs[0].is_error);
+  EXPECT_EQ(rs[0].name, "a");
+  EXPECT_EQ(c.numWaiting(), 0u);
+}
+
+TEST(EngineNegotiation, DeterministicOrderWhateverTheSubmissionOrder) {
+  Coordinator c(2);
+  c.add(0, {allreduce("x", {1}), allreduce("y", {1}), allreduce("z", {1})}, kNow);
+  c.add(1, {allreduce("z", {1}), allreduce("y", {1}), allreduce("x", {1})}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0].name, "x");
+  EXPECT_EQ(rs[1].name, "y");
+  EXPECT_EQ(rs[2].name, "z");
+}
+
+TEST(EngineNegotiation, ShapeMismatchNamesTensorOpAndRanks) {
+  Coordinator c(3);
+  c.add(0, {allreduce("grad", {4})}, kNow);
+  c.add(1, {allreduce("grad", {8})}, kNow);
+  c.add(2, {allreduce("grad", {4})}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_TRUE(rs[0].is_error);
+  EXPECT_EQ(rs[0].error_code, StatusCode::kMismatch);
+  EXPECT_NE(rs[0].error_message.find("'grad'"), std::string::npos) << rs[0].error_message;
+  EXPECT_NE(rs[0].error_message.find("ALLREDUCE"), std::string::npos);
+  EXPECT_NE(rs[0].error_message.find("set rank 1 [8]"), std::string::npos) << rs[0].error_message;
+}
+
+TEST(EngineNegotiation, EachKindOfMismatch) {
+  struct Case {
+    const char* what;
+    std::function<void(Request&)> change;
+  };
+  std::vector<Case> cases = {
+      {"data types", [](Request& q) { q.tensors[0].dtype = DataType::kInt32; }},
+      {"operations", [](Request& q) { q.op = OpType::kAllgather; }},
+      {"reduction operations", [](Request& q) { q.reduce_op = ReduceOp::kMax; }},
+      {"prescale/postscale", [](Request& q) { q.postscale = 0.5; }},
+      {"tensor counts", [](Request& q) { q.tensors.push_back(q.tensors[0]); }},
+  };
+  for (const Case& k : cases) {
+    Coordinator c(2);
+    Request other = allreduce("t", {2, 3});
+    k.change(other);
+    c.add(0, {allreduce("t", {2, 3})}, kNow);
+    c.add(1, {other}, kNow);
+    auto rs = c.takeReady();
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_TRUE(rs[0].is_error) << k.what;
+    EXPECT_NE(rs[0].error_message.find(k.what), std::string::npos) << rs[0].error_message;
+  }
+}
+
+TEST(EngineNegotiation, BroadcastRootMismatch) {
+  Coordinator c(2);
+  Request a = allreduce("b", {3});
+  a.op = OpType::kBroadcast;
+  Request b = a;
+  b.root = 1;
+  c.add(0, {a}, kNow);
+  c.add(1, {b}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_NE(rs[0].error_message.find("root ranks"), std::string::npos);
+}
+
+TEST(EngineNegotiation, AllgatherMayDifferInFirstDimension) {
+  Coordinator c(2);
+  Request a = allreduce("g", {2, 5});
+  a.op = OpType::kAllgather;
+  Request b = a;
+  b.tensors[0].shape = {7, 5};
+  c.add(0, {a}, kNow);
+  c.add(1, {b}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  ASSERT_FALSE(rs[0].is_error) << rs[0].error_message;
+  EXPECT_EQ(rs[0].first_dims, (std::vector<int64_t>{2, 7}));
+
+  Request d = a;
+  d.tensors[0].shape = {2, 6};
+  c.add(0, {a}, kNow);
+  c.add(1, {d}, kNow);
+  rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_TRUE(rs[0].is_error);
+}
+
+TEST(EngineNegotiation, JoinedRanksCountForAllreduceOnly) {
+  Coordinator c(3);
+  Request join;
+  join.op = OpType::kJoin;
+  join.name = "__join";
+  c.add(0, {allreduce("a", {2})}, kNow);
+  c.add(1, {join}, kNow);
+  c.add(2, {allreduce("a", {2})}, kNow);
+  auto rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_FALSE(rs[0].is_error);
+
+  Request g = allreduce("g", {2});
+  g.op = OpType::kAllgather;
+  c.add(0, {g}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {g}, kNow);
+  rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_TRUE(rs[0].is_error);
+  EXPECT_EQ(rs[0].error_code, StatusCode::kUnsupported);
+
+  c.add(0, {join}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {join}, kNow);
+  rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].op, OpType::kJoin);
+  EXPECT_EQ(rs[0].last_joined_rank, 2);
+  EXPECT_EQ(c.numJoined(), 0);
+}
+
+TEST(EngineNegotiation, StallsNameMissingRanksAndCanFail) {
+  Coordinator c(3);
+  c.add(0, {allreduce("slow", {1})}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {allreduce("slow", {1})}, kNow);
+  EXPECT_TRUE(c.stalls(kNow, 1.0).empty());
+  auto later = kNow + std::chrono::seconds(5);
+  auto stalls = c.stalls(later, 1.0);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].name, "slow");
+  EXPECT_EQ(stalls[0].missing_ranks, std::vector<int>{1});
+  auto failed = c.failStalled(later, 1.0, StatusCode::kTimeout, "stop");
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(failed[0].is_error);
+  EXPECT_EQ(c.numWaiting(), 0u);
+}
+
+TEST(EngineWire, RoundTrip) {
+  Request q = allreduce("name", {3, 4}, DataType::kBFloat16);
+  q.prescale = 0.25;
+  q.set_ranks = {1, 3};
+  auto back = decodeRequests(encodeRequests({q, q}));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(back[1].sameMetadata(q));
+  EXPECT_EQ(back[1].name, "name");
+
+  Response r;
+  r.name = "x";
+  r.is_error = true;
+  r.error_code = StatusCode::kMismatch;
+  r.error_message = "bad";
+  r.first_dims = {1, 2, 3};
+  auto rs = decodeResponses(encodeResponses({r}));
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].error_message, "bad");
+  EXPECT_EQ(rs[0].first_dims, r.first_dims);
+
+  std::vector<uint8_t> truncated = encodeRequests({q});
+  truncated.resize(truncated.size() - 3);
+  EXPECT_THROW(decodeRequests(truncated), InternalError);
+}
+
+}  // namespace
+}  // namespace perseus::engine
