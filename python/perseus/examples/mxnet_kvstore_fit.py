@@ -59,8 +59,8 @@ def fit(args, net):
     logging.basicConfig(level=logging.INFO, format=head)
 
     # Perseus: one process per device, bound by kv.local_rank
-    if "perseus" in args.kv_store and mx.context.num_gpus() > 0:
-        devs = [mx.gpu(kv.local_rank)]
+    if "perseus" in args.kv_store:
+        devs = [mx.gpu(kv.local_rank) if mx.context.num_gpus() > 0 else mx.cpu()]
     elif args.gpus:
         devs = [mx.gpu(int(i)) for i in args.gpus.split(",")]
     else:
