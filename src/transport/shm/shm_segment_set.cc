@@ -106,7 +106,7 @@ bool ShmSegmentSet::peerGone(int lr, std::string* why) const {
     return true;
   }
   if (watches_[lr] && watches_[lr]->gone()) {
-    *why = PERSEUS_STR("process (pid " << watches_[lr]->pid() << ") exited: killed or crashed");
+    *why = PERSEUS_STR("exited (pid " << watches_[lr]->pid() << ": killed or crashed)");
     return true;
   }
   return false;
@@ -118,7 +118,7 @@ void ShmSegmentSet::throwPeerLost(int lr, const std::string& why,
   throw PeerLostError(g, PERSEUS_STR("rank " << g << " (local rank " << lr << " on this host) "
                                              << why << " while rank " << global_ranks_[local_rank_]
                                              << " was " << waiting_for
-                                             << "; see that rank's log for the first error"));
+                                             << "; see that rank's log or exit status for the cause"));
 }
 
 }  // namespace perseus::transport::shm
