@@ -1,0 +1,167 @@
+// bootstrap(): environment -> store -> addresses of all ranks -> shared memory within a host and
+// authenticated TCP across hosts -> one ChannelTransport.
+//
+// Store keys (all under "perseus/"):
+//   job_id     set by rank 0 before its rank record: names the shared-memory segments
+//   rank/<r>   "<hostname>\n<data-plane host:port>" of rank r
+//   shm/<host index>/<n>, shm/<host index>/<n>/done   the n-th local barrier of a host
+#include <sstream>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "rendezvous/launch_env.h"
+#include "rendezvous/store_from_env.h"
+#include "rendezvous/world.h"
+#include "transport/channel_transport.h"
+#include "transport/shm/shm_local_group.h"
+#include "transport/tcp/iface.h"
+#include "transport/tcp/tcp_mesh.h"
+
+namespace perseus::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::vector<uint8_t> toBytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string fromBytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+milliseconds until(Clock::time_point deadline) {
+  return std::max(milliseconds(1),
+                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+std::string rankKey(int r) { return "perseus/rank/" + std::to_string(r); }
+
+// Waits for every rank's record; on timeout names all the ranks still missing.
+std::vector<std::string> gatherRecords(Store& store, const Topology& t, double timeout_s,
+                                       Clock::time_point deadline) {
+  std::vector<std::string> records(t.size);
+  for (int r = 0; r < t.size; ++r) {
+    try {
+      records[r] = fromBytes(store.get(rankKey(r), until(deadline)));
+    } catch (const TimeoutError&) {
+      std::ostringstream missing;
+      for (int m = r; m < t.size; ++m) {
+        try {
+          store.get(rankKey(m), milliseconds(1));
+        } catch (const TimeoutError&) {
+          missing << (missing.tellp() > 0 ? ", " : "") << m;
+        }
+      }
+      throw TimeoutError(PERSEUS_STR("rank " << t.rank << ": ranks " << missing.str()
+                                     << " did not reach the rendezvous store within "
+                                        "PERSEUS_START_TIMEOUT=" << timeout_s
+                                     << " s; check that they started and can reach "
+                                        "PERSEUS_CONTROLLER_ADDR"));
+    }
+  }
+  return records;
+}
+
+std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) {
+  auto world = std::make_unique<World>();
+  world->topology = info.topology;
+  Topology& t = world->topology;
+  t.hostnames = {t.hostname};
+  t.local_rank = t.cross_rank = 0;
+  t.local_size = t.cross_size = 1;
+  t.local_ranks = {0};
+  t.cross_ranks = {0};
+  std::vector<std::unique_ptr<transport::Channel>> channels(1);
+  world->transport =
+      std::make_unique<transport::ChannelTransport>(0, std::move(channels), params);
+  return world;
+}
+
+}  // namespace
+
+std::unique_ptr<World> bootstrap(const Params& params) {
+  LaunchInfo info = readLaunchInfo([](const char* name) { return std::getenv(name); });
+  logging::setRank(info.topology.rank);
+  if (info.topology.size == 1) return singleRank(info, params);
+
+  const auto deadline =
+      Clock::now() + milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
+  StoreConnection conn = connectStore(info, params);
+  Store& store = *conn.store;
+  auto secret = transport::tcp::Secret::fromHex(conn.secret_hex, "PERSEUS_SECRET");
+
+  auto world = std::make_unique<World>();
+  Topology& t = world->topology;
+  t = info.topology;
+  const bool all_local = info.has_local && t.local_size == t.size;
+  transport::tcp::TcpListener listener(transport::tcp::chooseListenHost(
+      params.iface, info.controller_host, info.controller_port, all_local));
+
+  if (t.rank == 0) {
+    uint8_t id[8];
+    transport::tcp::fillRandom(id, sizeof(id));
+    store.set("perseus/job_id", toBytes(transport::tcp::toHex(id, sizeof(id))));
+  }
+  store.set(rankKey(t.rank), toBytes(t.hostname + "\n" + listener.address().str()));
+  std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
+  const std::string job_id = fromBytes(store.get("perseus/job_id", until(deadline)));
+  if (conn.after_rendezvous) conn.after_rendezvous();
+
+  std::vector<std::string> addresses(t.size);
+  t.hostnames.resize(t.size);
+  for (int r = 0; r < t.size; ++r) {
+    size_t nl = records[r].find('\n');
+    if (nl == std::string::npos) {
+      throw MismatchError(PERSEUS_STR("rank " << r << " published a malformed record in the "
+                                      "rendezvous store; are all ranks running the same Perseus?"));
+    }
+    t.hostnames[r] = records[r].substr(0, nl);
+    addresses[r] = records[r].substr(nl + 1);
+  }
+  derivePlacement(&t);
+  reconcilePlacement(info, &t);
+
+  std::vector<std::unique_ptr<transport::Channel>> channels(t.size);
+  std::shared_ptr<transport::Doorbell> doorbell;
+  const bool use_shm = params.cpu_operations != "tcp" && t.local_size > 1;
+  if (use_shm) {
+    // The host's index among hosts keeps barrier keys of different hosts apart.
+    const std::string host_key = "perseus/shm/" + std::to_string(t.local_ranks[0]) + "/";
+    int barrier_count = 0;
+    auto local_barrier = [&] {
+      const std::string key = host_key + std::to_string(barrier_count++);
+      if (store.add(key, 1) == t.local_size) store.set(key + "/done", {});
+      store.get(key + "/done", until(deadline));
+    };
+    auto group = transport::shm::createShmLocalGroup(job_id, t.local_rank, t.local_ranks, params,
+                                                     local_barrier);
+    for (auto& [peer, channel] : group->channels) channels[peer] = std::move(channel);
+    world->arena = std::move(group->arena);
+    doorbell = group->doorbell;
+  }
+
+  std::map<int, transport::tcp::SockAddr> tcp_peers;
+  for (int r = 0; r < t.size; ++r) {
+    if (r == t.rank || channels[r]) continue;
+    tcp_peers[r] = transport::tcp::SockAddr::parse(addresses[r], "address of rank " + std::to_string(r));
+  }
+  if (!tcp_peers.empty()) {
+    transport::tcp::MeshOptions options;
+    options.connections = static_cast<int>(params.tcp_connections);
+    options.deadline = deadline;
+    if (options.connections < 1 || options.connections > 64) {
+      throw InvalidArgumentError(PERSEUS_STR("PERSEUS_TCP_CONNECTIONS=" << params.tcp_connections
+                                             << " must be between 1 and 64"));
+    }
+    auto tcp = transport::tcp::connectTcpPeers(t.rank, listener, tcp_peers, secret, options);
+    for (auto& [peer, channel] : tcp) channels[peer] = std::move(channel);
+  }
+  PERSEUS_LOG(INFO, kRendezvous) << "rank " << t.rank << "/" << t.size << " on " << t.hostname
+                                 << ": local " << t.local_rank << "/" << t.local_size << ", cross "
+                                 << t.cross_rank << "/" << t.cross_size << ", "
+                                 << (use_shm ? t.local_size - 1 : 0) << " shm and "
+                                 << tcp_peers.size() << " TCP peers";
+  world->transport = std::make_unique<transport::ChannelTransport>(t.rank, std::move(channels),
+                                                                   params, doorbell);
+  world->store = std::move(conn.store);
+  return world;
+}
+
+}  // namespace perseus::rendezvous

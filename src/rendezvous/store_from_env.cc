@@ -1,0 +1,210 @@
+#include "rendezvous/store_from_env.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/tcp_store_server.h"
+#include "transport/tcp/auth.h"
+#include "transport/tcp/iface.h"
+
+#ifdef PERSEUS_HAVE_MPI
+#include <mpi.h>
+#endif
+
+// Note [Store discovery]
+// perseusrun starts the store and passes PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to
+// every rank; those always win. Under a bare `mpirun` nothing names a store, so:
+//  - all ranks on one host (OMPI_COMM_WORLD_LOCAL_SIZE == _SIZE): rank 0 starts a store on
+//    127.0.0.1:0 with a random secret and writes "port secret" into
+//    /tmp/perseus-ompi-<job id>.store, created 0600 under a temporary name and renamed into
+//    place, so readers never see half a file. The others poll for it, and trust it only if it
+//    is a regular file owned by their uid with no group/other access. Rank 0 deletes it once
+//    every rank has reached the store;
+//  - several hosts and an MPI build: MPI_Init, rank 0 starts a store on its outward address and
+//    MPI_Bcast shares "host:port secret";
+//  - otherwise: an InvalidArgumentError that says to use perseusrun or set the variables.
+
+namespace perseus::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Keeps the server that this rank started alive as long as the store is used.
+class ServerBackedStore : public Store {
+ public:
+  ServerBackedStore(std::unique_ptr<TcpStoreServer> server, std::unique_ptr<Store> client)
+      : server_(std::move(server)), client_(std::move(client)) {}
+  ~ServerBackedStore() override {
+    client_.reset();
+    server_.reset();
+  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    client_->set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return client_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return client_->add(key, delta); }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<Store> client_;
+};
+
+std::chrono::milliseconds startTimeout(const Params& params) {
+  return std::chrono::milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
+}
+
+std::string discoveryPath(const std::string& job_id) {
+  std::string safe;
+  for (char c : job_id) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return "/tmp/perseus-ompi-" + safe + ".store";
+}
+
+// Starts a store served by this process; *port gets its port.
+StoreConnection startLocalServer(const std::string& host, const Params& params, int* port) {
+  StoreConnection out;
+  out.secret_hex = transport::tcp::Secret::random().hex();
+  auto server = TcpStoreServer::start(host, 0, out.secret_hex);
+  *port = server->port();
+  auto client =
+      std::make_unique<TcpStoreClient>(host, *port, out.secret_hex, startTimeout(params));
+  out.store = std::make_unique<ServerBackedStore>(std::move(server), std::move(client));
+  return out;
+}
+
+void writeDiscoveryFile(const std::string& path, int port, const std::string& secret_hex) {
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    throw InternalError(PERSEUS_STR("cannot create " << tmp << ": " << std::strerror(errno)));
+  }
+  std::string text = std::to_string(port) + " " + secret_hex + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw InternalError(PERSEUS_STR("cannot publish the store address in " << path << ": "
+                                    << std::strerror(errno)));
+  }
+}
+
+// Returns false while the file is absent or not yet trustworthy.
+bool readDiscoveryFile(const std::string& path, int* port, std::string* secret_hex) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  struct stat st;
+  bool trusted = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid() &&
+                 (st.st_mode & 077) == 0;
+  char buf[256] = {};
+  ssize_t n = trusted ? ::read(fd, buf, sizeof(buf) - 1) : -1;
+  ::close(fd);
+  if (!trusted) {
+    PERSEUS_LOG(WARNING, kRendezvous) << "ignoring " << path
+                                      << ": not a private file of this user";
+    return false;
+  }
+  if (n <= 0) return false;
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  return static_cast<bool>(in >> *port >> *secret_hex) && *port > 0 && *port < 65536;
+}
+
+StoreConnection singleHostOpenMpi(const LaunchInfo& info, const Params& params) {
+  if (info.ompi_job_id.empty()) {
+    throw InvalidArgumentError(
+        "running under Open MPI but neither OMPI_MCA_ess_base_jobid nor PMIX_NAMESPACE is set, "
+        "so the ranks cannot find each other; use perseusrun, or set PERSEUS_CONTROLLER_ADDR/"
+        "_PORT and PERSEUS_SECRET");
+  }
+  const std::string path = discoveryPath(info.ompi_job_id);
+  if (info.topology.rank == 0) {
+    int port = 0;
+    StoreConnection out = startLocalServer("127.0.0.1", params, &port);
+    writeDiscoveryFile(path, port, out.secret_hex);
+    out.after_rendezvous = [path] { ::unlink(path.c_str()); };
+    return out;
+  }
+  auto deadline = Clock::now() + startTimeout(params);
+  int port = 0;
+  std::string secret;
+  while (!readDiscoveryFile(path, &port, &secret)) {
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(PERSEUS_STR("rank " << info.topology.rank << ": rank 0 did not publish "
+                                     << path << " within PERSEUS_START_TIMEOUT="
+                                     << params.start_timeout_s << " s; did rank 0 start?"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  StoreConnection out;
+  out.secret_hex = secret;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  out.store = std::make_unique<TcpStoreClient>("127.0.0.1", port, secret,
+                                               std::max(left, std::chrono::milliseconds(1000)));
+  return out;
+}
+
+#ifdef PERSEUS_HAVE_MPI
+StoreConnection multiHostMpi(const LaunchInfo& info, const Params& params) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  }
+  StoreConnection out;
+  char message[512] = {};
+  if (info.topology.rank == 0) {
+    std::string host = transport::tcp::chooseListenHost(params.iface, std::string(), 0, false);
+    int port = 0;
+    out = startLocalServer(host, params, &port);
+    std::snprintf(message, sizeof(message), "%s %d %s", host.c_str(), port, out.secret_hex.c_str());
+  }
+  MPI_Bcast(message, sizeof(message), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (info.topology.rank == 0) return out;
+  std::istringstream in(message);
+  std::string host;
+  int port = 0;
+  in >> host >> port >> out.secret_hex;
+  out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
+  return out;
+}
+#endif
+
+}  // namespace
+
+StoreConnection connectStore(const LaunchInfo& info, const Params& params) {
+  if (!info.controller_host.empty()) {
+    StoreConnection out;
+    out.secret_hex = info.secret_hex;
+    out.store = std::make_unique<TcpStoreClient>(info.controller_host, info.controller_port,
+                                                 info.secret_hex, startTimeout(params));
+    return out;
+  }
+  PERSEUS_CHECK(info.launcher == Launcher::kOpenMpi, "no controller for a multi-rank launch");
+  if (info.has_local && info.topology.local_size == info.topology.size) {
+    return singleHostOpenMpi(info, params);
+  }
+#ifdef PERSEUS_HAVE_MPI
+  return multiHostMpi(info, params);
+#else
+  throw InvalidArgumentError(
+      "this Open MPI job spans several hosts (or OMPI_COMM_WORLD_LOCAL_SIZE is not set) and "
+      "Perseus was built without MPI, so the ranks cannot find each other; launch with "
+      "perseusrun, or set PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to a store started "
+      "with perseus_store_server_start");
+#endif
+}
+
+}  // namespace perseus::rendezvous
