@@ -1,0 +1,106 @@
+"""torch tensors <-> perseus._core: DLPack capsules, dtype checks, the handle table.
+
+Tensors cross zero-copy as DLPack (torch.utils.dlpack). Non-contiguous tensors are made
+contiguous first (a copy; in-place ops copy the result back). Library-owned outputs
+(allgather, alltoall, reducescatter) come back as torch tensors that share the library's
+memory and keep its handle alive."""
+
+import itertools
+import threading
+
+import torch
+from torch.utils import dlpack as _dlpack
+
+from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
+
+# Dtypes the core communicates natively (perseus_dtype).
+NATIVE = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64, torch.bool}
+
+
+def check_reducible(tensor, op_kind, name):
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError("%s '%s': expected a torch.Tensor, got %s"
+                                   % (op_kind, name, type(tensor).__name__))
+    if tensor.dtype not in NATIVE:
+        raise UnsupportedError(
+            "%s '%s': dtype %s is not supported; use uint8, int8, int32, int64, float16, "
+            "bfloat16, float32, float64 or bool" % (op_kind, name, tensor.dtype))
+    if tensor.is_sparse:
+        raise UnsupportedError("%s '%s': sparse tensors are not supported; use .to_dense()"
+                               % (op_kind, name))
+
+
+def to_wire(tensor, op_kind, name):
+    """For data-movement ops (allgather, broadcast, alltoall): a contiguous tensor the core
+    accepts, and a function restoring the original dtype on a result. Dtypes the core lacks
+    (int16, complex...) travel as their bytes in an extra trailing dimension, which keeps the
+    first-dimension semantics."""
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgumentError("%s '%s': expected a torch.Tensor, got %s"
+                                   % (op_kind, name, type(tensor).__name__))
+    if tensor.is_sparse:
+        raise UnsupportedError("%s '%s': sparse tensors are not supported" % (op_kind, name))
+    src = tensor.detach().contiguous()
+    if src.dtype in NATIVE:
+        return src, lambda t: t
+    dtype = src.dtype
+    as_bytes = src.unsqueeze(-1).view(torch.uint8)
+    return as_bytes, lambda t: t.view(dtype).squeeze(-1)
+
+
+def capsule(tensor):
+    return _dlpack.to_dlpack(tensor.detach())
+
+
+def stream_of(tensor):
+    """The current CUDA stream of the tensor's device (0 for CPU), for the core to order on."""
+    if tensor.is_cuda:
+        return torch.cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def library_output(core_handle, index):
+    """Output `index` of a completed core handle as a torch tensor (zero-copy)."""
+    return _dlpack.from_dlpack(core_handle.output(index, as_dlpack=True))
+
+
+class Pending:
+    """A submitted op: its core handle, and finish(), which builds the user-visible result
+    once the handle completed. Holds the torch tensors the core reads or writes."""
+
+    __slots__ = ("core", "finish", "device_tensor")
+
+    def __init__(self, core_handle, finish, device_tensor):
+        self.core = core_handle
+        self.finish = finish
+        self.device_tensor = device_tensor
+
+
+_lock = threading.Lock()
+_pending = {}
+_ids = itertools.count(1)
+
+
+def register(core_handle, finish, tensor):
+    """Stores a submitted op and returns the integer handle the user sees (Horovod style)."""
+    handle = next(_ids)
+    with _lock:
+        _pending[handle] = Pending(core_handle, finish, tensor)
+    return handle
+
+
+def lookup(handle):
+    with _lock:
+        p = _pending.get(handle)
+    if p is None:
+        raise InvalidArgumentError("handle %r is unknown or was already synchronized" % (handle,))
+    return p
+
+
+def take(handle):
+    with _lock:
+        p = _pending.pop(handle, None)
+    if p is None:
+        raise InvalidArgumentError("handle %r is unknown or was already synchronized" % (handle,))
+    return p

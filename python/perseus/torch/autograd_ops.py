@@ -1,0 +1,191 @@
+"""Synchronous collectives of horovod.torch. The out-of-place ones are autograd functions
+whose gradients are the ones Horovod defines:
+  allreduce      -> allreduce of the gradient with the same op and factors
+  allgather      -> the average of the gradients over ranks, sliced to this rank's rows
+  broadcast      -> the averaged gradient on the root, zeros elsewhere
+  alltoall       -> alltoall of the gradient back with the received splits
+  reducescatter  -> allgather of the gradient (times the set size for Sum)
+"""
+
+import torch
+
+from perseus.common.ops import Average, Sum, resolve_op
+from perseus.common.process_sets import global_process_set
+from perseus.torch import mpi_ops as _ops
+from perseus.torch.compression import Compression
+
+
+def _set_size(process_set):
+    from perseus.common import basics
+    return basics.size() if process_set.process_set_id == 0 else process_set.size()
+
+
+def _set_rank(process_set):
+    from perseus.common import basics
+    return basics.rank() if process_set.process_set_id == 0 else process_set.rank()
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return _ops.synchronize(_ops.allreduce_async(
+            tensor, name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post, ps = ctx.args
+        return (allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post,
+                          process_set=ps), None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the set (op=None: Average) and returns a new tensor."""
+    op = resolve_op(op, average)
+    compressed, cctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    return compression.decompress(reduced, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return _ops.synchronize(_ops.allreduce_async_(tensor, average, name, op, prescale_factor,
+                                                  postscale_factor, process_set))
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(_ops.synchronize(_ops.grouped_allreduce_async(
+            list(tensors), name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        reduced = grouped_allreduce(list(grads), op=op, prescale_factor=pre,
+                                    postscale_factor=post, process_set=ps)
+        return (None, None, None, None, None) + tuple(reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    op = resolve_op(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *[c for c, _ in pairs])
+    return [compression.decompress(r, cctx) for r, (_, cctx) in zip(reduced, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return _ops.synchronize(_ops.grouped_allreduce_async_(
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 1
+        ctx.process_set = process_set
+        return _ops.synchronize(_ops.allgather_async(tensor, name=name, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ps = ctx.process_set
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ps)
+        offset = int(dims[:_set_rank(ps)].sum().item())
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return _ops.synchronize(_ops.grouped_allgather_async(tensors, name, process_set))
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return _ops.synchronize(_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if _set_rank(ctx.process_set) != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _ops.synchronize(_ops.broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = _ops.synchronize(
+            _ops.alltoall_async(tensor, splits=splits, name=name, process_set=process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_splits):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received,
+                           process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Returns (output, received_splits)."""
+    return _Alltoall.apply(tensor, splits, name, process_set)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.process_set = process_set
+        return _ops.synchronize(_ops.reducescatter_async(
+            tensor, name=name, op=op, process_set=process_set, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
+        if ctx.op == Sum:
+            grad = grad * _set_size(ctx.process_set)
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    compressed, cctx = compression.compress(tensor)
+    out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                               postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _ops.synchronize(_ops.grouped_reducescatter_async(
+        [c for c, _ in pairs], name, op, process_set, prescale_factor, postscale_factor))
+    return [compression.decompress(o, cctx) for o, (_, cctx) in zip(outs, pairs)]

@@ -1,0 +1,237 @@
+"""Asynchronous collectives of horovod.torch (same names, defaults and semantics), plus poll,
+synchronize, barrier and join. Each *_async returns an integer handle; synchronize(handle)
+waits (GIL released) and returns the result."""
+
+import torch
+
+from perseus.common import basics as _basics
+from perseus.common.exceptions import UnsupportedError
+from perseus.common.names import op_name
+from perseus.common.ops import Average, resolve_op, to_core_op
+from perseus.common.process_sets import global_process_set, process_set_id
+from perseus.torch import _tensors as _t
+
+
+def _core():
+    return _basics.core()
+
+
+def _wait_device(pending):
+    """CUDA: make the current stream wait for the collective instead of the host."""
+    t = pending.device_tensor
+    if t is not None and t.is_cuda:
+        try:
+            pending.core.cuda_stream_wait(torch.cuda.current_stream(t.device).cuda_stream)
+        except UnsupportedError:
+            pass  # the engine completed on the host already
+
+
+def poll(handle):
+    """True when the operation behind `handle` has completed."""
+    return _t.lookup(handle).core.poll()
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output. Raises the op's error (a
+    PerseusInternalError / HorovodInternalError for runtime failures)."""
+    pending = _t.take(handle)
+    pending.core.wait()
+    _wait_device(pending)
+    return pending.finish(pending.core)
+
+
+# --- allreduce -------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                     kind="allreduce"):
+    ps = process_set_id(process_set)
+    name = op_name(kind, name, ps)
+    _t.check_reducible(tensor, kind, name)
+    core_op = to_core_op(op)
+    src = tensor if tensor.is_contiguous() else tensor.contiguous()
+    stream = _t.stream_of(src)
+    if output is None:  # in place
+        h = _core().allreduce(name, _t.capsule(src), None, core_op, float(prescale_factor),
+                              float(postscale_factor), ps, stream)
+        finish = (lambda _h: tensor) if src is tensor else (lambda _h: tensor.copy_(src))
+    else:
+        h = _core().allreduce(name, _t.capsule(src), _t.capsule(output), core_op,
+                              float(prescale_factor), float(postscale_factor), ps, stream)
+        finish = lambda _h: output  # noqa: E731
+    return _t.register(h, finish, tensor)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the set into a new tensor (op=None means Average)."""
+    op = resolve_op(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce."""
+    op = resolve_op(op, average)
+    return _allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             process_set):
+    ps = process_set_id(process_set)
+    name = op_name("grouped_allreduce", name, ps)
+    for i, t in enumerate(tensors):
+        _t.check_reducible(t, "grouped_allreduce", "%s[%d]" % (name, i))
+    core_op = to_core_op(op)
+    srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    stream = _t.stream_of(srcs[0]) if srcs else 0
+    if outputs is None:
+        h = _core().grouped_allreduce(name, [_t.capsule(s) for s in srcs], None, core_op,
+                                      float(prescale_factor), float(postscale_factor), ps,
+                                      stream)
+
+        def finish(_h):
+            for t, s in zip(tensors, srcs):
+                if s is not t:
+                    t.copy_(s)
+            return list(tensors)
+    else:
+        h = _core().grouped_allreduce(name, [_t.capsule(s) for s in srcs],
+                                      [_t.capsule(o) for o in outputs], core_op,
+                                      float(prescale_factor), float(postscale_factor), ps,
+                                      stream)
+        finish = lambda _h: list(outputs)  # noqa: E731
+    return _t.register(h, finish, srcs[0] if srcs else None)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    op = resolve_op(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = resolve_op(op, average)
+    return _grouped_allreduce_async(tensors, None, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+# --- allgather / broadcast / alltoall ---------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along dim 0 (ranks may differ in dim 0 only)."""
+    ps = process_set_id(process_set)
+    name = op_name("allgather", name, ps)
+    wire, restore = _t.to_wire(tensor, "allgather", name)
+    h = _core().allgather(name, _t.capsule(wire), ps, _t.stream_of(wire))
+    return _t.register(h, lambda ch: restore(_t.library_output(ch, 0)), wire)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    ps = process_set_id(process_set)
+    name = op_name("grouped_allgather", name, ps)
+    wires = [_t.to_wire(t, "grouped_allgather", "%s[%d]" % (name, i))
+             for i, t in enumerate(tensors)]
+    h = _core().grouped_allgather(name, [_t.capsule(w) for w, _ in wires], ps,
+                                  _t.stream_of(wires[0][0]) if wires else 0)
+
+    def finish(ch):
+        return [restore(_t.library_output(ch, i)) for i, (_, restore) in enumerate(wires)]
+    return _t.register(h, finish, wires[0][0] if wires else None)
+
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    ps = process_set_id(process_set)
+    name = op_name("broadcast", name, ps)
+    wire, restore = _t.to_wire(tensor, "broadcast", name)
+    stream = _t.stream_of(wire)
+    if output is None:
+        h = _core().broadcast(name, _t.capsule(wire), None, int(root_rank), ps, stream)
+
+        def finish(_h):
+            result = restore(wire)
+            if result.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+                tensor.data.copy_(result)
+            return tensor
+    else:
+        out_wire, _ = _t.to_wire(output, "broadcast", name)
+        h = _core().broadcast(name, _t.capsule(wire), _t.capsule(out_wire), int(root_rank), ps,
+                              stream)
+        finish = lambda _h: restore(out_wire)  # noqa: E731
+    return _t.register(h, finish, wire)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor, in a new tensor on every rank."""
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast."""
+    return _broadcast_async(tensor, None, root_rank, name, process_set)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows (dim 0) to set rank i (even split when None). synchronize returns
+    (output, received_splits)."""
+    ps = process_set_id(process_set)
+    name = op_name("alltoall", name, ps)
+    wire, restore = _t.to_wire(tensor, "alltoall", name)
+    if splits is not None:
+        splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+    h = _core().alltoall(name, _t.capsule(wire), splits, ps, _t.stream_of(wire))
+
+    def finish(ch):
+        received = torch.tensor(ch.received_splits(), dtype=torch.int32)
+        return restore(_t.library_output(ch, 0)), received
+    return _t.register(h, finish, wire)
+
+
+# --- reducescatter -------------------------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces, then gives set rank i the i-th block of dim 0 (the first dim0 % size ranks
+    get one row more)."""
+    ps = process_set_id(process_set)
+    name = op_name("reducescatter", name, ps)
+    _t.check_reducible(tensor, "reducescatter", name)
+    src = tensor.detach().contiguous()
+    h = _core().reducescatter(name, _t.capsule(src), to_core_op(op), float(prescale_factor),
+                              float(postscale_factor), ps, _t.stream_of(src))
+    return _t.register(h, lambda ch: _t.library_output(ch, 0), src)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    ps = process_set_id(process_set)
+    name = op_name("grouped_reducescatter", name, ps)
+    for i, t in enumerate(tensors):
+        _t.check_reducible(t, "grouped_reducescatter", "%s[%d]" % (name, i))
+    srcs = [t.detach().contiguous() for t in tensors]
+    h = _core().grouped_reducescatter(name, [_t.capsule(s) for s in srcs], to_core_op(op),
+                                      float(prescale_factor), float(postscale_factor), ps,
+                                      _t.stream_of(srcs[0]) if srcs else 0)
+    return _t.register(h, lambda ch: [_t.library_output(ch, i) for i in range(len(srcs))],
+                       srcs[0] if srcs else None)
+
+
+# --- barrier / join -------------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set reached the barrier."""
+    _core().barrier(process_set_id(process_set)).wait()
+
+
+def join(device=-1):
+    """This rank has no more work: it contributes zeros to the collectives that other ranks
+    still run until every rank joined. Returns the last rank that joined."""
+    h = _core().join()
+    h.wait()
+    return h.join_rank()

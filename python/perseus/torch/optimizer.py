@@ -1,0 +1,238 @@
+"""DistributedOptimizer (horovod.torch.DistributedOptimizer): gradients are allreduced as
+soon as backward produces them, overlapping communication with the rest of backward, and
+step() waits for them."""
+
+import contextlib
+import warnings
+
+import torch
+
+from perseus.common import basics
+from perseus.common.ops import Adasum, Average
+from perseus.common.exceptions import UnsupportedError
+from perseus.common.process_sets import global_process_set
+from perseus.torch import mpi_ops as _ops
+from perseus.torch.compression import Compression
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Mixed into a dynamic subclass of the user's optimizer class (see DistributedOptimizer),
+    # so super(self.__class__, self) is the user's optimizer.
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 op=Average, gradient_predivide_factor=1.0, groups=None,
+                 sparse_as_dense=False, process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        all_params = [v for group in self.param_groups for v in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
+                                for i, group in enumerate(self.param_groups)
+                                for j, v in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found "
+                             "duplicates: %s" % ", ".join(dups))
+        unnamed = {id(v) for v in all_params} - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters "
+                             "were not named. Python object ids: %s"
+                             % ", ".join(str(i) for i in unnamed))
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for v in all_params}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._handles = {}  # param or tuple(params) of a group -> (handle, ctx)
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hook_handles = []
+        self._groups = self._make_groups(groups, all_params)
+        self._group_ready = {}
+        if basics.size() > 1:
+            self._register_hooks()
+
+    @staticmethod
+    def _make_groups(groups, all_params):
+        """param -> tuple of its group's params (grouped_allreduce), or {} without groups."""
+        if groups is None or groups == 0:
+            return {}
+        trainable = [p for p in all_params if p.requires_grad]
+        if isinstance(groups, int):
+            n = max(1, min(groups, len(trainable)))
+            chunks = [tuple(trainable[i::n]) for i in range(n)]
+        else:
+            chunks = [tuple(g) for g in groups]
+        mapping = {}
+        for chunk in chunks:
+            for p in chunk:
+                mapping[p] = chunk
+        return mapping
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                self._requires_update.add(p)
+                if hasattr(p, "register_post_accumulate_grad_hook"):
+                    self._hook_handles.append(
+                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                else:  # torch < 2.1: the grad accumulator node
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    self._hook_handles.append(acc.register_hook(self._make_hook(p)))
+                    self._hook_handles.append(acc)  # keep the node alive
+
+    def _make_hook(self, p):
+        def hook(*_ignored):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times "
+                        "before call to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.")
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                group = self._groups.get(p)
+                if group is None:
+                    self._handles[p] = self._allreduce_grad_async(p)
+                else:
+                    ready = self._group_ready.setdefault(group, set())
+                    ready.add(p)
+                    if len(ready) == len(group):
+                        del self._group_ready[group]
+                        self._handles[group] = self._grouped_allreduce_async(group)
+            elif p not in self._handles:
+                self._handles[p] = (None, None)
+        return hook
+
+    def _scale_factors(self):
+        if self.op == Average:
+            # Split the average across pre/post scaling; the core still divides by size.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _prepare_grad(self, p):
+        if p.grad is None:  # a parameter unused this step: every rank must still submit it
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                raise UnsupportedError("sparse gradient of '%s': use sparse_as_dense=True"
+                                       % self._parameter_names.get(p))
+            p.grad = p.grad.to_dense()
+        return self._compression.compress(p.grad)
+
+    def _allreduce_grad_async(self, p):
+        compressed, ctx = self._prepare_grad(p)
+        pre, post = self._scale_factors()
+        handle = _ops.allreduce_async_(compressed, name=self._parameter_names.get(p), op=self.op,
+                                       prescale_factor=pre, postscale_factor=post,
+                                       process_set=self.process_set)
+        return handle, (compressed, ctx)
+
+    def _grouped_allreduce_async(self, group):
+        pairs = [self._prepare_grad(p) for p in group]
+        pre, post = self._scale_factors()
+        name = "grouped." + self._parameter_names.get(group[0])
+        handle = _ops.grouped_allreduce_async_([c for c, _ in pairs], name=name, op=self.op,
+                                               prescale_factor=pre, postscale_factor=post,
+                                               process_set=self.process_set)
+        return handle, pairs
+
+    def synchronize(self):
+        """Waits for every gradient allreduce; submits those backward did not produce."""
+        if self.process_set.process_set_id != 0 and not self.process_set.included():
+            self._synchronized = True
+            return
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for p in sorted(self._requires_update - done, key=lambda q: self._parameter_names[q]):
+            group = self._groups.get(p)
+            if group is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+            elif group not in self._handles:
+                self._handles[group] = self._grouped_allreduce_async(group)
+        self._group_ready.clear()
+        for key, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[key] = self._allreduce_grad_async(key)
+        for key, (handle, ctx) in self._handles.items():
+            output = _ops.synchronize(handle)
+            if isinstance(key, tuple):
+                for p, out, (_, cctx) in zip(key, output, ctx):
+                    self._allreduce_delay[p] = self.backward_passes_per_step
+                    self._apply(p, out, cctx)
+            else:
+                self._allreduce_delay[key] = self.backward_passes_per_step
+                self._apply(key, output, ctx[1])
+        self._handles.clear()
+        self._synchronized = True
+
+    def _apply(self, p, output, cctx):
+        grad = self._compression.decompress(output, cctx)
+        if grad.data_ptr() != p.grad.data_ptr():
+            p.grad.copy_(grad)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside this block does not synchronize (call synchronize() yourself)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without a loop of optimizer.synchronize() "
+                              "inside skip_synchronize context. Call optimizer.step() only "
+                              "once per synchronize().")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps `optimizer` so gradients are averaged (op) over the ranks before step().
+
+    named_parameters: model.named_parameters(), for readable and stable tensor names.
+    backward_passes_per_step: local accumulation steps before each allreduce.
+    gradient_predivide_factor: averaging split as 1/f before and f/size after the sum.
+    groups: an int (that many grouped allreduces) or lists of parameters to reduce together.
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == Adasum:
+        raise UnsupportedError("op=Adasum is not supported by Perseus; use op=Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of lists of "
+                         "torch.Tensor")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
