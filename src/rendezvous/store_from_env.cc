@@ -20,6 +20,9 @@
 #include "transport/tcp/iface.h"
 
 #ifdef PERSEUS_HAVE_MPI
+// The C API only: the C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
