@@ -1,18 +1,11 @@
 """broadcast_parameters, broadcast_object and allgather_object (Horovod's horovod.mxnet)."""
-import io
-import pickle
 import types
 
 import mxnet as mx
-import numpy as np
+from perseus.common import objects as _objects
 
 from . import _basics
-from .mpi_ops import allgather, broadcast_
-
-try:
-    import cloudpickle as _pickler
-except ImportError:  # plain pickle handles everything but lambdas and local classes
-    _pickler = pickle
+from .mpi_ops import broadcast_
 
 
 def broadcast_parameters(params, root_rank=0, prefix=None):
@@ -65,34 +58,12 @@ def _broadcast_after_init(param, root_rank, name):
     param._init_impl = types.MethodType(init_then_broadcast, param)
 
 
-def _to_bytes(obj):
-    buf = io.BytesIO()
-    _pickler.dump(obj, buf)
-    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
-
-
 def broadcast_object(obj, root_rank=0, name=None, process_set=_basics.global_process_set):
     """`obj` of `root_rank` (any picklable object), on every rank."""
-    name = "broadcast_object" if name is None else str(name)
-    payload = _to_bytes(obj) if _basics.rank() == root_rank else np.zeros(0, np.uint8)
-    size = mx.nd.array([payload.size], dtype="int64")
-    broadcast_(size, root_rank, name=name + ".size", process_set=process_set)
-    n = int(size.asscalar())
-    data = mx.nd.array(payload, dtype="uint8") if payload.size else mx.nd.zeros(n, dtype="uint8")
-    broadcast_(data, root_rank, name=name + ".data", process_set=process_set)
-    return pickle.loads(data.asnumpy().tobytes())
+    return _objects.broadcast_object(obj, root_rank=root_rank, name=name,
+                                     process_set=process_set)
 
 
 def allgather_object(obj, name=None, process_set=_basics.global_process_set):
     """The list of every rank's `obj`, in rank order."""
-    name = "allgather_object" if name is None else str(name)
-    payload = _to_bytes(obj)
-    sizes = allgather(mx.nd.array([payload.size], dtype="int64"), name=name + ".sizes",
-                      process_set=process_set).asnumpy()
-    data = allgather(mx.nd.array(payload, dtype="uint8"), name=name + ".data",
-                     process_set=process_set).asnumpy().tobytes()
-    out, offset = [], 0
-    for s in sizes:
-        out.append(pickle.loads(data[offset:offset + int(s)]))
-        offset += int(s)
-    return out
+    return _objects.allgather_object(obj, name=name, process_set=process_set)

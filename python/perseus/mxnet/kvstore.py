@@ -115,7 +115,8 @@ class PerseusKVStore(KVStore):
         """[(key, [NDArray...])] from one key or a list of keys."""
         if _is_list(key):
             if not _is_list(value) or len(value) != len(key):
-                raise ValueError("%s: %d keys need a list of %d values" % (what, len(key), len(key)))
+                raise ValueError("%s: %d keys need a list of %d values"
+                                 % (what, len(key), len(key)))
             return [(self._check_key(k), self._values(v, k, what)) for k, v in zip(key, value)]
         return [(self._check_key(key), self._values(value, key, what))]
 

@@ -10,10 +10,6 @@ Names: every rank must submit the same name for the same collective. Unnamed col
 ``<kind>.noname.<n>``, which matches across ranks only if every rank issues the same unnamed
 collectives in the same order (as in Horovod).
 """
-import itertools
-import threading
-import warnings
-
 import mxnet as mx
 import numpy as np
 
@@ -21,26 +17,13 @@ from . import _basics
 from ._basics import Average, Sum, Adasum, Min, Max, Product, global_process_set  # noqa: F401
 from .engine import bridge
 
-_counters_lock = threading.Lock()
-_counters = {}
 
-
-def _name(kind, name):
-    if name is not None:
-        return str(name)
-    with _counters_lock:
-        it = _counters.setdefault(kind, itertools.count())
-        return "%s.noname.%d" % (kind, next(it))
+def _name(kind, name, process_set=None):
+    return _basics.op_name(kind, name, _basics.process_set_id(process_set))
 
 
 def _reduce_op(average, op):
-    if average is not None:
-        if op is not None:
-            raise ValueError("The op parameter supersedes average; please provide only one")
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning)
-        op = Average if average else Sum
-    return Average if op is None else op
+    return _basics.resolve_op(op, average)
 
 
 def _core():
@@ -107,8 +90,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     _check_tensor(tensor, "allreduce")
     op = _reduce_op(average, op)
     output = mx.nd.zeros(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    _allreduce_async([tensor], [output], _name("allreduce", name), op, prescale_factor,
-                     postscale_factor, process_set, priority, grouped=False)
+    _allreduce_async([tensor], [output], _name("allreduce", name, process_set), op,
+                     prescale_factor, postscale_factor, process_set, priority, grouped=False)
     return output
 
 
@@ -117,8 +100,8 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     """In-place allreduce; returns `tensor`."""
     _check_tensor(tensor, "allreduce_")
     op = _reduce_op(average, op)
-    _allreduce_async([tensor], [tensor], _name("allreduce", name), op, prescale_factor,
-                     postscale_factor, process_set, priority, grouped=False)
+    _allreduce_async([tensor], [tensor], _name("allreduce", name, process_set), op,
+                     prescale_factor, postscale_factor, process_set, priority, grouped=False)
     return tensor
 
 
@@ -130,8 +113,9 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     op = _reduce_op(average, op)
     outputs = [mx.nd.zeros(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
     if tensors:
-        _allreduce_async(list(tensors), outputs, _name("grouped_allreduce", name), op,
-                         prescale_factor, postscale_factor, process_set, priority, grouped=True)
+        _allreduce_async(list(tensors), outputs,
+                         _name("grouped_allreduce", name, process_set), op, prescale_factor,
+                         postscale_factor, process_set, priority, grouped=True)
     return outputs
 
 
@@ -142,8 +126,9 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
         _check_tensor(t, "grouped_allreduce_")
     op = _reduce_op(average, op)
     if tensors:
-        _allreduce_async(list(tensors), list(tensors), _name("grouped_allreduce", name), op,
-                         prescale_factor, postscale_factor, process_set, priority, grouped=True)
+        _allreduce_async(list(tensors), list(tensors),
+                         _name("grouped_allreduce", name, process_set), op, prescale_factor,
+                         postscale_factor, process_set, priority, grouped=True)
     return tensors
 
 
@@ -160,14 +145,16 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     """`root_rank`'s tensor, into a new NDArray on every rank."""
     _check_tensor(tensor, "broadcast")
     output = mx.nd.zeros(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    _broadcast_async(tensor, output, root_rank, _name("broadcast", name), priority, process_set)
+    _broadcast_async(tensor, output, root_rank, _name("broadcast", name, process_set), priority,
+                     process_set)
     return output
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place broadcast from `root_rank`; returns `tensor`."""
     _check_tensor(tensor, "broadcast_")
-    _broadcast_async(tensor, tensor, root_rank, _name("broadcast", name), priority, process_set)
+    _broadcast_async(tensor, tensor, root_rank, _name("broadcast", name, process_set), priority,
+                     process_set)
     return tensor
 
 
@@ -194,7 +181,7 @@ def _wait(handle, what):
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenation along dim 0 of every rank's tensor (dim 0 may differ). Blocks."""
     _check_tensor(tensor, "allgather")
-    name = _name("allgather", name)
+    name = _name("allgather", name, process_set)
     h = _core().allgather(name, _capsule(tensor), _basics.process_set_id(process_set))
     _wait(h, "allgather %r" % name)
     return _to_ndarray(h, 0, tensor)
@@ -206,7 +193,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         _check_tensor(t, "grouped_allgather")
     if not tensors:
         return []
-    name = _name("grouped_allgather", name)
+    name = _name("grouped_allgather", name, process_set)
     h = _core().grouped_allgather(name, [_capsule(t) for t in tensors],
                                   _basics.process_set_id(process_set))
     _wait(h, "grouped_allgather %r" % name)
@@ -217,7 +204,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     """Sends splits[i] rows of dim 0 to rank i. Returns the output, or (output, received_splits)
     when `splits` is given. Blocks."""
     _check_tensor(tensor, "alltoall")
-    name = _name("alltoall", name)
+    name = _name("alltoall", name, process_set)
     split_list = None
     if splits is not None:
         if isinstance(splits, mx.nd.NDArray):
@@ -239,7 +226,7 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
         raise ValueError("reducescatter supports op=Average or op=Sum only")
     if len(tensor.shape) == 0:
         raise ValueError("reducescatter needs a tensor with at least one dimension")
-    name = _name("reducescatter", name)
+    name = _name("reducescatter", name, process_set)
     h = _core().reducescatter(name, _capsule(tensor), _basics.core_op(op), float(prescale_factor),
                               float(postscale_factor), _basics.process_set_id(process_set))
     _wait(h, "reducescatter %r" % name)
@@ -258,7 +245,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
             raise ValueError("grouped_reducescatter needs tensors with at least one dimension")
     if not tensors:
         return []
-    name = _name("grouped_reducescatter", name)
+    name = _name("grouped_reducescatter", name, process_set)
     h = _core().grouped_reducescatter(name, [_capsule(t) for t in tensors], _basics.core_op(op),
                                       float(prescale_factor), float(postscale_factor),
                                       _basics.process_set_id(process_set))

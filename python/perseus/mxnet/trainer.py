@@ -15,9 +15,7 @@ from .mpi_ops import Sum, allreduce_, grouped_allreduce_
 
 
 def _set_size(process_set):
-    if process_set is None or _basics.process_set_id(process_set) == 0:
-        return _basics.size()
-    return process_set.size()
+    return _basics.set_size(process_set)
 
 
 def _split(items, num_groups):
