@@ -14,6 +14,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Handle ids are unique in the process, across engines (the C API may re-initialise), so a
+// stale id never finds another engine's handle.
+std::shared_ptr<Handle> newHandle(const std::string& name) {
+  static std::atomic<int64_t> next_id{1};
+  return std::make_shared<Handle>(next_id.fetch_add(1), name);
+}
+
 std::string rankVector(const std::vector<int>& ranks) {
   std::vector<int64_t> v(ranks.begin(), ranks.end());
   return shapeString(v);
@@ -283,7 +290,7 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
             << "; wait for it or give this one another name"));
       }
       in_flight_.insert(key);
-      e->handle = handles_.create(e->request.name);
+      e->handle = newHandle(e->request.name);
       auto handle = e->handle;
       queue_.push_back(std::move(e));
       queue_nonempty_.store(true, std::memory_order_release);
@@ -291,7 +298,7 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
       return handle;
     }
   }
-  auto handle = handles_.create(e->request.name);
+  auto handle = newHandle(e->request.name);
   handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
                                           << "' was not run: " << stop_message));
   return handle;

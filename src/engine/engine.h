@@ -104,7 +104,6 @@ class Engine {
   void shutdown();
   bool running() const { return !stopped_.load(); }
 
-  HandleTable& handles() { return handles_; }
   const rendezvous::Topology& topology() const { return topology_; }
   const Params& params() const { return params_; }
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
@@ -138,7 +137,6 @@ class Engine {
   transport::Transport* const transport_;
   transport::ShmArena* const arena_;
   const Params params_;
-  HandleTable handles_;
   std::unique_ptr<Executor> cpu_executor_;
   std::unique_ptr<Timeline> timeline_;
 

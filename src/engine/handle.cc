@@ -67,12 +67,10 @@ void Handle::complete(StatusCode status, const std::string& message) {
   if (cb) cb(status, message);
 }
 
-std::shared_ptr<Handle> HandleTable::create(const std::string& name) {
+void HandleTable::insert(std::shared_ptr<Handle> handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t id = next_id_++;
-  auto h = std::make_shared<Handle>(id, name);
-  handles_.emplace(id, h);
-  return h;
+  int64_t id = handle->id();
+  handles_[id] = std::move(handle);
 }
 
 std::shared_ptr<Handle> HandleTable::find(int64_t id) const {

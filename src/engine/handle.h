@@ -82,17 +82,16 @@ class Handle {
   bool completing_ = false;
 };
 
-// Handles by id, for the C API. Ids are never reused within one table.
+// Handles by id, for the C API. Ids come from the engine and are never reused by it.
 class HandleTable {
  public:
-  std::shared_ptr<Handle> create(const std::string& name);
+  void insert(std::shared_ptr<Handle> handle);
   std::shared_ptr<Handle> find(int64_t id) const;  // nullptr if unknown or released
   bool release(int64_t id);
   size_t size() const;
 
  private:
   mutable std::mutex mu_;
-  int64_t next_id_ = 1;
   std::unordered_map<int64_t, std::shared_ptr<Handle>> handles_;
 };
 

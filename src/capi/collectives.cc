@@ -1,0 +1,194 @@
+// The collective entry points of the C API: validate the C arguments, convert them, submit.
+// Non-contiguous tensors are the framework layer's job; here a tensor is dense by contract.
+#include "capi/runtime.h"
+
+using namespace perseus;
+using perseus::capi::guarded;
+
+namespace {
+
+using engine::TensorArg;
+
+std::string checkName(const char* name, const char* call) {
+  if (name == nullptr || *name == '\0') {
+    throw InvalidArgumentError(std::string(call) + ": the name is NULL or empty; give every collective a name that is the same on every rank");
+  }
+  return name;
+}
+
+TensorArg toArg(const perseus_tensor* t, const std::string& name, const char* what) {
+  if (t == nullptr) throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " is NULL"));
+  if (!isValidDataType(t->dtype)) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has dtype " << t->dtype
+                                           << ", which is not a perseus_dtype"));
+  }
+  if (t->ndim < 0 || t->ndim > PERSEUS_MAX_NDIM) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim
+                                           << "; allowed 0.." << PERSEUS_MAX_NDIM));
+  }
+  if (t->ndim > 0 && t->shape == nullptr) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim << " but a NULL shape"));
+  }
+#ifndef PERSEUS_HAVE_CUDA
+  if (t->device != PERSEUS_DEVICE_CPU) {
+    throw UnsupportedError(PERSEUS_STR("'" << name << "': " << what << " is on CUDA device " << t->device
+                                       << ", but this libperseus was built without CUDA; move the "
+                                          "tensor to the CPU or install a CUDA build"));
+  }
+#endif
+  TensorArg a;
+  a.data = t->data;
+  a.dtype = static_cast<DataType>(t->dtype);
+  a.shape.assign(t->shape, t->shape + t->ndim);
+  a.device = t->device;
+  return a;
+}
+
+void* toOutput(const perseus_tensor* out, const TensorArg& in, const std::string& name) {
+  TensorArg o = toArg(out, name, "output");
+  if (o.dtype != in.dtype || o.shape != in.shape) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': the output (" << dataTypeName(o.dtype) << " "
+                                           << engine::shapeString(o.shape) << ") must match the input ("
+                                           << dataTypeName(in.dtype) << " " << engine::shapeString(in.shape) << ")"));
+  }
+  if (o.device != in.device) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': input and output are on different devices"));
+  }
+  return out->data;
+}
+
+ReduceOp toOp(int32_t op, const std::string& name) {
+  if (!isValidReduceOp(op)) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': reduce op " << op << " is not a perseus_reduce_op"));
+  }
+  return static_cast<ReduceOp>(op);
+}
+
+void checkCount(int32_t count, const void* p, const std::string& name) {
+  if (count < 1 || p == nullptr) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': grouped call with count " << count
+                                           << " and " << (p ? "" : "NULL ") << "tensors; give >= 1 tensor"));
+  }
+}
+
+void checkHandle(perseus_handle* handle) {
+  if (handle == nullptr) throw InvalidArgumentError("the handle pointer is NULL");
+}
+
+}  // namespace
+
+extern "C" {
+
+perseus_status perseus_allreduce(const char* name, const perseus_tensor* input,
+                                 const perseus_tensor* output, int32_t op, double prescale,
+                                 double postscale, int32_t process_set, perseus_handle* handle) {
+  return perseus_grouped_allreduce(name, 1, input, output, op, prescale, postscale, process_set, handle);
+}
+
+perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
+                                         const perseus_tensor* inputs,
+                                         const perseus_tensor* outputs, int32_t op,
+                                         double prescale, double postscale, int32_t process_set,
+                                         perseus_handle* handle) {
+  return guarded([&] {
+    std::string n = checkName(name, "perseus_allreduce");
+    checkHandle(handle);
+    checkCount(count, inputs, n);
+    if (outputs == nullptr) throw InvalidArgumentError("'" + n + "': outputs are NULL (pass the inputs for in place)");
+    auto e = capi::requireEngine();
+    std::vector<TensorArg> in;
+    std::vector<void*> out;
+    for (int32_t i = 0; i < count; ++i) {
+      in.push_back(toArg(&inputs[i], n, "input"));
+      out.push_back(toOutput(&outputs[i], in.back(), n));
+    }
+    *handle = capi::publish(e->allreduce(n, in, out, toOp(op, n), prescale, postscale, process_set));
+  });
+}
+
+perseus_status perseus_allgather(const char* name, const perseus_tensor* input,
+                                 int32_t process_set, perseus_handle* handle) {
+  return perseus_grouped_allgather(name, 1, input, process_set, handle);
+}
+
+perseus_status perseus_grouped_allgather(const char* name, int32_t count,
+                                         const perseus_tensor* inputs, int32_t process_set,
+                                         perseus_handle* handle) {
+  return guarded([&] {
+    std::string n = checkName(name, "perseus_allgather");
+    checkHandle(handle);
+    checkCount(count, inputs, n);
+    auto e = capi::requireEngine();
+    std::vector<TensorArg> in;
+    for (int32_t i = 0; i < count; ++i) in.push_back(toArg(&inputs[i], n, "input"));
+    *handle = capi::publish(e->allgather(n, in, process_set));
+  });
+}
+
+perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
+                                 const perseus_tensor* output, int32_t root_rank,
+                                 int32_t process_set, perseus_handle* handle) {
+  return guarded([&] {
+    std::string n = checkName(name, "perseus_broadcast");
+    checkHandle(handle);
+    auto e = capi::requireEngine();
+    TensorArg in = toArg(input, n, "input");
+    void* out = toOutput(output, in, n);
+    *handle = capi::publish(e->broadcast(n, in, out, root_rank, process_set));
+  });
+}
+
+perseus_status perseus_alltoall(const char* name, const perseus_tensor* input,
+                                const int64_t* splits, int32_t num_splits, int32_t process_set,
+                                perseus_handle* handle) {
+  return guarded([&] {
+    std::string n = checkName(name, "perseus_alltoall");
+    checkHandle(handle);
+    if (num_splits < 0 || (num_splits > 0 && splits == nullptr)) {
+      throw InvalidArgumentError(PERSEUS_STR("'" << n << "': num_splits " << num_splits << " with "
+                                             << (splits ? "" : "NULL ") << "splits"));
+    }
+    auto e = capi::requireEngine();
+    TensorArg in = toArg(input, n, "input");
+    std::vector<int64_t> s;
+    if (num_splits > 0) s.assign(splits, splits + num_splits);
+    *handle = capi::publish(e->alltoall(n, in, s, process_set));
+  });
+}
+
+perseus_status perseus_reducescatter(const char* name, const perseus_tensor* input, int32_t op,
+                                     double prescale, double postscale, int32_t process_set,
+                                     perseus_handle* handle) {
+  return perseus_grouped_reducescatter(name, 1, input, op, prescale, postscale, process_set, handle);
+}
+
+perseus_status perseus_grouped_reducescatter(const char* name, int32_t count,
+                                             const perseus_tensor* inputs, int32_t op,
+                                             double prescale, double postscale,
+                                             int32_t process_set, perseus_handle* handle) {
+  return guarded([&] {
+    std::string n = checkName(name, "perseus_reducescatter");
+    checkHandle(handle);
+    checkCount(count, inputs, n);
+    auto e = capi::requireEngine();
+    std::vector<TensorArg> in;
+    for (int32_t i = 0; i < count; ++i) in.push_back(toArg(&inputs[i], n, "input"));
+    *handle = capi::publish(e->reducescatter(n, in, toOp(op, n), prescale, postscale, process_set));
+  });
+}
+
+perseus_status perseus_barrier(int32_t process_set, perseus_handle* handle) {
+  return guarded([&] {
+    checkHandle(handle);
+    *handle = capi::publish(capi::requireEngine()->barrier(process_set));
+  });
+}
+
+perseus_status perseus_join(perseus_handle* handle) {
+  return guarded([&] {
+    checkHandle(handle);
+    *handle = capi::publish(capi::requireEngine()->join());
+  });
+}
+
+}  // extern "C"

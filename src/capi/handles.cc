@@ -1,0 +1,168 @@
+// Handle queries and process sets in the C API.
+#include "capi/runtime.h"
+
+using namespace perseus;
+using perseus::capi::findHandle;
+using perseus::capi::guarded;
+
+namespace {
+
+// Completed successfully, or throws the operation's error (so getters report it).
+std::shared_ptr<engine::Handle> completedOk(perseus_handle id, const char* call) {
+  auto h = findHandle(id);
+  if (!h->done()) {
+    throw Error(StatusCode::kInProgress, PERSEUS_STR(call << ": '" << h->name() << "' has not completed; wait for it first"));
+  }
+  if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
+  return h;
+}
+
+std::shared_ptr<engine::Handle> waitOk(const std::shared_ptr<engine::Handle>& h, double spin_us) {
+  h->wait(-1, static_cast<int64_t>(spin_us));
+  if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
+  return h;
+}
+
+}  // namespace
+
+extern "C" {
+
+perseus_status perseus_poll(perseus_handle handle, int* done) {
+  return guarded([&] {
+    if (done == nullptr) throw InvalidArgumentError("perseus_poll: done is NULL");
+    *done = findHandle(handle)->done() ? 1 : 0;
+  });
+}
+
+perseus_status perseus_wait(perseus_handle handle, double timeout_s) {
+  return guarded([&] {
+    auto h = findHandle(handle);
+    int64_t spin = 0;
+    {
+      auto& rt = capi::runtime();
+      std::lock_guard<std::mutex> lock(rt.mu);
+      if (rt.engine) spin = rt.engine->params().spin_us;
+    }
+    if (!h->wait(timeout_s, spin)) {
+      throw Error(StatusCode::kInProgress,
+                  PERSEUS_STR("'" << h->name() << "' did not complete within " << timeout_s << " s"));
+    }
+    if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
+  });
+}
+
+perseus_status perseus_set_callback(perseus_handle handle, perseus_callback cb, void* user_data) {
+  return guarded([&] {
+    if (cb == nullptr) throw InvalidArgumentError("perseus_set_callback: cb is NULL");
+    auto h = findHandle(handle);
+    h->setCallback([cb, user_data, handle](StatusCode code, const std::string&) {
+      cb(handle, static_cast<perseus_status>(code), user_data);
+    });
+  });
+}
+
+perseus_status perseus_handle_num_outputs(perseus_handle handle, int32_t* count) {
+  return guarded([&] {
+    if (count == nullptr) throw InvalidArgumentError("perseus_handle_num_outputs: count is NULL");
+    *count = static_cast<int32_t>(completedOk(handle, "perseus_handle_num_outputs")->outputs().size());
+  });
+}
+
+perseus_status perseus_handle_output(perseus_handle handle, int32_t index, perseus_tensor* out) {
+  return guarded([&] {
+    if (out == nullptr) throw InvalidArgumentError("perseus_handle_output: out is NULL");
+    auto h = completedOk(handle, "perseus_handle_output");
+    const auto& outs = h->outputs();
+    if (index < 0 || index >= static_cast<int32_t>(outs.size())) {
+      throw InvalidArgumentError(PERSEUS_STR("perseus_handle_output: '" << h->name() << "' has "
+                                             << outs.size() << " library-owned outputs, not index " << index));
+    }
+    const engine::OwnedTensor& t = outs[index];
+    out->data = t.data.get();
+    out->dtype = static_cast<int32_t>(t.dtype);
+    out->ndim = static_cast<int32_t>(t.shape.size());
+    out->shape = t.shape.data();
+    out->device = PERSEUS_DEVICE_CPU;
+    out->cuda_stream = nullptr;
+  });
+}
+
+perseus_status perseus_handle_received_splits(perseus_handle handle, const int64_t** splits,
+                                              int32_t* count) {
+  return guarded([&] {
+    if (splits == nullptr || count == nullptr) throw InvalidArgumentError("perseus_handle_received_splits: NULL argument");
+    auto h = completedOk(handle, "perseus_handle_received_splits");
+    *splits = h->receivedSplits().data();
+    *count = static_cast<int32_t>(h->receivedSplits().size());
+  });
+}
+
+perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
+  return guarded([&] {
+    if (rank == nullptr) throw InvalidArgumentError("perseus_handle_join_rank: rank is NULL");
+    *rank = completedOk(handle, "perseus_handle_join_rank")->intResult();
+  });
+}
+
+perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stream) {
+  return guarded([&] {
+    auto h = findHandle(handle);
+    // CPU operations have nothing on a stream: once done, there is nothing to wait for.
+    if (h->done()) {
+      if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
+      return;
+    }
+    throw UnsupportedError(PERSEUS_STR("perseus_handle_cuda_stream_wait: '" << h->name()
+                                       << "' is a CPU operation still in flight; use perseus_wait"));
+  });
+}
+
+perseus_status perseus_release(perseus_handle handle) {
+  return guarded([&] {
+    if (!capi::runtime().handles.release(handle)) {
+      throw InvalidArgumentError(PERSEUS_STR("perseus_release: handle " << handle << " is unknown or already released"));
+    }
+  });
+}
+
+perseus_status perseus_add_process_set(const int32_t* ranks, int32_t count, int32_t* id) {
+  return guarded([&] {
+    if (ranks == nullptr || count < 1 || id == nullptr) {
+      throw InvalidArgumentError("perseus_add_process_set: give a non-empty rank list and an id pointer");
+    }
+    auto e = capi::requireEngine();
+    auto h = e->addProcessSet(std::vector<int>(ranks, ranks + count));
+    *id = waitOk(h, e->params().spin_us)->intResult();
+  });
+}
+
+perseus_status perseus_remove_process_set(int32_t id) {
+  return guarded([&] {
+    auto e = capi::requireEngine();
+    waitOk(e->removeProcessSet(id), e->params().spin_us);
+  });
+}
+
+perseus_status perseus_process_set_info(int32_t id, int32_t* rank_in_set, int32_t* size) {
+  return guarded([&] {
+    auto info = capi::requireEngine()->processSet(id);
+    if (!info) throw InvalidArgumentError(PERSEUS_STR("process set " << id << " does not exist"));
+    if (rank_in_set) *rank_in_set = info->rank;
+    if (size) *size = static_cast<int32_t>(info->members.size());
+  });
+}
+
+perseus_status perseus_process_set_ranks(int32_t id, int32_t* ranks, int32_t capacity,
+                                         int32_t* count) {
+  return guarded([&] {
+    auto info = capi::requireEngine()->processSet(id);
+    if (!info) throw InvalidArgumentError(PERSEUS_STR("process set " << id << " does not exist"));
+    if (capacity > 0 && ranks == nullptr) throw InvalidArgumentError("perseus_process_set_ranks: ranks is NULL");
+    for (int32_t i = 0; i < capacity && i < static_cast<int32_t>(info->members.size()); ++i) {
+      ranks[i] = info->members[i];
+    }
+    if (count) *count = static_cast<int32_t>(info->members.size());
+  });
+}
+
+}  // extern "C"

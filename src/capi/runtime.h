@@ -1,0 +1,50 @@
+// The C API's process-wide state: the default World and Engine (the only global engine, at
+// the edge as STYLE.md asks), the handle table, and the thread-local last error.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/handle.h"
+#include "perseus/c_api.h"
+#include "rendezvous/world.h"
+
+namespace perseus::capi {
+
+struct Runtime {
+  std::mutex mu;  // guards world/engine replacement (init, shutdown)
+  std::unique_ptr<rendezvous::World> world;
+  std::shared_ptr<engine::Engine> engine;
+  bool shut_down = false;
+  engine::HandleTable handles;
+};
+
+Runtime& runtime();
+
+// The running engine; throws NotInitializedError or ShutDownError with what to do.
+std::shared_ptr<engine::Engine> requireEngine();
+
+void setLastError(const std::string& message);
+
+// Runs `body`, turning exceptions into a status and the thread's last error.
+template <typename F>
+perseus_status guarded(F&& body) {
+  try {
+    body();
+    return PERSEUS_OK;
+  } catch (const Error& e) {
+    setLastError(e.what());
+    return static_cast<perseus_status>(e.code());
+  } catch (const std::exception& e) {
+    setLastError(std::string("Perseus internal error: ") + e.what());
+    return PERSEUS_ERR_INTERNAL;
+  }
+}
+
+// Registers the handle for C callers and returns its id.
+perseus_handle publish(const std::shared_ptr<engine::Handle>& handle);
+std::shared_ptr<engine::Handle> findHandle(perseus_handle id);  // throws InvalidArgumentError
+
+}  // namespace perseus::capi

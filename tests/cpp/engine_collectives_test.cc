@@ -1,0 +1,186 @@
+// Every collective through real engines: ranks as threads, each with its own Engine over a
+// shared-memory transport.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "support/engine_ranks.h"
+
+namespace perseus::engine {
+namespace {
+
+using testing::EngineRanks;
+using testing::engineTestParams;
+
+constexpr double kWait = 20.0;
+
+void expectOk(const std::shared_ptr<Handle>& h) {
+  ASSERT_TRUE(h->wait(kWait)) << "handle '" << h->name() << "' did not complete";
+  ASSERT_EQ(h->status(), StatusCode::kOk) << h->message();
+}
+
+TensorArg arg(const void* data, std::vector<int64_t> shape, DataType t = DataType::kFloat32) {
+  return TensorArg{data, t, std::move(shape), -1};
+}
+
+class EngineCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineCollectives, AllreduceSumAverageScalesAndInPlace) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 3; ++iter) {  // later iterations hit the response cache
+      std::vector<float> in(37), out(37);
+      for (int i = 0; i < 37; ++i) in[i] = float(r + i);
+      expectOk(e.allreduce("sum", {arg(in.data(), {37})}, {out.data()}, ReduceOp::kSum));
+      float base = float(n * (n - 1)) / 2;
+      for (int i = 0; i < 37; ++i) ASSERT_FLOAT_EQ(out[i], base + n * i);
+      expectOk(e.allreduce("avg", {arg(in.data(), {37})}, {in.data()}, ReduceOp::kAverage, 2.0, 0.5));
+      for (int i = 0; i < 37; ++i) ASSERT_FLOAT_EQ(in[i], (base + n * i) / n);
+      int64_t x = r + 1, y = 0;
+      expectOk(e.allreduce("max", {arg(&x, {}, DataType::kInt64)}, {&y}, ReduceOp::kMax));
+      ASSERT_EQ(y, n);
+    }
+  });
+}
+
+TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 2; ++iter) {
+      std::vector<std::vector<double>> bufs(20);
+      std::vector<std::shared_ptr<Handle>> hs;
+      for (int t = 0; t < 20; ++t) {
+        bufs[t].assign(t + 1, r + t);
+        hs.push_back(e.allreduce("t" + std::to_string(t), {arg(bufs[t].data(), {t + 1}, DataType::kFloat64)},
+                                 {bufs[t].data()}, ReduceOp::kSum));
+      }
+      for (auto& h : hs) expectOk(h);
+      for (int t = 0; t < 20; ++t) {
+        for (double v : bufs[t]) ASSERT_DOUBLE_EQ(v, n * (n - 1) / 2.0 + n * t);
+      }
+      std::vector<float> a(5, 1.0f), b(3, 2.0f);
+      std::vector<int32_t> c(2, r);
+      expectOk(e.allreduce("group", {arg(a.data(), {5}), arg(b.data(), {3}), arg(c.data(), {2}, DataType::kInt32)},
+                           {a.data(), b.data(), c.data()}, ReduceOp::kSum));
+      ASSERT_FLOAT_EQ(a[4], float(n));
+      ASSERT_FLOAT_EQ(b[0], 2.0f * n);
+      ASSERT_EQ(c[1], n * (n - 1) / 2);
+    }
+  });
+}
+
+TEST_P(EngineCollectives, AllgatherWithDifferentFirstDims) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 2; ++iter) {
+      std::vector<int32_t> in((r + 1) * 2, r);
+      std::vector<float> other(3, float(r));
+      auto h = e.allgather("ag", {arg(in.data(), {r + 1, 2}, DataType::kInt32), arg(other.data(), {1, 3})});
+      expectOk(h);
+      const auto& outs = h->outputs();
+      ASSERT_EQ(outs.size(), 2u);
+      int64_t rows = n * (n + 1) / 2;
+      ASSERT_EQ(outs[0].shape, (std::vector<int64_t>{rows, 2}));
+      auto* p = reinterpret_cast<const int32_t*>(outs[0].data.get());
+      int k = 0;
+      for (int q = 0; q < n; ++q) {
+        for (int i = 0; i < (q + 1) * 2; ++i) ASSERT_EQ(p[k++], q);
+      }
+      ASSERT_EQ(outs[1].shape, (std::vector<int64_t>{n, 3}));
+      auto* f = reinterpret_cast<const float*>(outs[1].data.get());
+      for (int q = 0; q < n; ++q) ASSERT_FLOAT_EQ(f[q * 3 + 2], float(q));
+    }
+  });
+}
+
+TEST_P(EngineCollectives, BroadcastFromEveryRoot) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int root = 0; root < n; ++root) {
+      std::vector<int64_t> in(10, r == root ? 42 + root : -1), out(10, 0);
+      std::vector<int64_t> small(2, r == root ? 7 : 0);
+      auto h1 = e.broadcast("b" + std::to_string(root), arg(in.data(), {10}, DataType::kInt64), out.data(), root);
+      auto h2 = e.broadcast("s" + std::to_string(root), arg(small.data(), {2}, DataType::kInt64), small.data(), root);
+      expectOk(h1);
+      expectOk(h2);
+      for (int64_t v : out) ASSERT_EQ(v, 42 + root);
+      ASSERT_EQ(small[1], 7);
+    }
+  });
+}
+
+TEST_P(EngineCollectives, AlltoallEvenAndWithSplits) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> in(n * 2);
+    for (int i = 0; i < n * 2; ++i) in[i] = float(r * 100 + i);
+    auto h = e.alltoall("even", arg(in.data(), {n * 2}), {});
+    expectOk(h);
+    const float* out = reinterpret_cast<const float*>(h->outputs()[0].data.get());
+    for (int q = 0; q < n; ++q) {
+      ASSERT_FLOAT_EQ(out[q * 2], float(q * 100 + r * 2));
+    }
+    // Rank r sends q+1 rows to rank q.
+    std::vector<int64_t> splits(n);
+    for (int q = 0; q < n; ++q) splits[q] = q + 1;
+    int64_t rows = n * (n + 1) / 2;
+    std::vector<int32_t> data(rows * 3, r);
+    auto h2 = e.alltoall("splits", arg(data.data(), {rows, 3}, DataType::kInt32), splits);
+    expectOk(h2);
+    ASSERT_EQ(h2->outputs()[0].shape, (std::vector<int64_t>{int64_t(n) * (r + 1), 3}));
+    ASSERT_EQ(h2->receivedSplits(), std::vector<int64_t>(n, r + 1));
+  });
+}
+
+TEST_P(EngineCollectives, ReducescatterUnevenAndFused) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 2; ++iter) {
+      const int64_t rows = 2 * n + 1;  // the first rank gets one more row
+      std::vector<float> a(rows * 2), b(n * 3, 1.0f);
+      for (int64_t i = 0; i < rows * 2; ++i) a[i] = float(i);
+      auto h = e.reducescatter("rs", {arg(a.data(), {rows, 2}), arg(b.data(), {n, 3})}, ReduceOp::kAverage, 1.0, 3.0);
+      expectOk(h);
+      const auto& outs = h->outputs();
+      int64_t mine = rows / n + (r < rows % n ? 1 : 0);
+      ASSERT_EQ(outs[0].shape, (std::vector<int64_t>{mine, 2}));
+      int64_t first = 0;
+      for (int q = 0; q < r; ++q) first += rows / n + (q < rows % n ? 1 : 0);
+      const float* p = reinterpret_cast<const float*>(outs[0].data.get());
+      for (int64_t i = 0; i < mine * 2; ++i) ASSERT_FLOAT_EQ(p[i], 3.0f * float(first * 2 + i));
+      const float* pb = reinterpret_cast<const float*>(outs[1].data.get());
+      ASSERT_EQ(outs[1].shape, (std::vector<int64_t>{1, 3}));
+      ASSERT_FLOAT_EQ(pb[2], 3.0f);
+    }
+  });
+}
+
+TEST_P(EngineCollectives, BarrierAndDifferentSubmissionOrders) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<std::vector<float>> bufs(8, std::vector<float>(4, 1.0f));
+    std::vector<int> order(8);
+    std::iota(order.begin(), order.end(), 0);
+    if (r % 2 == 1) std::reverse(order.begin(), order.end());
+    std::vector<std::shared_ptr<Handle>> hs(8);
+    for (int t : order) {
+      hs[t] = e.allreduce("o" + std::to_string(t), {arg(bufs[t].data(), {4})}, {bufs[t].data()}, ReduceOp::kSum);
+    }
+    for (auto& h : hs) expectOk(h);
+    for (auto& b : bufs) ASSERT_FLOAT_EQ(b[3], float(n));
+    expectOk(e.barrier());
+    expectOk(e.barrier());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineCollectives, ::testing::Values(1, 2, 3, 4));
+
+}  // namespace
+}  // namespace perseus::engine
