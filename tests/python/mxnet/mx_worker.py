@@ -274,17 +274,26 @@ def _net(seed=1):
 
 
 def _train(net, trainer, x, y, steps, per_rank, rank, step_batch):
+    """`steps` SGD steps; step s uses global rows [s*per_rank*size, (s+1)*per_rank*size), of
+    which this rank takes its slice (rank None: the whole global batch)."""
+    n = hvd.size()
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
     for s in range(steps):
-        lo = s * per_rank * (1 if rank is None else hvd.size())
-        sl = slice(lo, lo + per_rank * (hvd.size() if rank is None else 1))
-        if rank is not None:
-            sl = slice(lo + rank * per_rank, lo + (rank + 1) * per_rank)
+        lo = s * per_rank * n
+        sl = (slice(lo, lo + per_rank * n) if rank is None
+              else slice(lo + rank * per_rank, lo + (rank + 1) * per_rank))
         with mx.autograd.record():
             loss = loss_fn(net(mx.nd.array(x[sl])), mx.nd.array(y[sl]))
         loss.backward()
         trainer.step(step_batch)
     return {k: v.data().asnumpy() for k, v in net.collect_params().items()}
+
+
+def _same_everywhere(params, tag):
+    n = hvd.size()
+    for p in params.values():
+        w = hvd.allgather(p.data().reshape((1, -1)), name="%s.%s" % (tag, p.name)).asnumpy()
+        assert all(np.allclose(w[0], w[k]) for k in range(n)), p.name
 
 
 def scenario_gluon():
@@ -301,13 +310,8 @@ def scenario_gluon():
     # DistributedTrainer: per-rank batch in step(); averaging is in the trainer
     net = _net(seed=100 + r)  # different start on every rank: broadcast_parameters fixes it
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
-    mx.random.seed(1)
-    ref_start = _net()
-    for (k, p), (_, q) in zip(sorted(net.collect_params().items()),
-                              sorted(ref_start.collect_params().items())):
-        if r == 0:
-            CHECK(p.data().asnumpy(), q.data().asnumpy())
-    # start from the reference's initial weights on every rank
+    _same_everywhere(net.collect_params(), "bcast")
+    ref_start = _net()  # then start from the reference's initial weights on every rank
     for (k, p), (_, q) in zip(sorted(net.collect_params().items()),
                               sorted(ref_start.collect_params().items())):
         p.set_data(q.data())
@@ -336,10 +340,8 @@ def scenario_gluon():
                                   prefix="D", num_groups=1)
     _train(g_net, g_tr, x, y, 2, per, r, per)
     _train(d_net, d_tr, x, y, 2, per, r, per)
-    for net_ in (g_net, d_net):
-        for p in net_.collect_params().values():
-            w = hvd.allgather(p.data().reshape((1, -1)), name="same." + p.name).asnumpy()
-            assert all(np.allclose(w[0], w[k]) for k in range(n)), p.name
+    for net_, tag in ((g_net, "G"), (d_net, "D")):
+        _same_everywhere(net_.collect_params(), tag)
 
     # DistributedOptimizer with a plain Trainer(kvstore=None)
     net3 = _net()
