@@ -41,15 +41,49 @@ class Communicator {
   int groupId() const { return group_id_; }
   transport::Transport* transport() const { return transport_; }
 
+  // --- Hosts (for hierarchical algorithms) -------------------------------------------------
+  // Host index of every member, in set-rank order (equal index = same host). Optional: without
+  // it the communicator is treated as one flat group. Call before the first collective, with
+  // the same vector on every member (e.g. from rendezvous::Topology::hostnames).
+  void setHosts(std::vector<int> host_of_member);
+  const std::vector<int>& hosts() const { return hosts_; }
+  int numHosts() const { return num_hosts_; }
+  // True when every host has the same number of members.
+  bool hostsEven() const { return hosts_even_; }
+  // Sub-communicators, made on first use and kept (every member must first use them in the
+  // same collective): this rank's host (it uses the arena, under this communicator's group id,
+  // which the parent never uses since it spans hosts), and the members with this rank's
+  // position within its host on every host (valid when hostsEven()).
+  Communicator& hostComm();
+  Communicator& crossComm();
+
+  // --- Scratch memory -----------------------------------------------------------------------
+  // Buffer `index` (0 .. kScratchBuffers-1) of at least `bytes`, 64-byte aligned. It only
+  // grows, so steady-state collectives neither allocate nor page-fault. Valid until the next
+  // scratch() call with the same index that grows it.
+  static constexpr int kScratchBuffers = 3;
+  void* scratch(int index, size_t bytes);
+
  private:
   transport::Transport* transport_;
   transport::ShmArena* arena_ = nullptr;
+  transport::ShmArena* host_arena_ = nullptr;  // as given, for hostComm()
   std::vector<int> members_;
   std::vector<int> arena_ranks_;
   std::vector<int> arena_members_sorted_;
   int rank_ = -1;
   int group_id_;
   Params params_;
+  std::vector<int> hosts_;
+  int num_hosts_ = 1;
+  bool hosts_even_ = true;
+  std::unique_ptr<Communicator> host_comm_;
+  std::unique_ptr<Communicator> cross_comm_;
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, FreeDeleter> scratch_[kScratchBuffers];
+  size_t scratch_bytes_[kScratchBuffers] = {};
 };
 
 }  // namespace perseus::collectives

@@ -1,0 +1,49 @@
+// Broadcast through the shared-memory arena: the root copies segment k into its slot half
+// k % 2; after a barrier the others copy it out while the root fills the other half
+// (Note [Arena slot discipline], arena_view.h). n segments, n + 1 barriers.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/arena_view.h"
+#include "collectives/cost_model.h"
+#include "collectives/detail.h"
+#include "collectives/registry.h"
+
+namespace perseus::collectives {
+namespace {
+
+bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
+
+double estimate(const Communicator& comm, const CollectiveArgs& args) {
+  size_t half = comm.arena()->slotBytes() / 2;
+  double segments = static_cast<double>((args.bytes + half - 1) / half);
+  return (segments + 1) * cost::kBarrierUs + 2.0 * args.bytes * cost::kArenaUsPerByte;
+}
+
+void run(Communicator& comm, const CollectiveArgs& args) {
+  detail::ArenaView view(comm);
+  const bool root = comm.rank() == args.root;
+  const size_t seg = view.halfBytes();
+  const size_t nseg = (args.bytes + seg - 1) / seg;
+  auto* data = detail::bytePtr(args.out);
+  auto len = [&](size_t k) { return std::min(seg, args.bytes - k * seg); };
+  if (root) std::memcpy(view.half(comm.rank(), 0), data, len(0));
+  view.barrier();
+  for (size_t k = 0; k < nseg; ++k) {
+    if (!root) {
+      std::memcpy(data + k * seg, view.half(args.root, k % 2), len(k));
+    } else if (k + 1 < nseg) {
+      std::memcpy(view.half(comm.rank(), (k + 1) % 2), data + (k + 1) * seg, len(k + 1));
+    }
+    view.barrier();
+  }
+}
+
+}  // namespace
+
+extern const Algorithm kBroadcastShm = {
+    "shm", Collective::kBroadcast,
+    "through the root's shared-memory slot, double-buffered; needs every member on this host",
+    supports, estimate, run};
+
+}  // namespace perseus::collectives

@@ -1,0 +1,165 @@
+// Entry points: validate, handle the trivial cases every algorithm would repeat (one rank,
+// nothing to move), then let the registry pick.
+#include "collectives/collectives.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "collectives/detail.h"
+#include "collectives/registry.h"
+#include "common/status.h"
+
+namespace perseus::collectives {
+namespace {
+
+void checkSizes(const Communicator& comm, const std::vector<size_t>& v, const char* what,
+                const char* call) {
+  if (v.size() != static_cast<size_t>(comm.size())) {
+    throw InvalidArgumentError(PERSEUS_STR(call << ": " << what << " has " << v.size()
+                                           << " entries but the communicator has " << comm.size()
+                                           << " ranks; pass one entry per rank"));
+  }
+}
+
+void checkRoot(const Communicator& comm, int root, const char* call) {
+  if (root < 0 || root >= comm.size()) {
+    throw InvalidArgumentError(PERSEUS_STR(call << ": root " << root << " is not a rank of this "
+                                           << comm.size() << "-rank communicator"));
+  }
+}
+
+size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
+
+}  // namespace
+
+namespace detail {
+
+void run(Communicator& comm, const CollectiveArgs& args) {
+  if (comm.size() == 1) {
+    switch (args.kind) {
+      case Collective::kAllreduce:
+      case Collective::kAllgatherv:
+      case Collective::kAlltoallv:
+      case Collective::kReducescatterv:
+      case Collective::kGatherv:
+        if (args.out != args.in && args.totalBytes() > 0) {
+          std::memmove(args.out, args.in, args.totalBytes());
+        }
+        return;
+      case Collective::kBroadcast:
+      case Collective::kBarrier:
+        return;
+    }
+  }
+  if (args.kind != Collective::kBarrier && args.totalBytes() == 0) return;
+  selectAlgorithm(comm, args, std::string()).run(comm, args);
+}
+
+}  // namespace detail
+
+void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
+               ReduceOp op) {
+  if (op == ReduceOp::kAverage) {
+    throw InvalidArgumentError(
+        "allreduce: Average must be turned into Sum plus a postscale before the collective");
+  }
+  CollectiveArgs args;
+  args.kind = Collective::kAllreduce;
+  args.in = in;
+  args.out = out;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  if (comm.size() == 1 || count == 0) return detail::run(comm, args);
+  runCollective(comm, args);
+}
+
+void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes) {
+  checkSizes(comm, bytes, "bytes", "allgatherv");
+  CollectiveArgs args;
+  args.kind = Collective::kAllgatherv;
+  args.in = in;
+  args.out = out;
+  args.sizes = &bytes;
+  if (comm.size() == 1) {
+    if (out != in && bytes[0] > 0) std::memmove(out, in, bytes[0]);
+    return;
+  }
+  detail::run(comm, args);
+}
+
+void broadcast(Communicator& comm, void* data, size_t bytes, int root) {
+  checkRoot(comm, root, "broadcast");
+  CollectiveArgs args;
+  args.kind = Collective::kBroadcast;
+  args.in = data;
+  args.out = data;
+  args.bytes = bytes;
+  args.root = root;
+  detail::run(comm, args);
+}
+
+void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes,
+               void* out, const std::vector<size_t>& recv_bytes) {
+  checkSizes(comm, send_bytes, "send_bytes", "alltoallv");
+  checkSizes(comm, recv_bytes, "recv_bytes", "alltoallv");
+  CollectiveArgs args;
+  args.kind = Collective::kAlltoallv;
+  args.in = in;
+  args.out = out;
+  args.sizes = &send_bytes;
+  args.recv_sizes = &recv_bytes;
+  if (comm.size() == 1) {
+    if (send_bytes[0] != recv_bytes[0]) {
+      throw InvalidArgumentError("alltoallv: on one rank, send_bytes[0] must equal recv_bytes[0]");
+    }
+    if (out != in && send_bytes[0] > 0) std::memmove(out, in, send_bytes[0]);
+    return;
+  }
+  // Whether anything moves is not known to all ranks alike (each sees only its own row), so
+  // there is no empty shortcut here.
+  selectAlgorithm(comm, args, std::string()).run(comm, args);
+}
+
+void reducescatterv(Communicator& comm, const void* in, void* out,
+                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op) {
+  checkSizes(comm, counts, "counts", "reducescatterv");
+  if (op == ReduceOp::kAverage) {
+    throw InvalidArgumentError("reducescatterv: Average must be Sum plus a postscale");
+  }
+  CollectiveArgs args;
+  args.kind = Collective::kReducescatterv;
+  args.in = in;
+  args.out = out;
+  args.sizes = &counts;
+  args.dtype = dtype;
+  args.op = op;
+  detail::run(comm, args);
+}
+
+void gatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes,
+             int root) {
+  checkSizes(comm, bytes, "bytes", "gatherv");
+  checkRoot(comm, root, "gatherv");
+  CollectiveArgs args;
+  args.kind = Collective::kGatherv;
+  args.in = in;
+  args.out = out;
+  args.sizes = &bytes;
+  args.root = root;
+  if (comm.size() == 1) {
+    if (out != in && bytes[0] > 0) std::memmove(out, in, bytes[0]);
+    return;
+  }
+  if (sum(bytes) == 0) return;
+  selectAlgorithm(comm, args, std::string()).run(comm, args);
+}
+
+void barrier(Communicator& comm) {
+  if (comm.size() == 1) return;
+  CollectiveArgs args;
+  args.kind = Collective::kBarrier;
+  selectAlgorithm(comm, args, std::string()).run(comm, args);
+}
+
+}  // namespace perseus::collectives

@@ -1,0 +1,46 @@
+// Private to src/collectives: helpers shared by the algorithm files.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/registry.h"
+
+namespace perseus::collectives::detail {
+
+// Runs a collective on a (sub-)communicator as the entry points do, but always by cost
+// (PERSEUS_ALLREDUCE_ALGO names the top-level algorithm, not the ones it is built from), with
+// the one-rank and empty cases handled.
+void run(Communicator& comm, const CollectiveArgs& args);
+
+// Splits `count` elements into `parts` contiguous blocks whose starts are multiples of
+// `align` elements (the last blocks may be short or empty). Deterministic: every rank gets
+// the same split.
+struct Blocks {
+  Blocks(size_t count, int parts, size_t align = 1) : count_(count) {
+    size_t per = (count + parts - 1) / std::max(parts, 1);
+    step_ = (per + align - 1) / align * align;
+  }
+  size_t begin(int b) const { return std::min(count_, step_ * static_cast<size_t>(b)); }
+  size_t size(int b) const { return begin(b + 1) - begin(b); }
+
+ private:
+  size_t count_;
+  size_t step_;
+};
+
+// Prefix sums: offsets[i] = v[0] + ... + v[i-1].
+inline std::vector<size_t> offsetsOf(const std::vector<size_t>& v, size_t scale = 1) {
+  std::vector<size_t> off(v.size() + 1, 0);
+  for (size_t i = 0; i < v.size(); ++i) off[i + 1] = off[i] + v[i] * scale;
+  return off;
+}
+
+inline unsigned char* bytePtr(void* p, size_t off = 0) { return static_cast<unsigned char*>(p) + off; }
+inline const unsigned char* bytePtr(const void* p, size_t off = 0) {
+  return static_cast<const unsigned char*>(p) + off;
+}
+
+}  // namespace perseus::collectives::detail
