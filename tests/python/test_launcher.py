@@ -1,0 +1,138 @@
+"""perseusrun end to end: real processes, signals, output, environment."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import job_env, perseusrun
+
+pytestmark = pytest.mark.timeout(120)
+PY = sys.executable
+
+
+def test_output_prefixes_and_topology_env():
+    code = ("import os,sys; e=os.environ; print(e['PERSEUS_RANK'], e['PERSEUS_SIZE'], "
+            "e['PERSEUS_LOCAL_RANK'], e['PERSEUS_LOCAL_SIZE'], e['PERSEUS_CROSS_RANK'], "
+            "e['PERSEUS_CROSS_SIZE'], e['OMP_NUM_THREADS'], e['MXNET_USE_OPERATOR_TUNING'], "
+            "len(e['PERSEUS_SECRET']), e['PERSEUS_CONTROLLER_PORT'].isdigit()); "
+            "print('err', file=sys.stderr); "
+            "assert e['PERSEUS_SECRET'] not in open('/proc/self/cmdline').read()")
+    r = perseusrun(["-np", 3, PY, "-c", code])
+    assert r.returncode == 0, r.stderr
+    omp = str(max(1, (os.cpu_count() or 1) // 3))
+    for rank in range(3):
+        assert "[%d]<stdout>:%d 3 %d 3 0 1 %s 0 64 True\n" % (rank, rank, rank, omp) in r.stdout
+        assert "[%d]<stderr>:err\n" % rank in r.stderr
+
+
+def test_user_env_wins_and_tuning_flags():
+    code = ("import os; e=os.environ; print(e['OMP_NUM_THREADS'], e['NCCL_NVLS_ENABLE'], "
+            "e['PERSEUS_FUSION_THRESHOLD'], e['PERSEUS_TIMEOUT'], "
+            "e['PERSEUS_HIERARCHICAL_ALLREDUCE'], e['PERSEUS_LOG_LEVEL'])")
+    r = perseusrun(["-np", 1, "--fusion-threshold-mb", 2, "--timeout", 7,
+                    "--no-hierarchical-allreduce", "--log-level", "ERROR", "--", PY, "-c", code],
+                   env=job_env(OMP_NUM_THREADS="5", NCCL_NVLS_ENABLE="0"))
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:5 0 2097152 7.0 0 error" in r.stdout
+
+
+def test_failing_rank_stops_the_others():
+    code = ("import os,sys,time; r=int(os.environ['PERSEUS_RANK'])\n"
+            "if r == 1:\n    print('boom happened', file=sys.stderr); sys.exit(3)\n"
+            "time.sleep(60)")
+    start = time.monotonic()
+    r = perseusrun(["-np", 3, PY, "-c", code])
+    assert r.returncode == 3
+    assert time.monotonic() - start < 20
+    assert "rank 1 on host localhost exited with code 3" in r.stderr
+    assert "boom happened" in r.stderr.split("last lines of its stderr")[1]
+
+
+def test_rank_killed_by_signal():
+    code = ("import os,signal,time\nif os.environ['PERSEUS_RANK'] == '0':\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\ntime.sleep(60)")
+    r = perseusrun(["-np", 2, PY, "-c", code])
+    assert r.returncode == 128 + signal.SIGKILL
+    assert "rank 0 on host localhost was killed by signal 9 (SIGKILL)" in r.stderr
+
+
+def test_success_exit_code_and_output_files(tmp_path):
+    logs = tmp_path / "logs"
+    r = perseusrun(["-np", 2, "--output-filename", logs, PY, "-c",
+                    "import os,sys; print('hi', os.environ['PERSEUS_RANK']); "
+                    "print('oops', file=sys.stderr)"])
+    assert r.returncode == 0
+    for rank in range(2):
+        assert (logs / ("rank.%d" % rank) / "stdout").read_text() == "hi %d\n" % rank
+        assert (logs / ("rank.%d" % rank) / "stderr").read_text() == "oops\n"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0); it is dead for our purpose
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    """SIGINT to perseusrun: every rank and its children die, the exit code is 130, and no
+    /dev/shm/perseus-* segment is left."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = ("import os,subprocess,sys,time\n"
+            "import perseus.common as c; c.init()\n"
+            "child = subprocess.Popen(['sleep', '100'])\n"
+            "open(os.path.join(sys.argv[1], os.environ['PERSEUS_RANK']), 'w')"
+            ".write('%d %d' % (os.getpid(), child.pid))\n"
+            "time.sleep(100)")
+    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")}
+    proc = subprocess.Popen([PY, "-m", "perseus.runner", "-np", "2", PY, "-c", code, str(pids)],
+                            env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(os.listdir(pids)) == 2, proc.communicate(timeout=5)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "received SIGINT" in err
+    all_pids = [int(p) for f in os.listdir(pids) for p in (pids / f).read_text().split()]
+    time.sleep(0.2)
+    assert not [p for p in all_pids if _alive(p)]
+    assert {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")} <= shm_before
+
+
+def test_bad_arguments():
+    r = perseusrun(["-np", 4, "-H", "localhost:2", PY, "-c", "pass"])
+    assert r.returncode == 2 and "more processes than the 2 slots" in r.stderr
+    r = perseusrun(["-np", 2])
+    assert r.returncode == 2 and "no command" in r.stderr
+
+
+def test_check_build_and_params():
+    r = perseusrun(["--check-build"])
+    assert r.returncode == 0, r.stderr
+    assert "Available Frameworks" in r.stdout and re.search(r"\[X\] PyTorch", r.stdout)
+    r = perseusrun(["--params"])
+    assert r.returncode == 0, r.stderr
+    assert "PERSEUS_FUSION_THRESHOLD=" in r.stdout and "PERSEUS_TIMEOUT=" in r.stdout
+
+
+def test_help_documents_flags():
+    r = perseusrun(["-h"])
+    assert r.returncode == 0
+    for flag in ("--hostfile", "--ssh-port", "--mpi", "--output-filename", "--timeline-filename",
+                 "--network-interface", "--start-timeout", "--check-build", "--params"):
+        assert flag in r.stdout
