@@ -271,7 +271,9 @@ bool ChannelTransport::blockOnce(bool for_exchange, std::chrono::microseconds li
       if (fd < 0) {
         fdless = true;
       } else {
-        fds.push_back({fd, static_cast<short>(op.is_send ? POLLOUT : POLLIN), 0});
+        // POLLIN for sends too: TcpChannel's pollFd() is an epoll fd, which poll() reports
+        // only as readable, also when a blocked socket became writable.
+        fds.push_back({fd, static_cast<short>(op.is_send ? (POLLOUT | POLLIN) : POLLIN), 0});
       }
     }
   } else {
