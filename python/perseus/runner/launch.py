@@ -120,6 +120,7 @@ def _start_store(bind, secret):
 
 def _launch_ranks(job, slots, args, base_env):
     remote_env = envmod.forwardable(base_env)
+    remote_env["PERSEUS_SECRET"] = base_env["PERSEUS_SECRET"]  # travels on ssh's stdin
     for slot in slots:
         rank_env = dict(base_env)
         rank_env.update(envmod.rank_env(slot))

@@ -19,10 +19,15 @@ done
 eval "$perseus_env"
 unset perseus_env perseus_line
 cd {cwd} 2>/dev/null || cd
-setsid {command} </dev/null &
+exec 3<&0
+setsid {command} </dev/null 3<&- &
 perseus_child=$!
+# An asynchronous list reads /dev/null unless redirected: the watchdog reads the session's
+# stdin through fd 3. kill falls back to the pid in case setsid has not run yet.
 ( while IFS= read -r perseus_ignored; do :; done
-  kill -TERM -$perseus_child 2>/dev/null; sleep 3; kill -KILL -$perseus_child 2>/dev/null ) &
+  kill -TERM -$perseus_child 2>/dev/null || kill -TERM $perseus_child 2>/dev/null
+  sleep 3
+  kill -KILL -$perseus_child 2>/dev/null || kill -KILL $perseus_child 2>/dev/null ) <&3 &
 perseus_watch=$!
 wait $perseus_child
 perseus_rc=$?
