@@ -141,6 +141,9 @@ def _launch_ranks(job, slots, args, base_env):
 
 def _launch_mpi(job, host_list, args, base_env):
     env = dict(base_env)
+    if "PYTHONUNBUFFERED" not in os.environ:
+        # mpirun tags every chunk it reads, so unbuffered prints would split lines mid-way.
+        env.pop("PYTHONUNBUFFERED", None)
     names = [k for k in envmod.forwardable(env) if k.replace("_", "a").isalnum()]
     names.append("PERSEUS_SECRET")
     argv = mpirun_argv(args.command, host_list, args.np, names, args.ssh_port,
