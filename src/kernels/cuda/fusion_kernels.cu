@@ -28,6 +28,7 @@ struct LaunchTable {
   const void* src[kMaxEntriesPerLaunch];
   void* dst[kMaxEntriesPerLaunch];
   uint64_t count[kMaxEntriesPerLaunch];
+  int tag[kMaxEntriesPerLaunch];
   uint32_t tile_start[kMaxEntriesPerLaunch + 1];
 };
 static_assert(sizeof(LaunchTable) + 64 < 4096, "kernel parameters must stay under 4 KiB");
@@ -59,7 +60,7 @@ __device__ __forceinline__ bool aligned(const void* p, size_t a) {
 template <typename Tin, typename Tout, bool kScale, bool kCheck>
 __global__ void __launch_bounds__(kThreads)
 batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
-                  typename Compute<Tin>::type scale, int* nan_flag, int nan_base) {
+                  typename Compute<Tin>::type scale, int* nan_flag) {
   using C = typename Compute<Tin>::type;
   constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
   constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
@@ -101,7 +102,7 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
     } else {
       for (uint64_t i = base + threadIdx.x; i < end; i += kThreads) dst[i] = convert(src[i]);
     }
-    if (kCheck && bad) atomicMin(nan_flag, nan_base + e);
+    if (kCheck && bad) atomicMin(nan_flag, table.tag[e]);
   }
 }
 
@@ -129,8 +130,8 @@ int maxBlocks() {
 }
 
 template <typename Tin, typename Tout, bool kScale, bool kCheck>
-void launch(const CopyEntry* entries, int count, double scale, int* nan_flag, int nan_base,
-            cudaStream_t stream, size_t elem_divisor) {
+void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
+            cudaStream_t stream, size_t elem_bytes) {
   constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
   constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
   for (int first = 0; first < count; first += kMaxEntriesPerLaunch) {
@@ -141,7 +142,8 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag, in
       const CopyEntry& e = entries[first + i];
       table.src[i] = e.src;
       table.dst[i] = e.dst;
-      table.count[i] = e.count * elem_divisor;
+      table.count[i] = e.count * elem_bytes;
+      table.tag[i] = e.tag;
       table.tile_start[i] = static_cast<uint32_t>(tiles);
       tiles += (table.count[i] + kTileElems - 1) / kTileElems;
     }
@@ -150,27 +152,27 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag, in
     if (tiles == 0) continue;
     const int grid = static_cast<int>(std::min<uint64_t>(tiles, maxBlocks()));
     batchedCopyKernel<Tin, Tout, kScale, kCheck><<<grid, kThreads, 0, stream>>>(
-        table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag, nan_base + first);
+        table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag);
     throwIfFailed(cudaGetLastError(), "batched copy kernel launch");
   }
 }
 
 template <typename Tin, typename Tout>
-void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_flag, int nan_base,
+void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_flag,
                  cudaStream_t stream) {
   const bool do_scale = scale != 1.0;
   if (nan_flag != nullptr) {
-    if (do_scale) launch<Tin, Tout, true, true>(entries, count, scale, nan_flag, nan_base, stream, 1);
-    else launch<Tin, Tout, false, true>(entries, count, scale, nan_flag, nan_base, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, true>(entries, count, scale, nan_flag, stream, 1);
+    else launch<Tin, Tout, false, true>(entries, count, scale, nan_flag, stream, 1);
   } else {
-    if (do_scale) launch<Tin, Tout, true, false>(entries, count, scale, nullptr, 0, stream, 1);
-    else launch<Tin, Tout, false, false>(entries, count, scale, nullptr, 0, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, false>(entries, count, scale, nullptr, stream, 1);
+    else launch<Tin, Tout, false, false>(entries, count, scale, nullptr, stream, 1);
   }
 }
 
 template <typename T>
 void launchSameNoCheck(const CopyEntry* entries, int count, double scale, cudaStream_t stream) {
-  launch<T, T, true, false>(entries, count, scale, nullptr, 0, stream, 1);
+  launch<T, T, true, false>(entries, count, scale, nullptr, stream, 1);
 }
 
 }  // namespace
@@ -182,7 +184,7 @@ bool supportsCopy(DataType src_type, DataType dst_type) {
 }
 
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
-                 double scale, int* nan_flag, int nan_index_base, void* stream_ptr) {
+                 double scale, int* nan_flag, void* stream_ptr) {
   PERSEUS_CHECK(supportsCopy(src_type, dst_type), "no GPU copy from " << dataTypeName(src_type)
                                                                       << " to " << dataTypeName(dst_type));
   if (count <= 0) return;
@@ -191,23 +193,23 @@ void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataTyp
   if (src_type == DataType::kBool) scale = 1.0;
   if (src_type == dst_type && scale == 1.0 && nan_flag == nullptr) {
     // A plain copy: move bytes, whatever the type.
-    launch<uint8_t, uint8_t, false, false>(entries, count, 1.0, nullptr, 0, stream,
+    launch<uint8_t, uint8_t, false, false>(entries, count, 1.0, nullptr, stream,
                                            dataTypeSize(src_type));
     return;
   }
   if (src_type != dst_type) {
     if (src_type == DataType::kFloat32) {
-      launchTyped<float, __half>(entries, count, scale, nan_flag, nan_index_base, stream);
+      launchTyped<float, __half>(entries, count, scale, nan_flag, stream);
     } else {
-      launchTyped<__half, float>(entries, count, scale, nan_flag, nan_index_base, stream);
+      launchTyped<__half, float>(entries, count, scale, nan_flag, stream);
     }
     return;
   }
   switch (src_type) {
-    case DataType::kFloat16: return launchTyped<__half, __half>(entries, count, scale, nan_flag, nan_index_base, stream);
-    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16>(entries, count, scale, nan_flag, nan_index_base, stream);
-    case DataType::kFloat32: return launchTyped<float, float>(entries, count, scale, nan_flag, nan_index_base, stream);
-    case DataType::kFloat64: return launchTyped<double, double>(entries, count, scale, nan_flag, nan_index_base, stream);
+    case DataType::kFloat16: return launchTyped<__half, __half>(entries, count, scale, nan_flag, stream);
+    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16>(entries, count, scale, nan_flag, stream);
+    case DataType::kFloat32: return launchTyped<float, float>(entries, count, scale, nan_flag, stream);
+    case DataType::kFloat64: return launchTyped<double, double>(entries, count, scale, nan_flag, stream);
     case DataType::kUInt8: return launchSameNoCheck<uint8_t>(entries, count, scale, stream);
     case DataType::kInt8: return launchSameNoCheck<int8_t>(entries, count, scale, stream);
     case DataType::kInt32: return launchSameNoCheck<int32_t>(entries, count, scale, stream);

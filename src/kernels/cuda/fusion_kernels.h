@@ -21,11 +21,12 @@ struct CopyEntry {
   const void* src;
   void* dst;
   uint64_t count;
+  int tag = 0;  // reported through nan_flag (the index of the tensor this slice belongs to)
 };
 
 // Tensors per launch: the table travels as a kernel parameter (under the 4 KiB limit), so a
 // launch needs no host-to-device copy of its own. Longer tables take several launches.
-constexpr int kMaxEntriesPerLaunch = 128;
+constexpr int kMaxEntriesPerLaunch = 120;
 
 // True when batchedCopy() converts src_type to dst_type: equal types, float32->float16 and
 // float16->float32.
@@ -35,10 +36,10 @@ bool supportsCopy(DataType src_type, DataType dst_type);
 // when the types are equal). Integer types scale in double and truncate toward zero, as the
 // CPU kernels (kernels/reduce.h) do; bool is copied, never scaled.
 //
-// nan_flag: null, or a device int that starts at INT32_MAX; for each entry i whose source holds
-// a NaN or +-Inf (floating types), the kernel lowers *nan_flag to at most nan_index_base + i.
-// So after the stream passes this point, *nan_flag is the lowest such index of the batch.
+// nan_flag: null, or a device int that starts above any tag; for each entry whose source holds
+// a NaN or +-Inf (floating types), the kernel lowers *nan_flag to at most that entry's tag.
+// So after the stream passes this point, *nan_flag is the lowest such tag of the batch.
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
-                 double scale, int* nan_flag, int nan_index_base, void* stream);
+                 double scale, int* nan_flag, void* stream);
 
 }  // namespace perseus::kernels::cuda

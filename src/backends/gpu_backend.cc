@@ -1,0 +1,28 @@
+// The one registration file of the GPU data plane: the only place outside src/backends/nccl/
+// that knows whether this build has CUDA.
+#include "backends/gpu_backend.h"
+
+#if PERSEUS_HAVE_CUDA
+#include "backends/nccl/nccl_backend.h"
+#endif
+
+namespace perseus::backends {
+
+std::unique_ptr<GpuBackend> createGpuBackend(const GpuBackendOptions& options) {
+#if PERSEUS_HAVE_CUDA
+  return ::perseus::nccl::createNcclBackend(options);
+#else
+  (void)options;
+  return nullptr;
+#endif
+}
+
+bool gpuBuildEnabled() {
+#if PERSEUS_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace perseus::backends

@@ -1,0 +1,50 @@
+#include "backends/nccl/cuda_util.h"
+
+#include <mutex>
+
+#include "common/status.h"
+
+namespace perseus::nccl {
+
+void checkCuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear the sticky-free error so the next call starts clean
+  throw InternalError(PERSEUS_STR("CUDA " << what << " failed: " << cudaGetErrorName(err) << ": "
+                                          << cudaGetErrorString(err)));
+}
+
+void requireDevice(int device) {
+  // cudaGetDeviceCount is the first call that touches the driver. Its answer cannot change
+  // while the process runs, so ask once.
+  static std::once_flag once;
+  static cudaError_t status = cudaSuccess;
+  static int count = 0;
+  std::call_once(once, [] {
+    status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) (void)cudaGetLastError();
+  });
+  if (status != cudaSuccess) {
+    throw UnsupportedError(PERSEUS_STR(
+        "a CUDA tensor was given (device " << device << ") but CUDA cannot be used here: "
+        << cudaGetErrorName(status) << " (" << cudaGetErrorString(status)
+        << "). Install the NVIDIA driver / run on a GPU machine, or pass CPU tensors."));
+  }
+  if (device < 0 || device >= count) {
+    throw UnsupportedError(PERSEUS_STR("a tensor is on CUDA device " << device << " but this process sees "
+                                       << count << " device(s) (check CUDA_VISIBLE_DEVICES)."));
+  }
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  checkCuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) {
+    checkCuda(cudaSetDevice(device), "cudaSetDevice");
+    changed_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (changed_) (void)cudaSetDevice(previous_);
+}
+
+}  // namespace perseus::nccl

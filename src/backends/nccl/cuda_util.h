@@ -1,0 +1,32 @@
+// Small CUDA runtime helpers of the GPU data plane: error checks that throw the core's
+// exceptions, a device guard, and the one place that asks whether a driver and a device exist.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace perseus::nccl {
+
+// Throws InternalError naming `what` and the CUDA error when err != cudaSuccess.
+void checkCuda(cudaError_t err, const char* what);
+
+// Throws UnsupportedError, with what to do, when `device` cannot be used: no driver, no
+// device, or an ordinal past the device count. Cheap after the first call per process.
+void requireDevice(int device);
+
+// Makes `device` current for the scope and restores the caller's device afterwards, so that a
+// framework thread's current device is never changed behind its back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool changed_ = false;
+};
+
+}  // namespace perseus::nccl

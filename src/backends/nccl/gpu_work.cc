@@ -1,0 +1,89 @@
+#include "backends/nccl/gpu_work.h"
+
+#include <thread>
+
+#include "backends/nccl/cuda_util.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace perseus::nccl {
+
+CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
+                   std::vector<std::shared_ptr<NcclComm>> comms)
+    : events_(std::move(events)), what_(std::move(what)),
+      deadline_(std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(timeout_s))),
+      timeout_s_(timeout_s), comms_(std::move(comms)) {
+  done_ = events_->acquire();
+}
+
+CudaWork::~CudaWork() { events_->release(done_); }
+
+void CudaWork::recordDone(cudaStream_t stream) {
+  checkCuda(cudaEventRecord(done_, stream), "cudaEventRecord (collective done)");
+}
+
+void CudaWork::setNanCheck(const int* host_flag, std::vector<std::string> names) {
+  nan_host_ = host_flag;
+  names_ = std::move(names);
+}
+
+void CudaWork::fail(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_seen_ && !error_) error_ = std::move(error);
+}
+
+void CudaWork::rethrowIfFailed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool CudaWork::poll() {
+  if (done_seen_) return true;
+  rethrowIfFailed();
+  cudaError_t q = cudaEventQuery(done_);
+  if (q == cudaSuccess) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_seen_ = true;
+    return true;
+  }
+  if (q != cudaErrorNotReady) checkCuda(q, "cudaEventQuery (collective done)");
+  try {
+    for (auto& c : comms_) c->checkAsync();
+  } catch (...) {
+    fail(std::current_exception());
+    throw;
+  }
+  if (std::chrono::steady_clock::now() > deadline_) {
+    for (auto& c : comms_) c->abort();
+    auto error = std::make_exception_ptr(TimeoutError(PERSEUS_STR(
+        what_ << " did not finish on the GPU within PERSEUS_TIMEOUT=" << timeout_s_
+              << " s: a rank of the set stopped taking part (or its GPU hangs); the NCCL "
+                 "communicators were aborted")));
+    fail(error);
+    std::rethrow_exception(error);
+  }
+  return false;
+}
+
+void CudaWork::wait() {
+  for (int spins = 0; !poll(); ++spins) {
+    if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void CudaWork::streamWait(void* stream) {
+  DeviceGuard guard(events_->device());
+  checkCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0),
+            "cudaStreamWaitEvent (framework stream on collective)");
+}
+
+std::string CudaWork::nonFiniteTensor() {
+  if (nan_host_ == nullptr || !poll()) return std::string();
+  const int index = *nan_host_;
+  if (index < 0 || index >= static_cast<int>(names_.size())) return std::string();
+  return names_[static_cast<size_t>(index)];
+}
+
+}  // namespace perseus::nccl

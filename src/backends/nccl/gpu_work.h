@@ -1,0 +1,56 @@
+// GpuWork of the CUDA data plane: a completion event on the slot stream, the NCCL communicators
+// the work ran on (polled for asynchronous errors while it is pending), a deadline, and the
+// optional NaN-check result.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/gpu_backend.h"
+#include "backends/nccl/device_context.h"
+#include "backends/nccl/nccl_comm.h"
+
+namespace perseus::nccl {
+
+class CudaWork : public backends::GpuWork {
+ public:
+  // `what` names the operation and its tensors in messages.
+  CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
+           std::vector<std::shared_ptr<NcclComm>> comms);
+  ~CudaWork() override;
+
+  // Engine thread, once, after everything is enqueued on `stream`.
+  void recordDone(cudaStream_t stream);
+  // The NaN index of this work lands in *host_flag (pinned) once done; names in batch order.
+  void setNanCheck(const int* host_flag, std::vector<std::string> names);
+  // Makes every later poll()/wait() throw `error` (backend abort). Any thread.
+  void fail(std::exception_ptr error);
+
+  bool poll() override;
+  void wait() override;
+  void streamWait(void* stream) override;
+  std::string nonFiniteTensor() override;
+
+ private:
+  void rethrowIfFailed();
+
+  std::shared_ptr<EventPool> events_;
+  cudaEvent_t done_ = nullptr;
+  std::string what_;
+  std::chrono::steady_clock::time_point deadline_;
+  double timeout_s_;
+  std::vector<std::shared_ptr<NcclComm>> comms_;
+  const int* nan_host_ = nullptr;
+  std::vector<std::string> names_;
+  bool done_seen_ = false;
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace perseus::nccl

@@ -1,0 +1,498 @@
+#include "backends/nccl/nccl_backend.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "backends/fusion_plan.h"
+#include "backends/nccl/comm_state.h"
+#include "backends/nccl/cuda_util.h"
+#include "backends/nccl/device_context.h"
+#include "backends/nccl/gpu_work.h"
+#include "backends/nccl/host_staged.h"
+#include "backends/nccl/nccl_api.h"
+#include "backends/nccl/nccl_types.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "kernels/cuda/fusion_kernels.h"
+
+namespace perseus::nccl {
+namespace {
+
+using backends::GpuBatch;
+using backends::GpuTensor;
+using backends::GpuWork;
+using kernels::cuda::CopyEntry;
+using kernels::cuda::batchedCopy;
+
+// Auto hierarchical allreduce only for large buffers: below this, NCCL's own tree/ring across
+// hosts is as fast and the two extra local steps cost latency.
+constexpr size_t kHierarchicalMinBytes = size_t{16} << 20;
+
+const char* at(const void* p, size_t bytes) { return static_cast<const char*>(p) + bytes; }
+char* at(void* p, size_t bytes) { return static_cast<char*>(p) + bytes; }
+
+std::string describe(const char* op, const std::vector<GpuTensor>& tensors) {
+  std::string s = std::string(op) + " of ";
+  if (tensors.size() == 1) return s + "tensor '" + tensors[0].name + "'";
+  s += std::to_string(tensors.size()) + " tensors (";
+  for (size_t i = 0; i < tensors.size() && i < 3; ++i) s += (i ? ", '" : "'") + tensors[i].name + "'";
+  return s + (tensors.size() > 3 ? ", ...)" : ")");
+}
+
+class NcclBackend : public backends::GpuBackend {
+ public:
+  explicit NcclBackend(const backends::GpuBackendOptions& options) : options_(options) {}
+  ~NcclBackend() override;
+
+  std::string dataPlane(collectives::Communicator& comm, int device) override {
+    auto it = comms_.find(Key{comm.members(), device});
+    if (it == comms_.end()) return "";
+    return it->second->staged ? "host-staged" : "nccl";
+  }
+
+  std::shared_ptr<backends::GpuEvent> recordReady(int device, void* stream) override {
+    requireDevice(device);
+    auto pool = context(device).events();
+    DeviceGuard guard(device);
+    auto event = std::make_shared<CudaEvent>(pool, pool->acquire());
+    checkCuda(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)),
+              "cudaEventRecord (tensor ready)");
+    return event;
+  }
+
+  std::shared_ptr<void> allocate(int device, size_t bytes) override {
+    requireDevice(device);
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    checkCuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (collective output)");
+    return std::shared_ptr<void>(p, [device](void* q) {
+      DeviceGuard g(device);
+      (void)cudaFree(q);
+    });
+  }
+
+  std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm, const GpuBatch& batch,
+                                     ReduceOp op, double prescale, double postscale) override;
+  std::shared_ptr<GpuWork> allgatherv(collectives::Communicator& comm, int device,
+                                      const GpuTensor& in, void* out,
+                                      const std::vector<size_t>& bytes) override;
+  std::shared_ptr<GpuWork> broadcast(collectives::Communicator& comm, int device,
+                                     const GpuTensor& t, size_t bytes, int root) override;
+  std::shared_ptr<GpuWork> alltoallv(collectives::Communicator& comm, int device,
+                                     const GpuTensor& in, const std::vector<size_t>& send_bytes,
+                                     void* out, const std::vector<size_t>& recv_bytes) override;
+  std::shared_ptr<GpuWork> reducescatterv(collectives::Communicator& comm, int device,
+                                          DataType dtype, const GpuTensor& in, void* out,
+                                          const std::vector<size_t>& counts, ReduceOp op,
+                                          double prescale, double postscale) override;
+  void abort(const std::exception_ptr& reason) override;
+
+ private:
+  using Key = std::pair<std::vector<int>, int>;
+
+  // Everything one collective needs, set up by begin(): device current, slot chosen, the slot
+  // stream waiting for the inputs.
+  struct Call {
+    DeviceContext* dc;
+    CommState* state;
+    Slot* slot;
+    cudaStream_t stream;
+  };
+
+  DeviceContext& context(int device);
+  Call begin(collectives::Communicator& comm, int device, const std::vector<const GpuTensor*>& inputs);
+  std::shared_ptr<GpuWork> finish(const Call& call, std::string what,
+                                  std::vector<std::shared_ptr<NcclComm>> comms,
+                                  const int* nan_host = nullptr,
+                                  std::vector<std::string> names = {});
+  void fusedRound(const Call& call, collectives::Communicator& comm, const GpuBatch& batch,
+                  const backends::FusionRound& round, DataType wire, ReduceOp op, double prescale,
+                  double postscale, int* nan_flag, bool hierarchical, bool mixed);
+  void hierarchicalAllreduce(const Call& call, void* buf, size_t count, DataType wire, ReduceOp op,
+                             bool mixed);
+  bool useHierarchical(const CommState& s, size_t bytes);
+  const NcclApi& api() const { return *ncclApi(); }
+
+  backends::GpuBackendOptions options_;
+  std::mutex devices_mutex_;  // recordReady()/allocate() come from framework threads
+  std::map<int, std::unique_ptr<DeviceContext>> devices_;
+  std::map<Key, std::unique_ptr<CommState>> comms_;  // destroyed before devices_
+  std::mutex pending_mutex_;
+  std::vector<std::weak_ptr<CudaWork>> pending_;
+  bool warned_hierarchical_ = false;
+};
+
+NcclBackend::~NcclBackend() {
+  // A work still running on a communicator whose peers are gone would make the destroy and
+  // the stream synchronisation in ~DeviceContext wait forever: abort those communicators.
+  bool idle = true;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (auto& w : pending_) {
+      if (auto work = w.lock()) {
+        try {
+          idle = idle && work->poll();
+        } catch (...) {
+          idle = false;
+        }
+      }
+    }
+  }
+  if (!idle) {
+    for (auto& entry : comms_) entry.second->abort();
+  }
+  comms_.clear();
+  devices_.clear();
+}
+
+DeviceContext& NcclBackend::context(int device) {
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  auto& dc = devices_[device];
+  if (!dc) dc = std::make_unique<DeviceContext>(device, options_.params);
+  return *dc;
+}
+
+NcclBackend::Call NcclBackend::begin(collectives::Communicator& comm, int device,
+                                     const std::vector<const GpuTensor*>& inputs) {
+  requireDevice(device);
+  Call call{};
+  call.dc = &context(device);
+  checkCuda(cudaSetDevice(device), "cudaSetDevice");
+  auto& state = comms_[Key{comm.members(), device}];
+  if (!state) state = CommState::create(comm, device, options_);
+  call.state = state.get();
+  call.slot = &call.dc->nextSlot();
+  call.stream = call.slot->stream;
+  for (const GpuTensor* t : inputs) {
+    if (!t->ready) continue;
+    auto* event = static_cast<CudaEvent*>(t->ready.get());
+    if (event->device() != device) {
+      throw InvalidArgumentError(PERSEUS_STR("tensor '" << t->name << "' was made ready on device "
+                                             << event->device() << " but the collective runs on device "
+                                             << device));
+    }
+    checkCuda(cudaStreamWaitEvent(call.stream, event->get(), 0), "cudaStreamWaitEvent (tensor ready)");
+  }
+  return call;
+}
+
+std::shared_ptr<GpuWork> NcclBackend::finish(const Call& call, std::string what,
+                                             std::vector<std::shared_ptr<NcclComm>> comms,
+                                             const int* nan_host, std::vector<std::string> names) {
+  auto work = std::make_shared<CudaWork>(call.dc->events(), std::move(what),
+                                         options_.params.timeout_s, std::move(comms));
+  if (nan_host != nullptr) work->setNanCheck(nan_host, std::move(names));
+  work->recordDone(call.stream);
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [](const std::weak_ptr<CudaWork>& w) { return w.expired(); }),
+                 pending_.end());
+  pending_.push_back(work);
+  return work;
+}
+
+bool NcclBackend::useHierarchical(const CommState& s, size_t bytes) {
+  const std::string& mode = options_.params.hierarchical_allreduce;
+  if (mode == "0" || s.staged) return false;
+  if (!s.uniform) {
+    if (mode == "1" && !warned_hierarchical_) {
+      warned_hierarchical_ = true;
+      PERSEUS_LOG(WARNING, kCuda) << "PERSEUS_HIERARCHICAL_ALLREDUCE=1 ignored for " << s.label
+                                  << ": hosts hold different numbers of its ranks";
+    }
+    return false;
+  }
+  if (mode == "1") return true;
+  return s.hosts > 1 && s.local_size > 1 && bytes >= kHierarchicalMinBytes;
+}
+
+// Note [Hierarchical allreduce]
+// The buffer (padded to a multiple of the local size; the fusion buffer has room) is
+// reduce-scattered within the host, each rank's 1/L part is allreduced across hosts with the
+// ranks of the same local index, and the parts are allgathered within the host again. All
+// three run on the slot stream in device memory; nothing is staged through the host. In mixed
+// mode (PERSEUS_ALLREDUCE_DTYPE=2) only the cross-host part travels as float16.
+void NcclBackend::hierarchicalAllreduce(const Call& call, void* buf, size_t count, DataType wire,
+                                        ReduceOp op, bool mixed) {
+  CommState& s = *call.state;
+  const int l = s.local->size();
+  const size_t es = dataTypeSize(wire);
+  const size_t chunk = (count + static_cast<size_t>(l) - 1) / static_cast<size_t>(l);
+  void* part = at(buf, static_cast<size_t>(s.local->rank()) * chunk * es);
+  const ncclDataType_t type = ncclType(wire);
+  const ncclRedOp_t red = ncclOp(op, wire);
+  s.local->check(api().reduceScatter(buf, part, chunk, type, red, s.local->get(), call.stream),
+                 "ncclReduceScatter (within host)");
+  if (s.cross->size() > 1) {
+    if (mixed && wire == DataType::kFloat32) {
+      void* half = call.dc->aux(*call.slot);
+      CopyEntry down{part, half, chunk, 0};
+      batchedCopy(&down, 1, DataType::kFloat32, DataType::kFloat16, 1.0, nullptr, call.stream);
+      s.cross->check(api().allReduce(half, half, chunk, ncclFloat16, ncclOp(op, DataType::kFloat16),
+                                     s.cross->get(), call.stream),
+                     "ncclAllReduce (across hosts, float16)");
+      CopyEntry up{half, part, chunk, 0};
+      batchedCopy(&up, 1, DataType::kFloat16, DataType::kFloat32, 1.0, nullptr, call.stream);
+    } else {
+      s.cross->check(api().allReduce(part, part, chunk, type, red, s.cross->get(), call.stream),
+                     "ncclAllReduce (across hosts)");
+    }
+  }
+  s.local->check(api().allGather(part, buf, chunk, type, s.local->get(), call.stream),
+                 "ncclAllGather (within host)");
+}
+
+void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
+                             const GpuBatch& batch, const backends::FusionRound& round,
+                             DataType wire, ReduceOp op, double prescale, double postscale,
+                             int* nan_flag, bool hierarchical, bool mixed) {
+  const size_t es = dataTypeSize(batch.dtype), ws = dataTypeSize(wire);
+  void* fusion = call.slot->fusion;
+  std::vector<CopyEntry> in, out;
+  in.reserve(round.pieces.size());
+  out.reserve(round.pieces.size());
+  for (const auto& p : round.pieces) {
+    const GpuTensor& t = batch.tensors[p.tensor];
+    in.push_back(CopyEntry{at(t.input, p.offset * es), at(fusion, p.buffer_offset * ws), p.count,
+                           static_cast<int>(p.tensor)});
+    out.push_back(CopyEntry{at(fusion, p.buffer_offset * ws), at(t.output, p.offset * es), p.count,
+                            static_cast<int>(p.tensor)});
+  }
+  batchedCopy(in.data(), static_cast<int>(in.size()), batch.dtype, wire, prescale, nan_flag,
+              call.stream);
+  CommState& s = *call.state;
+  if (s.staged) {
+    HostStaged(*call.dc, options_.params.timeout_s)
+        .allreduce(comm, *call.slot, fusion, fusion, round.count, wire, op, 1.0, 1.0);
+  } else if (hierarchical) {
+    hierarchicalAllreduce(call, fusion, round.count, wire, op, mixed);
+  } else {
+    s.flat->check(api().allReduce(fusion, fusion, round.count, ncclType(wire), ncclOp(op, wire),
+                                  s.flat->get(), call.stream),
+                  "ncclAllReduce");
+  }
+  batchedCopy(out.data(), static_cast<int>(out.size()), wire, batch.dtype, postscale, nullptr,
+              call.stream);
+}
+
+std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
+                                                const GpuBatch& batch, ReduceOp op,
+                                                double prescale, double postscale) {
+  if (op == ReduceOp::kAverage) {
+    op = ReduceOp::kSum;
+    postscale /= comm.size();
+  }
+  std::vector<const GpuTensor*> inputs;
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (const auto& t : batch.tensors) {
+    inputs.push_back(&t);
+    counts.push_back(t.count);
+    total += t.count;
+  }
+  Call call = begin(comm, batch.device, inputs);
+  CommState& s = *call.state;
+  const DataType dtype = batch.dtype;
+  DataType wire = dtype;
+  bool mixed = false;
+  if (dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 0) wire = DataType::kFloat16;
+  if (dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 2) mixed = true;
+  const bool nan = options_.params.allreduce_nancheck && isFloatingPoint(dtype);
+  int* nan_flag = nan ? call.slot->nan_flag : nullptr;
+  if (nan) checkCuda(cudaMemsetAsync(nan_flag, 0x7F, sizeof(int), call.stream), "cudaMemsetAsync");
+
+  const bool hierarchical = useHierarchical(s, total * dataTypeSize(dtype));
+  if (hierarchical) s.ensureHierarchical();
+  const bool direct = batch.tensors.size() == 1 && wire == dtype && !hierarchical;
+  if (direct && total > 0) {
+    // One tensor: no fusion copies. NCCL reads the input and writes the output itself.
+    const GpuTensor& t = batch.tensors[0];
+    if (s.staged && !nan) {
+      HostStaged(*call.dc, options_.params.timeout_s)
+          .allreduce(comm, *call.slot, t.input, t.output, t.count, dtype, op, prescale, postscale);
+    } else {
+      const void* src = t.input;
+      if (prescale != 1.0 || nan) {
+        CopyEntry e{t.input, t.output, t.count, 0};
+        batchedCopy(&e, 1, dtype, dtype, prescale, nan_flag, call.stream);
+        src = t.output;
+      }
+      if (s.staged) {
+        HostStaged(*call.dc, options_.params.timeout_s)
+            .allreduce(comm, *call.slot, src, t.output, t.count, dtype, op, 1.0, 1.0);
+      } else {
+        s.flat->check(api().allReduce(src, t.output, t.count, ncclType(dtype), ncclOp(op, dtype),
+                                      s.flat->get(), call.stream),
+                      "ncclAllReduce");
+      }
+      if (postscale != 1.0) {
+        CopyEntry e{t.output, t.output, t.count, 0};
+        batchedCopy(&e, 1, dtype, dtype, postscale, nullptr, call.stream);
+      }
+    }
+  } else {
+    // Hierarchical rounds leave room for padding to a multiple of the local size.
+    const size_t align = hierarchical ? 64 * static_cast<size_t>(s.local_size) : 64;
+    size_t capacity = call.dc->fusionBytes() / align * align;
+    for (const auto& round : backends::planFusion(counts, dataTypeSize(wire), capacity,
+                                                  std::min(align, capacity))) {
+      fusedRound(call, comm, batch, round, wire, op, prescale, postscale, nan_flag, hierarchical,
+                 mixed);
+    }
+  }
+
+  const int* nan_host = nullptr;
+  std::vector<std::string> names;
+  if (nan) {
+    Slot& slot = *call.slot;
+    int* host = slot.nan_host + (slot.nan_next++ % DeviceContext::kNanRing);
+    *host = kNoNonFinite;
+    checkCuda(cudaMemcpyAsync(host, nan_flag, sizeof(int), cudaMemcpyDeviceToHost, call.stream),
+              "cudaMemcpyAsync (NaN flag)");
+    nan_host = host;
+    for (const auto& t : batch.tensors) names.push_back(t.name);
+  }
+  std::vector<std::shared_ptr<NcclComm>> comms;
+  if (!s.staged) comms = hierarchical ? std::vector<std::shared_ptr<NcclComm>>{s.local, s.cross}
+                                      : std::vector<std::shared_ptr<NcclComm>>{s.flat};
+  return finish(call, describe("allreduce", batch.tensors), std::move(comms), nan_host,
+                std::move(names));
+}
+
+std::shared_ptr<GpuWork> NcclBackend::allgatherv(collectives::Communicator& comm, int device,
+                                                 const GpuTensor& in, void* out,
+                                                 const std::vector<size_t>& bytes) {
+  Call call = begin(comm, device, {&in});
+  CommState& s = *call.state;
+  if (s.staged) {
+    HostStaged(*call.dc, options_.params.timeout_s).allgatherv(comm, *call.slot, in.input, out, bytes);
+    return finish(call, describe("allgather", {in}), {});
+  }
+  const bool equal = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
+  NcclComm& c = *s.flat;
+  if (equal) {
+    c.check(api().allGather(in.input, out, bytes[0], ncclUint8, c.get(), call.stream), "ncclAllGather");
+  } else {
+    // Uneven parts: one broadcast per rank into its place, fused by the group.
+    c.check(api().groupStart(), "ncclGroupStart");
+    size_t off = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      const void* send = r == comm.rank() ? in.input : at(out, off);
+      c.check(api().broadcast(send, at(out, off), bytes[static_cast<size_t>(r)], ncclUint8, r,
+                              c.get(), call.stream), "ncclBroadcast");
+      off += bytes[static_cast<size_t>(r)];
+    }
+    c.check(api().groupEnd(), "ncclGroupEnd (allgatherv)");
+  }
+  return finish(call, describe("allgather", {in}), {s.flat});
+}
+
+std::shared_ptr<GpuWork> NcclBackend::broadcast(collectives::Communicator& comm, int device,
+                                                const GpuTensor& t, size_t bytes, int root) {
+  Call call = begin(comm, device, {&t});
+  CommState& s = *call.state;
+  if (s.staged) {
+    HostStaged(*call.dc, options_.params.timeout_s).broadcast(comm, *call.slot, t.input, t.output, bytes, root);
+    return finish(call, describe("broadcast", {t}), {});
+  }
+  s.flat->check(api().broadcast(t.input, t.output, bytes, ncclUint8, root, s.flat->get(), call.stream),
+                "ncclBroadcast");
+  return finish(call, describe("broadcast", {t}), {s.flat});
+}
+
+std::shared_ptr<GpuWork> NcclBackend::alltoallv(collectives::Communicator& comm, int device,
+                                                const GpuTensor& in,
+                                                const std::vector<size_t>& send_bytes, void* out,
+                                                const std::vector<size_t>& recv_bytes) {
+  Call call = begin(comm, device, {&in});
+  CommState& s = *call.state;
+  if (s.staged) {
+    HostStaged(*call.dc, options_.params.timeout_s).alltoallv(comm, *call.slot, in.input, send_bytes, out, recv_bytes);
+    return finish(call, describe("alltoall", {in}), {});
+  }
+  NcclComm& c = *s.flat;
+  c.check(api().groupStart(), "ncclGroupStart");
+  size_t soff = 0, roff = 0;
+  for (int p = 0; p < comm.size(); ++p) {
+    const size_t sb = send_bytes[static_cast<size_t>(p)], rb = recv_bytes[static_cast<size_t>(p)];
+    if (sb > 0) c.check(api().send(at(in.input, soff), sb, ncclUint8, p, c.get(), call.stream), "ncclSend");
+    if (rb > 0) c.check(api().recv(at(out, roff), rb, ncclUint8, p, c.get(), call.stream), "ncclRecv");
+    soff += sb;
+    roff += rb;
+  }
+  c.check(api().groupEnd(), "ncclGroupEnd (alltoallv)");
+  return finish(call, describe("alltoall", {in}), {s.flat});
+}
+
+std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& comm, int device,
+                                                     DataType dtype, const GpuTensor& in, void* out,
+                                                     const std::vector<size_t>& counts, ReduceOp op,
+                                                     double prescale, double postscale) {
+  if (op == ReduceOp::kAverage) {
+    op = ReduceOp::kSum;
+    postscale /= comm.size();
+  }
+  Call call = begin(comm, device, {&in});
+  CommState& s = *call.state;
+  const size_t mine = counts[static_cast<size_t>(comm.rank())];
+  if (s.staged) {
+    HostStaged(*call.dc, options_.params.timeout_s)
+        .reducescatterv(comm, *call.slot, in.input, out, counts, dtype, op, prescale, postscale);
+    return finish(call, describe("reducescatter", {in}), {});
+  }
+  const size_t es = dataTypeSize(dtype);
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const void* src = in.input;
+  void* scaled = nullptr;
+  if (prescale != 1.0 && total > 0) {
+    checkCuda(cudaMallocAsync(&scaled, total * es, call.stream), "cudaMallocAsync");
+    CopyEntry e{in.input, scaled, total, 0};
+    batchedCopy(&e, 1, dtype, dtype, prescale, nullptr, call.stream);
+    src = scaled;
+  }
+  NcclComm& c = *s.flat;
+  const bool equal = std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });
+  if (equal) {
+    c.check(api().reduceScatter(src, out, counts[0], ncclType(dtype), ncclOp(op, dtype), c.get(),
+                                call.stream), "ncclReduceScatter");
+  } else {
+    // Uneven blocks: one reduce per rank to that rank, fused by the group.
+    c.check(api().groupStart(), "ncclGroupStart");
+    size_t off = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      c.check(api().reduce(at(src, off * es), out, counts[static_cast<size_t>(r)], ncclType(dtype),
+                           ncclOp(op, dtype), r, c.get(), call.stream), "ncclReduce");
+      off += counts[static_cast<size_t>(r)];
+    }
+    c.check(api().groupEnd(), "ncclGroupEnd (reducescatterv)");
+  }
+  if (scaled != nullptr) checkCuda(cudaFreeAsync(scaled, call.stream), "cudaFreeAsync");
+  if (postscale != 1.0 && mine > 0) {
+    CopyEntry e{out, out, mine, 0};
+    batchedCopy(&e, 1, dtype, dtype, postscale, nullptr, call.stream);
+  }
+  return finish(call, describe("reducescatter", {in}), {s.flat});
+}
+
+void NcclBackend::abort(const std::exception_ptr& reason) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (auto& w : pending_) {
+      if (auto work = w.lock()) work->fail(reason);
+    }
+    pending_.clear();
+  }
+  for (auto& entry : comms_) entry.second->abort();
+  // Later collectives on these sets build fresh communicators (every rank aborts alike).
+  comms_.clear();
+}
+
+}  // namespace
+
+std::unique_ptr<backends::GpuBackend> createNcclBackend(const backends::GpuBackendOptions& options) {
+  return std::make_unique<NcclBackend>(options);
+}
+
+}  // namespace perseus::nccl

@@ -1,0 +1,157 @@
+#include "backends/nccl/nccl_comm.h"
+
+#include <chrono>
+#include <thread>
+
+#include "backends/nccl/cuda_util.h"
+#include "backends/nccl/nccl_api.h"
+#include "collectives/collectives.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace perseus::nccl {
+namespace {
+
+ncclConfig_t nonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+const NcclApi& api() {
+  std::string why;
+  const NcclApi* a = ncclApi(&why);
+  if (a == nullptr) throw UnsupportedError("NCCL data plane requested but " + why);
+  return *a;
+}
+
+}  // namespace
+
+NcclComm::NcclComm(const NcclApi* api, ncclComm_t comm, int rank, int size, int device,
+                   double timeout_s, std::string label)
+    : api_(api), comm_(comm), rank_(rank), size_(size), device_(device), timeout_s_(timeout_s),
+      label_(std::move(label)) {}
+
+std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int device,
+                                           double timeout_s, std::string label) {
+  const NcclApi& a = api();
+  ncclUniqueId id{};
+  if (comm.rank() == 0) {
+    ncclResult_t r = a.getUniqueId(&id);
+    if (r != ncclSuccess) {
+      throw InternalError(PERSEUS_STR("ncclGetUniqueId for " << label << " failed: "
+                                      << a.getErrorString(r) << ": " << a.getLastError(nullptr)));
+    }
+  }
+  if (comm.size() > 1) collectives::broadcast(comm, &id, sizeof(id), 0);
+  DeviceGuard guard(device);
+  ncclConfig_t config = nonBlockingConfig();
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = a.commInitRankConfig(&raw, comm.size(), id, comm.rank(), &config);
+  if (raw == nullptr) {
+    throw InternalError(PERSEUS_STR("ncclCommInitRankConfig for " << label << " on device " << device
+                                    << " failed: " << a.getErrorString(r) << ": "
+                                    << a.getLastError(nullptr)));
+  }
+  std::shared_ptr<NcclComm> result(
+      new NcclComm(&a, raw, comm.rank(), comm.size(), device, timeout_s, std::move(label)));
+  result->check(r, "ncclCommInitRankConfig");
+  PERSEUS_LOG(DEBUG, kCuda) << "NCCL " << a.version << " communicator for " << result->label_
+                            << " ready on device " << device;
+  return result;
+}
+
+std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label) {
+  DeviceGuard guard(device_);
+  ncclConfig_t config = nonBlockingConfig();
+  ncclComm_t raw = nullptr;
+  check(api_->commSplit(comm_, color, key, &raw, &config), "ncclCommSplit");
+  PERSEUS_CHECK(raw != nullptr, "ncclCommSplit of " << label_ << " returned no communicator");
+  // The child's init may still be in progress: settle it like any other call on it.
+  std::shared_ptr<NcclComm> child(new NcclComm(api_, raw, -1, -1, device_, timeout_s_, std::move(label)));
+  child->settle("ncclCommSplit");
+  int rank = 0, size = 0;
+  api_->commUserRank(raw, &rank);
+  api_->commCount(raw, &size);
+  child->rank_ = rank;
+  child->size_ = size;
+  return child;
+}
+
+NcclComm::~NcclComm() {
+  if (aborted_.load()) return;
+  // Destroy waits for the work enqueued on this communicator, which the owner already waited
+  // for; a communicator whose peers are gone was aborted instead.
+  DeviceGuard guard(device_);
+  ncclResult_t r = api_->commDestroy(comm_);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    PERSEUS_LOG(WARNING, kCuda) << "ncclCommDestroy of " << label_ << ": " << api_->getErrorString(r);
+  }
+}
+
+void NcclComm::check(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return;
+  if (result != ncclInProgress) fail(result, what);
+  settle(what);
+}
+
+void NcclComm::settle(const char* what) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  for (int spins = 0;; ++spins) {
+    if (aborted_.load()) throw ShutDownError("NCCL communicator of " + label_ + " was aborted");
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = api_->commGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) fail(r, "ncclCommGetAsyncError");
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) fail(state, what);
+    if (Clock::now() > deadline) {
+      abort();
+      throw TimeoutError(PERSEUS_STR(
+          what << " on the NCCL communicator of " << label_ << " (device " << device_
+               << ") did not finish within PERSEUS_TIMEOUT=" << timeout_s_
+               << " s: a rank of the set is missing or stuck; the communicator was aborted"));
+    }
+    if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void NcclComm::checkAsync() {
+  if (aborted_.load()) return;
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t r = api_->commGetAsyncError(comm_, &state);
+  if (r != ncclSuccess) fail(r, "ncclCommGetAsyncError");
+  if (state != ncclSuccess && state != ncclInProgress) fail(state, "an asynchronous NCCL operation");
+}
+
+void NcclComm::fail(ncclResult_t result, const char* what) {
+  std::string detail = api_->getErrorString(result);
+  const char* last = api_->getLastError(comm_);
+  if (last != nullptr && *last != '\0') detail += std::string(": ") + last;
+  abort();
+  std::string msg = PERSEUS_STR(what << " on the NCCL communicator of " << label_ << " (device "
+                                     << device_ << ") failed: " << detail
+                                     << "; the communicator was aborted");
+  switch (result) {
+    case ncclRemoteError:
+    case ncclSystemError:
+      throw PeerLostError(-1, msg + " (a peer process or its connection is gone)");
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      throw InvalidArgumentError(msg);
+    default:
+      throw InternalError(msg);
+  }
+}
+
+void NcclComm::abort() {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (aborted_.exchange(true)) return;
+  PERSEUS_LOG(WARNING, kCuda) << "aborting the NCCL communicator of " << label_;
+  ncclResult_t r = api_->commAbort(comm_);
+  if (r != ncclSuccess) {
+    PERSEUS_LOG(WARNING, kCuda) << "ncclCommAbort of " << label_ << ": " << api_->getErrorString(r);
+  }
+}
+
+}  // namespace perseus::nccl
