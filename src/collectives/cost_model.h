@@ -18,13 +18,13 @@ struct PointToPoint {
 
 // Messages between ranks of one host go through shared-memory rings; across hosts, TCP.
 inline PointToPoint pointToPoint(const Communicator& comm) {
-  if (comm.arena() != nullptr || comm.numHosts() == 1) return {2.0, 1.0 / 6000.0, 1.0 / 20000.0};
+  if (comm.arena() != nullptr || comm.numHosts() == 1) return {2.0, 1.0 / 3000.0, 1.0 / 20000.0};
   return {30.0, 1.0 / 1000.0, 1.0 / 20000.0};
 }
 
 // Shared-memory arena: one barrier, and bytes copied or reduced through the caches.
 constexpr double kBarrierUs = 0.15;
-constexpr double kArenaUsPerByte = 1.0 / 12000.0;
+constexpr double kArenaUsPerByte = 1.0 / 30000.0;
 
 inline int ceilLog2(int p) {
   int k = 0;
