@@ -33,6 +33,8 @@ constexpr int kSamples = 11;
 struct SharedState {
   std::atomic<uint32_t> arrived;
   std::atomic<uint32_t> generation;
+  alignas(128) std::atomic<uint64_t> ping;  // the floor: one cache line bounced between cores
+  alignas(128) std::atomic<uint64_t> pong;
 };
 
 void barrier(SharedState* s) {  // two parties
@@ -119,8 +121,69 @@ double stream(ChannelTransport& t, size_t msg, size_t total, bool bidir, SharedS
   return median(samples);
 }
 
+// Round trip of a bare flag in shared memory (no transport): this machine's floor.
+double flagPingPong(int rank, int iters, SharedState* s) {
+  std::vector<double> samples;
+  uint64_t seq = 0;
+  for (int k = 0; k < kSamples; ++k) {
+    barrier(s);
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      ++seq;
+      if (rank == 0) {
+        s->ping.store(seq, std::memory_order_release);
+        while (s->pong.load(std::memory_order_acquire) != seq) {
+        }
+      } else {
+        while (s->ping.load(std::memory_order_acquire) != seq) {
+        }
+        s->pong.store(seq, std::memory_order_release);
+      }
+    }
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters);
+  }
+  return median(samples);
+}
+
+// Round trip over one ShmChannel driven directly (no ChannelTransport): the ring's own cost.
+double channelPingPong(perseus::transport::Channel& c, int rank, size_t bytes, int iters,
+                       SharedState* s) {
+  std::vector<char> buf(bytes);
+  std::vector<double> samples;
+  auto sendAll = [&] {
+    for (size_t done = 0; done < bytes;) done += c.trySend(buf.data() + done, bytes - done);
+  };
+  auto recvAll = [&] {
+    for (size_t done = 0; done < bytes;) done += c.tryRecv(buf.data() + done, bytes - done);
+  };
+  for (int k = 0; k < kSamples; ++k) {
+    barrier(s);
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      if (rank == 0) {
+        sendAll();
+        recvAll();
+      } else {
+        recvAll();
+        sendAll();
+      }
+    }
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters);
+  }
+  return median(samples);
+}
+
 int runRank(int rank, const std::string& job, SharedState* s, size_t msg, size_t total) {
   Params params = Params::fromEnvironment();
+  flagPingPong(rank, 1000, s);
+  report(rank, "rtt_bare_flag_floor", 8, flagPingPong(rank, 100000, s), "us");
+  {
+    auto group = perseus::transport::shm::createShmLocalGroup(job + "-raw", rank, {0, 1}, params,
+                                                              [s] { barrier(s); });
+    perseus::transport::Channel& c = *group->channels.at(1 - rank);
+    channelPingPong(c, rank, 4, 1000, s);
+    report(rank, "rtt_channel_only", 4, channelPingPong(c, rank, 4, 100000, s), "us");
+  }
   {
     std::unique_ptr<perseus::transport::shm::ShmLocalGroup> group;
     auto t = connect(job + "-spin", rank, s, params, &group);
