@@ -97,7 +97,11 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
     }
   }
 
+  PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control with " << set.entries.size()
+                              << " entries, " << set.uncached.size() << " uncached";
   allreduceAnd(*set.comm, cv.data(), cv.numWords());
+  PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control done, uncached="
+                              << cv.anyFlag(ControlFlag::kUncached);
 
   if (global) {
     if (cv.anyFlag(ControlFlag::kShutdown)) {
@@ -202,6 +206,8 @@ std::vector<Response> Engine::coordinate(ProcessSet& set, const std::vector<Requ
   coord.add(0, requests, now);
   for (int r = 1; r < n; ++r) coord.add(r, decodeRequests(lists[r]), now);
   std::vector<Response> responses = coord.takeReady();
+  PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": coordinator has " << responses.size()
+                              << " responses, " << coord.numWaiting() << " waiting";
   inspectStalls(set, &responses);
 
   std::vector<uint8_t> out = encodeResponses(responses);
