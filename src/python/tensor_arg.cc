@@ -168,6 +168,11 @@ void TensorArg::fromDlTensor(const DLTensor& t, const std::string& where) {
     }
   }
   tensor_.data = static_cast<char*>(t.data) + t.byte_offset;
+  if (tensor_.data == nullptr) {
+    // Frameworks give empty tensors no storage; the core wants a pointer it never reads.
+    static char empty_storage alignas(16)[16];
+    tensor_.data = empty_storage;
+  }
   tensor_.ndim = t.ndim;
   tensor_.shape = shape_.data();
   tensor_.cuda_stream = nullptr;

@@ -1,0 +1,35 @@
+"""perseus.torch on real ranks started by perseusrun (workers/ hold the per-rank code)."""
+
+import pytest
+
+from conftest import run_worker
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.timeout(200)
+
+
+def test_collectives_2_ranks():
+    out = run_worker(2, "torch_collectives.py").stdout
+    assert out.count("PASS check_") == 2 * 9
+
+
+def test_collectives_3_ranks():
+    out = run_worker(3, "torch_collectives.py", "quick").stdout
+    assert out.count("PASS check_") == 3 * 9
+
+
+def test_errors_raise_and_never_hang():
+    assert run_worker(2, "torch_errors.py").stdout.count("PASS errors") == 2
+
+
+def test_autograd():
+    assert run_worker(2, "torch_autograd.py").stdout.count("PASS autograd") == 2
+
+
+def test_distributed_optimizer_matches_single_process():
+    assert run_worker(2, "torch_train.py").stdout.count("PASS train") == 2
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_sync_batch_norm_matches_batch_norm(np):
+    assert run_worker(np, "torch_sync_bn.py").stdout.count("PASS sync_bn") == 3 * np

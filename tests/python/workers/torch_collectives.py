@@ -1,0 +1,180 @@
+"""Every perseus.torch collective, each dtype, on the global set and a process set.
+Run by test_torch_collectives.py on 2 and 3 ranks."""
+
+import sys
+
+import torch
+
+import perseus.torch as hvd
+
+# "quick": fewer dtypes and roots, for odd rank counts on small machines.
+QUICK = "quick" in sys.argv[1:]
+
+REDUCIBLE = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+             torch.float32, torch.float64]
+if QUICK:
+    REDUCIBLE = [torch.int32, torch.bfloat16, torch.float32]
+ALL = REDUCIBLE + [torch.bool]
+
+
+def value(r, dtype, shape=(5, 3)):
+    if dtype == torch.bool:
+        return torch.full(shape, r % 2 == 0, dtype=dtype)
+    return torch.full(shape, r + 1, dtype=dtype)
+
+
+def check_allreduce(rank, size):
+    ranks = range(size)
+    for dtype in REDUCIBLE:
+        t = value(rank, dtype)
+        total = sum(r + 1 for r in ranks)
+        out = hvd.allreduce(t, op=hvd.Sum, name="sum.%s" % dtype)
+        assert out.dtype == dtype and torch.equal(out, torch.full_like(t, total)), (dtype, out)
+        assert torch.equal(hvd.allreduce(t, op=hvd.Min), torch.full_like(t, 1))
+        assert torch.equal(hvd.allreduce(t, op=hvd.Max), torch.full_like(t, size))
+        if dtype.is_floating_point:
+            avg = hvd.allreduce(t)  # op=None: Average
+            assert torch.allclose(avg.double(), torch.full((5, 3), total / size).double(),
+                                  atol=1e-2), (dtype, avg)
+            prod = 1
+            for r in ranks:
+                prod *= r + 1
+            assert torch.allclose(hvd.allreduce(t, op=hvd.Product).double(),
+                                  torch.full((5, 3), float(prod)).double())
+            scaled = hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+            assert torch.allclose(scaled.double(), torch.full((5, 3), float(total)).double())
+    b = hvd.allreduce(value(rank, torch.bool), op=hvd.Max)
+    assert b.all()  # rank 0 contributes True: logical or
+    b = hvd.allreduce(value(rank, torch.bool), op=hvd.Min)
+    assert not b.any()  # rank 1 contributes False: logical and
+    # in place, deprecated average=, non-contiguous in place
+    t = torch.full((4,), float(rank))
+    assert hvd.allreduce_(t, average=False) is t
+    assert torch.equal(t, torch.full((4,), float(sum(ranks))))
+    nc = torch.arange(12.0).reshape(3, 4).t()
+    assert not nc.is_contiguous()
+    expect = nc * size
+    hvd.allreduce_(nc, op=hvd.Sum)
+    assert torch.equal(nc, expect)
+    out = hvd.allreduce(torch.arange(12.0).reshape(3, 4).t(), op=hvd.Sum)
+    assert torch.equal(out, torch.arange(12.0).reshape(3, 4).t() * size)
+    # scalar and empty tensors
+    assert hvd.allreduce(torch.tensor(float(rank)), op=hvd.Sum).item() == sum(ranks)
+    assert hvd.allreduce(torch.empty(0, 3), op=hvd.Sum).shape == (0, 3)
+
+
+def check_grouped_allreduce(rank, size):
+    ts = [torch.full((i + 1,), float(rank)) for i in range(4)] + [torch.ones(2, dtype=torch.int32)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
+    for t, o in zip(ts, outs):
+        assert torch.equal(o, t.new_full(t.shape, sum(range(size)) if t.dtype.is_floating_point else size))
+    h = hvd.grouped_allreduce_async_(ts[:2], op=hvd.Sum)
+    res = hvd.synchronize(h)
+    assert res[0] is ts[0] and ts[0].item() == sum(range(size))
+
+
+def check_allgather(rank, size):
+    for dtype in ALL + [torch.int16, torch.complex64]:
+        t = torch.ones((rank + 1, 2), dtype=torch.float32).mul(rank).to(dtype)
+        out = hvd.allgather(t, name="ag.%s" % dtype)
+        expect = torch.cat([torch.ones((r + 1, 2)).mul(r).to(dtype) for r in range(size)])
+        assert out.dtype == dtype and torch.equal(out, expect), (dtype, out)
+    outs = hvd.grouped_allgather([torch.full((1,), rank), torch.full((2, 2), float(rank))])
+    assert torch.equal(outs[0], torch.arange(size))
+    assert outs[1].shape == (2 * size, 2)
+
+
+def check_broadcast(rank, size):
+    for root in ([size - 1] if QUICK else range(size)):
+        for dtype in ALL + [torch.int16, torch.complex128]:
+            t = torch.full((3, 2), float(rank + 1)).to(dtype)
+            out = hvd.broadcast(t, root, name="bc.%d.%s" % (root, dtype))
+            assert torch.equal(out, torch.full((3, 2), float(root + 1)).to(dtype)), (root, dtype)
+            assert torch.equal(t, torch.full((3, 2), float(rank + 1)).to(dtype))  # untouched
+        t = torch.full((2, 3), float(rank)).t()  # non-contiguous, in place
+        assert hvd.broadcast_(t, root) is t
+        assert torch.equal(t, torch.full((3, 2), float(root)))
+
+
+def check_alltoall(rank, size):
+    # rank r sends (i + 1) rows to rank i
+    splits = [i + 1 for i in range(size)]
+    t = torch.cat([torch.full((i + 1, 2), float(rank * 10 + i)) for i in range(size)])
+    out, received = hvd.alltoall(t, splits=splits)
+    assert received.tolist() == [rank + 1] * size
+    expect = torch.cat([torch.full((rank + 1, 2), float(r * 10 + rank)) for r in range(size)])
+    assert torch.equal(out, expect)
+    even = torch.arange(size * 2, dtype=torch.int64) + 100 * rank
+    out, received = hvd.alltoall(even)
+    assert received.tolist() == [2] * size
+    assert out.tolist() == [100 * r + 2 * rank + k for r in range(size) for k in range(2)]
+    out, _ = hvd.alltoall(torch.ones(size, dtype=torch.int16), splits=torch.ones(size))
+    assert out.dtype == torch.int16 and out.tolist() == [1] * size
+
+
+def check_reducescatter(rank, size):
+    rows = 2 * size + 1  # uneven: the first rank gets one more row
+    for dtype in [d for d in REDUCIBLE if d not in (torch.uint8, torch.int8)]:
+        t = torch.arange(rows * 3).reshape(rows, 3).to(dtype)
+        out = hvd.reducescatter(t, op=hvd.Sum, name="rs.%s" % dtype)
+        start = sum(rows // size + (1 if r < rows % size else 0) for r in range(rank))
+        n = rows // size + (1 if rank < rows % size else 0)
+        assert torch.equal(out, (t[start:start + n] * size).to(dtype)), (dtype, out)
+    avg = hvd.reducescatter(torch.ones(size * 2, 2))
+    assert torch.equal(avg, torch.ones(2, 2))
+    outs = hvd.grouped_reducescatter([torch.ones(size, 1), torch.ones(size * 2)], op=hvd.Sum)
+    assert torch.equal(outs[0], torch.full((1, 1), float(size)))
+    assert torch.equal(outs[1], torch.full((2,), float(size)))
+
+
+def check_async_and_misc(rank, size):
+    handles = [hvd.allreduce_async(torch.full((8,), float(i)), op=hvd.Sum, name="async.%d" % i)
+               for i in range(5)]
+    for i, h in enumerate(handles):
+        out = hvd.synchronize(h)
+        assert torch.equal(out, torch.full((8,), float(i * size)))
+    h = hvd.broadcast_async(torch.tensor([rank]), 0)
+    while not hvd.poll(h):
+        pass
+    assert hvd.synchronize(h).item() == 0
+    hvd.barrier()
+    assert hvd.broadcast_object({"rank": rank, "f": lambda x: x + 1}, root_rank=size - 1)["rank"] == size - 1
+    assert hvd.allgather_object((rank, "x" * rank)) == [(r, "x" * r) for r in range(size)]
+
+
+def check_process_sets(rank, size):
+    evens = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+    assert evens.included() == (rank % 2 == 0)
+    if evens.included():
+        out = hvd.allreduce(torch.ones(3), op=hvd.Sum, process_set=evens)
+        assert torch.equal(out, torch.full((3,), float(evens.size())))
+        assert hvd.allgather(torch.tensor([rank]), process_set=evens).tolist() == list(
+            range(0, size, 2))
+        got = hvd.broadcast(torch.tensor([rank]), 0, process_set=evens)
+        assert got.item() == 0
+        assert hvd.broadcast_object(rank, 0, process_set=evens) == 0
+    hvd.barrier()
+    assert hvd.remove_process_set(evens)
+    assert not hvd.remove_process_set(hvd.global_process_set)
+
+
+def check_join(rank, size):
+    if rank == 0:
+        out = hvd.allreduce(torch.ones(4), op=hvd.Sum, name="join.ar")
+        assert torch.equal(out, torch.full((4,), 1.0))  # joined ranks contribute zeros
+    last = hvd.join()
+    assert 0 <= last < size
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    for name, fn in sorted(globals().items()):
+        if name.startswith("check_"):
+            fn(rank, size)
+            print("PASS", name, flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

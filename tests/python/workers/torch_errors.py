@@ -1,0 +1,65 @@
+"""Error cases raise (never hang) and leave the job usable. Run on 2 ranks."""
+
+import torch
+
+import perseus.torch as hvd
+from perseus.common.exceptions import (DuplicateNameError, MismatchError, PerseusInternalError,
+                                       UnsupportedError)
+
+
+def expect(exc, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (fn.__name__, exc.__name__))
+
+
+def main():
+    e = expect(ValueError, hvd.rank)
+    assert "not been initialized" in str(e)
+    expect(ValueError, hvd.size)
+    hvd.init()
+    rank = hvd.rank()
+
+    # Mismatched shapes: every rank gets the error (RuntimeError as in Horovod, also ValueError).
+    e = expect(RuntimeError, hvd.allreduce, torch.ones(2 + rank), name="bad.shape")
+    assert isinstance(e, MismatchError) and isinstance(e, PerseusInternalError), type(e)
+    assert isinstance(e, ValueError)
+    assert "bad.shape" in str(e), str(e)
+    # Mismatched dtypes and ops
+    expect(MismatchError, hvd.allreduce,
+           torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64), name="bad.dtype")
+    expect(MismatchError, hvd.allreduce, torch.ones(2), name="bad.op",
+           op=hvd.Sum if rank == 0 else hvd.Max)
+    expect(MismatchError, hvd.broadcast, torch.ones(2), rank, name="bad.root")
+    expect(MismatchError, hvd.allgather, torch.ones(2, 2 + rank), name="bad.gather")
+
+    # Duplicate name in flight: ValueError at submission, like Horovod.
+    t = torch.ones(4)
+    h = hvd.allreduce_async(t, name="dup")
+    expect(DuplicateNameError, hvd.allreduce_async, t, name="dup")
+    assert isinstance(DuplicateNameError("x"), ValueError)
+    hvd.synchronize(h)
+
+    # Unsupported dtypes and ops are ValueErrors, raised before any communication.
+    expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.complex64))
+    expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.int16))
+    expect(ValueError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+    expect(ValueError, hvd.allreduce, torch.ones(2), average=True, op=hvd.Sum)
+    expect(ValueError, hvd.synchronize, 123456)
+    expect(ValueError, hvd.broadcast, torch.ones(2), 5, name="bad.rootrange")
+    unregistered = hvd.ProcessSet([0])
+    expect(ValueError, hvd.allreduce, torch.ones(2), process_set=unregistered)
+
+    # The job still works after all of that.
+    out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
+    assert torch.equal(out, torch.full((3,), float(hvd.size())))
+    hvd.shutdown()
+    # After shutdown: not initialized again.
+    expect(ValueError, hvd.rank)
+    print("PASS errors", flush=True)
+
+
+if __name__ == "__main__":
+    main()
