@@ -355,7 +355,7 @@ void ChannelTransport::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(abort_mutex_);
     if (aborted_.load()) return;
     abort_reason_ = reason;
-    aborted_.store(true, std::memory_order_release);
+    aborted_.store(true, std::memory_order_seq_cst);  // before ringing: Doorbell contract
   }
   PERSEUS_LOG(INFO, kTransport) << "rank " << rank_ << ": transport aborted: " << reason;
   wake();

@@ -74,7 +74,7 @@ void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
   validateMembers(group_id, members);
   checkAborted();
   const uint64_t target = ++epochs_[group_id];
-  set_->epoch(localRank(), group_id)->store(target, std::memory_order_release);
+  set_->epoch(localRank(), group_id)->store(target, std::memory_order_seq_cst);  // see notify()
   for (int m : members) {
     if (m != localRank()) set_->notify(m);
   }
@@ -129,7 +129,7 @@ void ShmArenaImpl::abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(abort_mutex_);
     if (aborted_.load()) return;
     abort_reason_ = reason;
-    aborted_.store(true, std::memory_order_release);
+    aborted_.store(true, std::memory_order_seq_cst);  // seq_cst: see ShmSegmentSet::notify()
   }
   PERSEUS_LOG(INFO, kTransport) << "shared-memory arena aborted: " << reason;
   doorbell_->ring();

@@ -5,6 +5,12 @@
 #include <string>
 
 namespace perseus::transport::shm {
+namespace {
+
+// Granularity at which a large copy publishes its progress to the other side.
+constexpr size_t kPublishBytes = 64 << 10;
+
+}  // namespace
 
 ShmChannel::ShmChannel(std::shared_ptr<ShmSegmentSet> set, int peer_local_rank)
     : set_(std::move(set)),
@@ -31,12 +37,18 @@ size_t ShmChannel::trySend(const void* data, size_t bytes) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(space, bytes));
   send_blocked_ = n < bytes;
   if (n == 0) return 0;
-  const size_t at = static_cast<size_t>(out_tail_ % capacity_);
-  const size_t first = std::min(n, static_cast<size_t>(capacity_) - at);
-  std::memcpy(out_data_ + at, data, first);
-  std::memcpy(out_data_, static_cast<const char*>(data) + first, n - first);
-  out_tail_ += n;
-  out_->tail.store(out_tail_, std::memory_order_release);
+  // Publish every kPublishBytes so that the receiver copies out while we still copy in, and
+  // the bytes in flight stay in cache.
+  const char* src = static_cast<const char*>(data);
+  for (size_t done = 0; done < n;) {
+    const size_t at = static_cast<size_t>(out_tail_ % capacity_);
+    const size_t k = std::min({n - done, static_cast<size_t>(capacity_) - at, kPublishBytes});
+    std::memcpy(out_data_ + at, src + done, k);
+    done += k;
+    out_tail_ += k;
+    // seq_cst: orders this store before notify()'s load of the peer's sleeper count.
+    out_->tail.store(out_tail_, std::memory_order_seq_cst);
+  }
   set_->notify(peer_);
   return n;
 }
@@ -50,12 +62,15 @@ size_t ShmChannel::tryRecv(void* data, size_t bytes) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, bytes));
   recv_blocked_ = n < bytes;
   if (n == 0) return 0;
-  const size_t at = static_cast<size_t>(in_head_ % capacity_);
-  const size_t first = std::min(n, static_cast<size_t>(capacity_) - at);
-  std::memcpy(data, in_data_ + at, first);
-  std::memcpy(static_cast<char*>(data) + first, in_data_, n - first);
-  in_head_ += n;
-  in_->head.store(in_head_, std::memory_order_release);
+  char* dst = static_cast<char*>(data);
+  for (size_t done = 0; done < n;) {
+    const size_t at = static_cast<size_t>(in_head_ % capacity_);
+    const size_t k = std::min({n - done, static_cast<size_t>(capacity_) - at, kPublishBytes});
+    std::memcpy(dst + done, in_data_ + at, k);
+    done += k;
+    in_head_ += k;
+    in_->head.store(in_head_, std::memory_order_seq_cst);
+  }
   set_->notify(peer_);  // it may sleep waiting for ring space
   return n;
 }

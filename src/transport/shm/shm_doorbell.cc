@@ -7,9 +7,10 @@ namespace perseus::transport::shm {
 uint32_t ShmDoorbell::arm() {
   SegmentHeader* h = set_->header(set_->localRank());
   const uint32_t ticket = h->doorbell.load(std::memory_order_acquire);
-  h->sleepers.fetch_add(1, std::memory_order_relaxed);
-  // Pairs with the fence in ShmSegmentSet::notify(): the caller's re-check after arm() sees
-  // everything published by a notifier that did not see us as a sleeper.
+  // Pairs with ShmSegmentSet::notify() (seq_cst store, then seq_cst load of `sleepers`): the
+  // caller's re-check after arm() sees everything published by a notifier that did not see
+  // us as a sleeper.
+  h->sleepers.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return ticket;
 }

@@ -49,7 +49,7 @@ class ShmSegmentSet {
   char* slot(int lr) const { return base(lr) + layout_.slot_offset; }
 
   // Wakes local rank `lr` if it sleeps on its doorbell. Call after publishing whatever it may
-  // be waiting for; costs one fence and one load when it does not sleep.
+  // be waiting for WITH A seq_cst STORE (see the .cc); costs one load when it does not sleep.
   void notify(int lr) const;
   // True (with a reason) when local rank `lr` closed its transport or its process exited.
   bool peerGone(int lr, std::string* why) const;
