@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "support/forked_ranks.h"
 #include "support/shared_barrier.h"
 #include "support/shm_groups.h"
 
@@ -96,6 +97,21 @@ TEST(ShmRing, ClosedPeerIsLostOnlyAfterItsBytesAreDrained) {
     EXPECT_EQ(e.rank(), 1);
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
   }
+}
+
+TEST(ShmRing, AForkedChildOfARankDoesNotCloseIt) {
+  auto groups = createShmGroupsAsThreads(2, uniqueJobId("forkchild"), shmTestParams());
+  // Like a data-loader worker: inherits the mappings, runs destructors, exits.
+  auto st = perseus::testing::runForked(1, [&](int) {
+    groups[1].reset();
+    return 0;
+  }, std::chrono::seconds(10));
+  ASSERT_TRUE(st[0].ok()) << st[0].describe();
+  EXPECT_NO_THROW(groups[0]->channels.at(1)->checkPeer());
+  int v = 5, got = 0;
+  ASSERT_EQ(groups[1]->channels.at(0)->trySend(&v, sizeof v), sizeof v);
+  ASSERT_EQ(groups[0]->channels.at(1)->tryRecv(&got, sizeof got), sizeof got);
+  EXPECT_EQ(got, 5);
 }
 
 TEST(ShmRing, NamesAreUnlinkedRightAfterStartUp) {

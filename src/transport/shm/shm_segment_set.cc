@@ -44,6 +44,9 @@ ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
 ShmSegmentSet::~ShmSegmentSet() {
   if (own_linked_) ShmSegment::unlink(own_name_);
   if (!segments_[local_rank_]) return;
+  // A child forked after start-up (e.g. a data-loader worker) inherits the mappings but is not
+  // this rank: its exit must not tell the peers that the rank went away.
+  if (header(local_rank_)->owner_pid != static_cast<int32_t>(::getpid())) return;
   header(local_rank_)->closed.store(1, std::memory_order_seq_cst);  // seq_cst: see notify()
   for (int lr = 0; lr < localSize(); ++lr) {
     if (lr != local_rank_ && segments_[lr]) notify(lr);
