@@ -50,8 +50,8 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
         for (size_t i = 0; i < g.items.size() && i < 4; ++i) {
           names += PERSEUS_STR((i ? ", '" : "'") << responses[g.items[i].response].name << "'");
         }
-        std::string what = PERSEUS_STR(opTypeName(first.op) << " of " << names << " in process set "
-                                       << set.id << " failed: " << e.what());
+        std::string what = PERSEUS_STR(e.what() << " [while running " << opTypeName(first.op) << " of "
+                                       << names << " in process set " << set.id << "]");
         if (e.code() == StatusCode::kPeerLost) {
           throw PeerLostError(static_cast<const PeerLostError&>(e).rank(), what);
         }
