@@ -73,7 +73,8 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
             mean, var = moving_mean, moving_var
             y, invstd = M.normalize(x, gamma, beta, mean, var, self.eps, self.fix_gamma)
             self._saved = None
-        self.assign(out_data[0], req[0], y)
+        if y is not None:  # None: an empty batch, nothing to write
+            self.assign(out_data[0], req[0], y)
         if self.output_mean_var:
             self.assign(out_data[1], req[1], mean.astype(out_data[1].dtype))
             self.assign(out_data[2], req[2], var.astype(out_data[2].dtype))
@@ -82,7 +83,10 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         x, gamma, _ = in_data
         dy = out_grad[0]
         moving_mean, moving_var = aux
-        if self._saved is None:  # global statistics: no communication
+        if self._saved is None and M.is_empty(x):  # nothing flows through an empty batch
+            dx = None
+            dgamma = dbeta = mx.nd.zeros(gamma.shape, ctx=gamma.context, dtype=gamma.dtype)
+        elif self._saved is None:  # global statistics: no communication
             dx = M.backward_global_stats(dy, gamma, moving_var, self.eps, self.fix_gamma)
             mean, var = moving_mean, moving_var
             invstd = 1.0 / mx.nd.sqrt(var.astype("float64") + self.eps)
@@ -102,7 +106,8 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
                 "sync_bn.%s.bwd" % self.key)
             # As MXNet's (Sync)BatchNorm: the moving statistics move in the backward pass.
             M.update_moving(moving_mean, moving_var, mean, var, self.momentum)
-        self.assign(in_grad[0], req[0], dx)
+        if dx is not None:
+            self.assign(in_grad[0], req[0], dx)
         self.assign(in_grad[1], req[1], dgamma)
         self.assign(in_grad[2], req[2], dbeta)
 

@@ -27,8 +27,11 @@ def _per_channel_sum(a):
     return mx.nd.sum(a, axis=1, exclude=True)
 
 
-def _empty(x):
+def is_empty(x):
     return any(d == 0 for d in x.shape)
+
+
+_empty = is_empty
 
 
 def local_moments(x):
@@ -56,10 +59,12 @@ def global_stats(x, allreduce, name):
 
 
 def normalize(x, gamma, beta, mean, var, eps, fix_gamma):
-    """y = gamma * (x - mean) / sqrt(var + eps) + beta; returns (y, invstd float64)."""
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta; returns (y, invstd float64). y is None
+    for an empty x: no op may touch a zero-size array outside NumPy-shape mode, which is
+    thread-local and off on MXNet's CustomOp threads."""
     invstd = 1.0 / mx.nd.sqrt(var.astype("float64") + eps)
     if _empty(x):
-        return x.copy(), invstd
+        return None, invstd
     g = mx.nd.ones_like(gamma) if fix_gamma else gamma
     scale = (g.astype("float64") * invstd).astype(x.dtype)
     shift = (beta.astype("float64") - mean.astype("float64") * g.astype("float64") * invstd)
@@ -77,7 +82,8 @@ def forward_train(x, gamma, beta, eps, fix_gamma, allreduce, name):
 
 
 def backward_train(dy, x, gamma, mean, invstd, count, fix_gamma, allreduce, name):
-    """Training backward: returns (dx, dgamma, dbeta); dgamma/dbeta are this rank's share."""
+    """Training backward: returns (dx, dgamma, dbeta); dgamma/dbeta are this rank's share;
+    dx is None for an empty x (see normalize)."""
     channels = x.shape[1]
     if _empty(x):
         local = mx.nd.zeros((2 * channels,), ctx=x.context, dtype="float64")
@@ -95,7 +101,7 @@ def backward_train(dy, x, gamma, mean, invstd, count, fix_gamma, allreduce, name
     if fix_gamma:
         dgamma = mx.nd.zeros_like(dgamma)
     if xhat is None:
-        dx = dy.copy()
+        dx = None
     else:
         g = mx.nd.ones_like(gamma) if fix_gamma else gamma
         shape = _channel_shape(x)

@@ -40,6 +40,14 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __getattr__(self, item):
         return getattr(self._optimizer, item)
 
+    def __setattr__(self, item, value):
+        # gluon.Trainer writes rescale_grad and param_dict on the optimizer it is given: they
+        # must reach the wrapped one, which does the update.
+        if item.startswith("_"):
+            object.__setattr__(self, item, value)
+        else:
+            setattr(self._optimizer, item, value)
+
     def create_state_multi_precision(self, index, weight):
         return self._optimizer.create_state_multi_precision(index, weight)
 

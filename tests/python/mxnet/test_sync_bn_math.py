@@ -63,7 +63,7 @@ def _run_ranks(shards, dy_shards, gamma, beta, eps, fix_gamma, momentum):
                                           fix_gamma, bwd.for_rank(r), "bn0")
             mm, mv = mx.nd.zeros(g.shape), mx.nd.ones(g.shape)
             M.update_moving(mm, mv, mean, var, momentum)
-            results[r] = [a.asnumpy() for a in (y, dx, dg, db, mm, mv)]
+            results[r] = [None if a is None else a.asnumpy() for a in (y, dx, dg, db, mm, mv)]
         except Exception as e:  # noqa: BLE001
             errors.append(e)
             fwd.barrier.abort()
