@@ -204,7 +204,7 @@ void ChannelTransport::copySelf(const std::vector<SendOp>& sends, const std::vec
       const RecvOp* r = nextRecv();
       if (r == nullptr) break;
       const size_t k = std::min(n - used, r->bytes - roff);
-      std::memcpy(static_cast<char*>(r->data) + roff, src + used, k);
+      std::memmove(static_cast<char*>(r->data) + roff, src + used, k);  // in-place is allowed
       roff += k;
       used += k;
     }
