@@ -105,7 +105,8 @@ print(order)
 
 def test_priority_orders_ready_collectives():
     env = dict(os.environ, MXNET_CPU_PRIORITY_NTHREADS="1")
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
+    import perseus
+    root = os.path.dirname(os.path.dirname(os.path.abspath(perseus.__file__)))
     out = subprocess.run([sys.executable, "-c", _PRIORITY_SCRIPT, root], env=env, timeout=50,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -9,8 +9,12 @@ import sys
 
 import pytest
 
+import perseus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+# The perseus package these tests import (installed, or the source tree): ranks use the same.
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(perseus.__file__)))
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(perseus.__file__)), "examples")
 
 
 def _core_available():
@@ -30,7 +34,7 @@ def run_ranks(np_, scenario, timeout=100, env=None, hosts=None):
     """Runs mx_worker.py <scenario> on np_ ranks; returns the combined output."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(ROOT, "python"), HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        [PKG_PARENT, HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
     full_env.setdefault("PERSEUS_TIMEOUT", "20")
@@ -91,8 +95,8 @@ def test_sync_batch_norm_local_scope_two_hosts():
 
 @pytest.mark.timeout(200)
 def test_mnist_example_runs():
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
-    example = os.path.join(ROOT, "python", "perseus", "examples", "mxnet_mnist.py")
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT, OMP_NUM_THREADS="1")
+    example = os.path.join(EXAMPLES, "mxnet_mnist.py")
     proc = subprocess.run([sys.executable, "-m", "perseus.runner", "-np", "2", "-H",
                            "localhost:2", sys.executable, example, "--max-batches", "20",
                            "--max-test", "500", "--no-progress"], env=env, timeout=180,
@@ -103,10 +107,9 @@ def test_mnist_example_runs():
 
 @pytest.mark.timeout(200)
 def test_kvstore_fit_example_runs():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(ROOT, "python"), os.path.join(ROOT, "python", "perseus", "examples")]),
-        OMP_NUM_THREADS="1")
-    example = os.path.join(ROOT, "python", "perseus", "examples", "mxnet_kvstore_fit.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PKG_PARENT, EXAMPLES]),
+               OMP_NUM_THREADS="1")
+    example = os.path.join(EXAMPLES, "mxnet_kvstore_fit.py")
     proc = subprocess.run([sys.executable, "-m", "perseus.runner", "-np", "2", "-H",
                            "localhost:2", sys.executable, example, "--kv-store",
                            "dist_sync_perseus", "--max-train", "4000"], env=env, timeout=180,
