@@ -4,6 +4,7 @@ Each test launches tests/python/mxnet/mx_worker.py <scenario> on every rank; the
 asserts on every rank and the job must exit 0 within its timeout (a hang is a failure).
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -114,5 +115,22 @@ def test_kvstore_fit_example_runs():
                            "localhost:2", sys.executable, example, "--kv-store",
                            "dist_sync_perseus", "--max-train", "4000"], env=env, timeout=180,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "accuracy:" in proc.stdout
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_kvstore_fit_via_mpirun_and_config_sh():
+    """The AIACC guide's launch: mpirun starts config.sh, which picks the GPU and runs fit."""
+    env = dict(os.environ, PYTHONPATH=PKG_PARENT, OMP_NUM_THREADS="1")
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "-x", "PYTHONPATH"]
+    if env.get("PERSEUS_BUILD_DIR"):
+        cmd += ["-x", "PERSEUS_BUILD_DIR"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [os.path.join(EXAMPLES, "mxnet_kvstore_config.sh"), "--max-train", "4000"]
+    proc = subprocess.run(cmd, env=env, timeout=180, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "accuracy:" in proc.stdout
