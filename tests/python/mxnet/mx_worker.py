@@ -158,6 +158,15 @@ def scenario_errors():
     kv2 = hvd.create("dist_sync_perseus")
     e = _expect(mx.base.MXNetError, lambda: kv2.init("k", mx.nd.ones(2 + r)))
     assert "kv.init.k" in str(e) and "Mismatch" in str(e), e
+    # a rank that leaves: the others' pending collectives fail (MXNetError), never hang
+    hvd.barrier()
+    if r == 1:
+        print("errors OK", flush=True)
+        hvd.shutdown()
+        sys.exit(0)
+    left = hvd.allreduce(mx.nd.ones(4), name="after_peer_left")
+    e = _expect(mx.base.MXNetError, left.asnumpy)
+    assert "after_peer_left" in str(e), e
     print("errors OK", flush=True)
 
 

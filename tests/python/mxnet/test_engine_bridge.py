@@ -119,3 +119,32 @@ def test_fallback_without_engine():
     y = mx.nd.zeros((3,))
     b.push(_doubling(0.05), [x], [y], name="sync")
     np.testing.assert_allclose(y.asnumpy(), 4)
+
+
+_NAIVE_SCRIPT = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import mxnet as mx
+from perseus.mxnet.engine import bridge
+y = mx.nd.zeros((2,))
+def later(ins, outs, done):
+    threading.Timer(0.1, lambda: done(None)).start()
+bridge().push(later, [], [y], name="ok")
+def fail(ins, outs, done):
+    threading.Timer(0.1, lambda: done("rank 3 lost")).start()
+try:
+    bridge().push(fail, [], [mx.nd.zeros((2,))], name="bad")
+except mx.base.MXNetError as e:
+    print("raised:", e)
+"""
+
+
+def test_naive_engine_completes_and_raises_at_push():
+    # NaiveEngine runs the op inline and drops on_complete's error: push raises it instead.
+    import perseus
+    root = os.path.dirname(os.path.dirname(os.path.abspath(perseus.__file__)))
+    env = dict(os.environ, MXNET_ENGINE_TYPE="NaiveEngine")
+    out = subprocess.run([sys.executable, "-c", _NAIVE_SCRIPT, root], env=env, timeout=50,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "raised: rank 3 lost" in out.stdout
