@@ -328,9 +328,10 @@ def scenario_gluon():
         CHECK(got[k], ref[k], rtol=1e-4, atol=1e-5)
 
     # gluon.Trainer with the Perseus store: sums, so step() takes the global batch
-    for update_on_kvstore in (False, True):
+    for update_on_kvstore, kv in ((False, hvd.create("dist_sync_perseus")),
+                                  (True, hvd.create("dist_sync_perseus")),
+                                  (None, "dist_sync_perseus")):  # by name, via mx.kv.create
         net2 = _net()
-        kv = hvd.create("dist_sync_perseus")
         tr = mx.gluon.Trainer(net2.collect_params(), "sgd",
                               {"learning_rate": 0.5, "momentum": 0.9}, kvstore=kv,
                               update_on_kvstore=update_on_kvstore)
