@@ -8,7 +8,7 @@ namespace perseus::transport::shm {
 namespace {
 
 // Granularity at which a large copy publishes its progress to the other side.
-constexpr size_t kPublishBytes = 64 << 10;
+constexpr size_t kPublishBytes = 16 << 10;
 
 }  // namespace
 
