@@ -3,7 +3,8 @@
 //
 // Store keys (all under "perseus/"):
 //   job_id     set by rank 0 before its rank record: names the shared-memory segments
-//   rank/<r>   "<hostname>\n<data-plane host:port>" of rank r
+//   claim/<r>  counter: a second process with the same rank is refused
+//   rank/<r>   "<size>\n<hostname>\n<data-plane host:port>" of rank r
 //   shm/<host index>/<n>, shm/<host index>/<n>/done   the n-th local barrier of a host
 #include <sstream>
 
@@ -99,7 +100,13 @@ std::unique_ptr<World> bootstrap(const Params& params) {
     transport::tcp::fillRandom(id, sizeof(id));
     store.set("perseus/job_id", toBytes(transport::tcp::toHex(id, sizeof(id))));
   }
-  store.set(rankKey(t.rank), toBytes(t.hostname + "\n" + listener.address().str()));
+  if (store.add("perseus/claim/" + std::to_string(t.rank), 1) != 1) {
+    throw InvalidArgumentError(PERSEUS_STR(
+        "another process already joined this job as rank " << t.rank << "; every process needs "
+        "its own PERSEUS_RANK (or OMPI_COMM_WORLD_RANK), and a job's store cannot be reused"));
+  }
+  store.set(rankKey(t.rank), toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" +
+                                     listener.address().str()));
   std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
   const std::string job_id = fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
@@ -107,13 +114,19 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   std::vector<std::string> addresses(t.size);
   t.hostnames.resize(t.size);
   for (int r = 0; r < t.size; ++r) {
-    size_t nl = records[r].find('\n');
-    if (nl == std::string::npos) {
+    std::istringstream record(records[r]);
+    std::string size_text;
+    if (!std::getline(record, size_text) || !std::getline(record, t.hostnames[r]) ||
+        !std::getline(record, addresses[r])) {
       throw MismatchError(PERSEUS_STR("rank " << r << " published a malformed record in the "
                                       "rendezvous store; are all ranks running the same Perseus?"));
     }
-    t.hostnames[r] = records[r].substr(0, nl);
-    addresses[r] = records[r].substr(nl + 1);
+    if (size_text != std::to_string(t.size)) {
+      throw InvalidArgumentError(PERSEUS_STR("rank " << r << " was started with job size "
+                                             << size_text << " but rank " << t.rank << " with "
+                                             << t.size << "; PERSEUS_SIZE (OMPI_COMM_WORLD_SIZE) "
+                                                "must be the same on every rank"));
+    }
   }
   derivePlacement(&t);
   reconcilePlacement(info, &t);

@@ -5,13 +5,14 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "common/params.h"
 #include "common/status.h"
 #include "rendezvous/launch_env.h"
-#include "rendezvous/tcp_store_server.h"
 #include "rendezvous/world.h"
 #include "support/forked_ranks.h"
+#include "support/forked_store_server.h"
 
 namespace perseus::rendezvous {
 namespace {
@@ -64,8 +65,8 @@ class BootstrapTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BootstrapTest, ConnectsEveryPairAndFillsTheTopology) {
   const Case c = GetParam();
-  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
-  const int port = server->port();
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
   const std::string job = "gtest" + std::to_string(::getpid()) + c.name;
   // Placement as perseusrun computes it: local = rank among its host, cross = host index.
   std::vector<int> local_rank(c.size), local_size(c.size), cross_size(c.size), cross_rank(c.size);
@@ -156,8 +157,8 @@ TEST(Bootstrap, SingleRankWhenNothingIsSet) {
 }
 
 TEST(Bootstrap, MissingRanksTimeOutNamingThem) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
-  const int port = server->port();
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
   auto status = testing::runForked(2, [&](int rank) {
     setEnv("PERSEUS_RANK", std::to_string(rank));
     setEnv("PERSEUS_SIZE", "4");
@@ -175,9 +176,32 @@ TEST(Bootstrap, MissingRanksTimeOutNamingThem) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 
+TEST(Bootstrap, DuplicateRankIsRefused) {
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
+  auto status = testing::runForked(2, [&](int) {
+    setEnv("PERSEUS_RANK", "0");
+    setEnv("PERSEUS_SIZE", "2");
+    setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+    setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+    setEnv("PERSEUS_SECRET", kSecret);
+    setEnv("PERSEUS_START_TIMEOUT", "1");
+    try {
+      bootstrap(Params::fromEnvironment());
+    } catch (const InvalidArgumentError& e) {
+      return std::string(e.what()).find("rank 0") != std::string::npos ? 70 : 71;
+    } catch (const TimeoutError&) {
+      return 72;  // the first one waits for rank 1, which never comes
+    }
+    return 73;
+  }, 20000ms);
+  std::multiset<int> codes = {status[0].exit_code, status[1].exit_code};
+  EXPECT_EQ(codes, (std::multiset<int>{70, 72}));
+}
+
 TEST(Bootstrap, InconsistentLocalSizeNamesTheVariable) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
-  const int port = server->port();
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
   auto status = testing::runForked(2, [&](int rank) {
     setEnv("PERSEUS_RANK", std::to_string(rank));
     setEnv("PERSEUS_SIZE", "2");

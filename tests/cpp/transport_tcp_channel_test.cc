@@ -9,8 +9,8 @@
 #include "common/params.h"
 #include "common/status.h"
 #include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
 #include "support/forked_ranks.h"
+#include "support/forked_store_server.h"
 #include "transport/channel_transport.h"
 #include "transport/tcp/tcp_mesh.h"
 
@@ -77,8 +77,9 @@ uint8_t pattern(int from, int to, size_t i) {
 
 class TcpChannelTest : public ::testing::TestWithParam<MeshConfig> {
  protected:
-  void SetUp() override { server_ = rendezvous::TcpStoreServer::start("127.0.0.1", 0, kSecret); }
-  std::unique_ptr<rendezvous::TcpStoreServer> server_;
+  // In its own process: forking ranks beside a server thread could deadlock them.
+  void SetUp() override { server_ = std::make_unique<testing::ForkedStoreServer>(kSecret); }
+  std::unique_ptr<testing::ForkedStoreServer> server_;
 };
 
 // Every pair exchanges messages of awkward sizes in both directions at once; each message is
