@@ -65,7 +65,7 @@ void ShmArenaImpl::checkAborted() const {
 int ShmArenaImpl::firstMissing(int group_id, const std::vector<int>& members,
                                uint64_t target) const {
   for (int m : members) {
-    if (set_->epoch(m, group_id)->load(std::memory_order_acquire) < target) return m;
+    if (set_->epoch(m, group_id)->load(std::memory_order_seq_cst) < target) return m;
   }
   return -1;
 }
@@ -97,7 +97,7 @@ void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
         std::string why;
         if (m == localRank() || !set_->peerGone(m, &why)) continue;
         // It may have arrived just before it went away.
-        if (set_->epoch(m, group_id)->load(std::memory_order_acquire) >= target) continue;
+        if (set_->epoch(m, group_id)->load(std::memory_order_seq_cst) >= target) continue;
         set_->throwPeerLost(m, why, PERSEUS_STR("waiting for it in shared-memory barrier "
                                                 << target << " of group " << group_id));
       }

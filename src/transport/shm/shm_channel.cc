@@ -23,15 +23,15 @@ ShmChannel::ShmChannel(std::shared_ptr<ShmSegmentSet> set, int peer_local_rank)
       in_data_(set_->ringData(me_, peer_)) {
   // A channel is created once, before any traffic; resume from whatever is published anyway.
   out_tail_ = out_->tail.load(std::memory_order_relaxed);
-  out_head_cache_ = out_->head.load(std::memory_order_acquire);
+  out_head_cache_ = out_->head.load(std::memory_order_seq_cst);
   in_head_ = in_->head.load(std::memory_order_relaxed);
-  in_tail_cache_ = in_->tail.load(std::memory_order_acquire);
+  in_tail_cache_ = in_->tail.load(std::memory_order_seq_cst);
 }
 
 size_t ShmChannel::trySend(const void* data, size_t bytes) {
   uint64_t space = capacity_ - (out_tail_ - out_head_cache_);
   if (space < bytes) {
-    out_head_cache_ = out_->head.load(std::memory_order_acquire);
+    out_head_cache_ = out_->head.load(std::memory_order_seq_cst);
     space = capacity_ - (out_tail_ - out_head_cache_);
   }
   const size_t n = static_cast<size_t>(std::min<uint64_t>(space, bytes));
@@ -56,7 +56,7 @@ size_t ShmChannel::trySend(const void* data, size_t bytes) {
 size_t ShmChannel::tryRecv(void* data, size_t bytes) {
   uint64_t avail = in_tail_cache_ - in_head_;
   if (avail < bytes) {
-    in_tail_cache_ = in_->tail.load(std::memory_order_acquire);
+    in_tail_cache_ = in_->tail.load(std::memory_order_seq_cst);
     avail = in_tail_cache_ - in_head_;
   }
   const size_t n = static_cast<size_t>(std::min<uint64_t>(avail, bytes));
@@ -77,7 +77,7 @@ size_t ShmChannel::tryRecv(void* data, size_t bytes) {
 
 bool ShmChannel::hasIncoming() {
   if (in_tail_cache_ != in_head_) return true;
-  in_tail_cache_ = in_->tail.load(std::memory_order_acquire);
+  in_tail_cache_ = in_->tail.load(std::memory_order_seq_cst);
   return in_tail_cache_ != in_head_;
 }
 

@@ -7,11 +7,11 @@ namespace perseus::transport::shm {
 uint32_t ShmDoorbell::arm() {
   SegmentHeader* h = set_->header(set_->localRank());
   const uint32_t ticket = h->doorbell.load(std::memory_order_acquire);
-  // Pairs with ShmSegmentSet::notify() (seq_cst store, then seq_cst load of `sleepers`): the
-  // caller's re-check after arm() sees everything published by a notifier that did not see
-  // us as a sleeper.
+  // Dekker with ShmSegmentSet::notify(): the notifier stores (seq_cst) what it publishes, then
+  // loads `sleepers` (seq_cst); we increment `sleepers` (seq_cst), then the caller re-checks
+  // with seq_cst loads. In the single total order of these four, either the notifier sees us
+  // or our re-check sees its data. (No fence: ThreadSanitizer does not model fences.)
   h->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   return ticket;
 }
 

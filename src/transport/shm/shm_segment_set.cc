@@ -94,9 +94,8 @@ void ShmSegmentSet::unlinkOwn() {
 
 void ShmSegmentSet::notify(int lr) const {
   // Dekker with ShmDoorbell::arm(): the caller published with a seq_cst store, we load the
-  // sleeper count seq_cst, the sleeper increments it seq_cst and fences before re-checking.
-  // So either we see the sleeper, or it sees what we published. (A seq_cst store + load is
-  // cheaper than a fence here: xchg instead of mov + mfence on x86.)
+  // sleeper count seq_cst. (A seq_cst store + load is cheaper than a fence: xchg instead of
+  // mov + mfence on x86; seq_cst loads are plain loads there.)
   SegmentHeader* h = header(lr);
   if (h->sleepers.load(std::memory_order_seq_cst) != 0) {
     h->doorbell.fetch_add(1, std::memory_order_release);

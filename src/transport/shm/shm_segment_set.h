@@ -49,7 +49,8 @@ class ShmSegmentSet {
   char* slot(int lr) const { return base(lr) + layout_.slot_offset; }
 
   // Wakes local rank `lr` if it sleeps on its doorbell. Call after publishing whatever it may
-  // be waiting for WITH A seq_cst STORE (see the .cc); costs one load when it does not sleep.
+  // be waiting for WITH A seq_cst STORE, which the sleeper re-checks with seq_cst loads (see
+  // ShmDoorbell::arm); costs one load when it does not sleep.
   void notify(int lr) const;
   // True (with a reason) when local rank `lr` closed its transport or its process exited.
   bool peerGone(int lr, std::string* why) const;
