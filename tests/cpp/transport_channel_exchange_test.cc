@@ -205,6 +205,57 @@ TEST(ChannelExchange, BlockedReceiverSleepsInsteadOfSpinning) {
   EXPECT_LT(cpu, 0.1) << "a receiver waiting 300 ms used " << cpu << " s of CPU";
 }
 
+TEST(ChannelExchange, BlockedSendersAndReceiversAreWokenWithoutSpinning) {
+  // spin 0: every wait sleeps on the doorbell, so each ring-full and ring-empty hand-over
+  // depends on the other side ringing it.
+  Params params = shmTestParams();
+  params.spin_us = 0;
+  const int n = 3;
+  ThreadWorld w(n, params, "nospin");
+  const size_t bytes = (1 << 20) + 3;
+  w.run([&](int r) {
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    std::vector<uint8_t> out = payload(r, next, bytes), in(bytes);
+    for (int iter = 0; iter < 3; ++iter) {
+      w.transports[r]->sendRecv(next, out.data(), bytes, prev, in.data(), bytes);
+      expectPayload(in, prev, r);
+    }
+  });
+}
+
+TEST(ChannelExchange, WorksWithoutADoorbell) {
+  // A transport built without the group's doorbell re-polls fd-less channels in short sleeps.
+  Params params = shmTestParams();
+  params.spin_us = 0;
+  const std::string job = uniqueJobId("nobell");
+  auto groups = createShmGroupsAsThreads(2, job, params);
+  std::vector<std::unique_ptr<ChannelTransport>> t;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::unique_ptr<Channel>> channels(2);
+    channels[1 - r] = std::move(groups[r]->channels.at(1 - r));
+    t.push_back(std::make_unique<ChannelTransport>(r, std::move(channels), params));
+  }
+  std::thread sender([&] {
+    std::this_thread::sleep_for(30ms);
+    std::vector<uint8_t> big = payload(0, 1, 300000);
+    t[0]->send(1, big.data(), big.size());
+  });
+  t[1]->waitIncoming(5s);
+  EXPECT_TRUE(t[1]->hasIncoming());
+  std::vector<uint8_t> in(300000);
+  t[1]->recv(0, in.data(), in.size());
+  expectPayload(in, 0, 1);
+  sender.join();
+  std::thread waker([&] {
+    std::this_thread::sleep_for(30ms);
+    t[1]->wake();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  t[1]->waitIncoming(5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  waker.join();
+}
+
 TEST(ChannelExchange, AbortInterruptsABlockedExchange) {
   ThreadWorld w(2, shmTestParams(), "abort");
   ChannelTransport& t0 = *w.transports[0];
