@@ -10,7 +10,10 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "collectives/communicator.h"
@@ -216,6 +219,31 @@ TEST_F(GpuNccl, AbortFailsPendingWorkAndRecovers) {
   auto again = backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0);
   EXPECT_NO_THROW(again->wait());
   cudaFree(b);
+}
+
+// (b) of the device check, backend side: world size 1 on NCCL, host wall time from the call to
+// the completed wait, as torch.distributed's all_reduce + synchronize is timed.
+TEST_F(GpuNccl, ReportWorld1Latency) {
+  World1 w("gpunccl8");
+  auto backend = w.backend(w.params);
+  for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{256} << 20}) {
+    const size_t n = bytes / 4;
+    auto buf = backend->allocate(0, bytes);
+    CK(cudaMemset(buf.get(), 0, bytes));
+    GpuBatch batch;
+    batch.tensors.push_back({"b", buf.get(), buf.get(), n, nullptr});
+    const int reps = bytes > (1 << 20) ? 20 : 200;
+    std::vector<double> us;
+    for (int i = 0; i < reps + 5; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      batch.tensors[0].ready = backend->recordReady(0, nullptr);
+      backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0)->wait();
+      auto t1 = std::chrono::steady_clock::now();
+      if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("GPUNCCL allreduce world1 bytes=%zu median_us=%.1f\n", bytes, us[us.size() / 2]);
+  }
 }
 
 }  // namespace

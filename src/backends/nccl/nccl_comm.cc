@@ -65,9 +65,10 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label)
   DeviceGuard guard(device_);
   ncclConfig_t config = nonBlockingConfig();
   ncclComm_t raw = nullptr;
-  check(api_->commSplit(comm_, color, key, &raw, &config), "ncclCommSplit");
+  ncclResult_t r = api_->commSplit(comm_, color, key, &raw, &config);
+  if (r != ncclSuccess && r != ncclInProgress) fail(r, "ncclCommSplit");
   PERSEUS_CHECK(raw != nullptr, "ncclCommSplit of " << label_ << " returned no communicator");
-  // The child's init may still be in progress: settle it like any other call on it.
+  // A non-blocking split finishes on the child: settle it like any other call on it.
   std::shared_ptr<NcclComm> child(new NcclComm(api_, raw, -1, -1, device_, timeout_s_, std::move(label)));
   child->settle("ncclCommSplit");
   int rank = 0, size = 0;
@@ -149,7 +150,7 @@ void NcclComm::abort() {
   if (aborted_.exchange(true)) return;
   PERSEUS_LOG(WARNING, kCuda) << "aborting the NCCL communicator of " << label_;
   ncclResult_t r = api_->commAbort(comm_);
-  if (r != ncclSuccess) {
+  if (r != ncclSuccess && r != ncclInProgress) {
     PERSEUS_LOG(WARNING, kCuda) << "ncclCommAbort of " << label_ << ": " << api_->getErrorString(r);
   }
 }

@@ -78,7 +78,7 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
     const Tin* src = static_cast<const Tin*>(table.src[e]);
     Tout* dst = static_cast<Tout*>(table.dst[e]);
     const uint64_t base = uint64_t{tile - table.tile_start[e]} * kTileElems;
-    const uint64_t end = min(base + kTileElems, table.count[e]);
+    const uint64_t end = base + kTileElems < table.count[e] ? base + kTileElems : table.count[e];
     bool bad = false;
     auto convert = [&](Tin x) {
       C c = load<C>(x);
