@@ -161,6 +161,14 @@ Subsystem sftp internal-sftp
             time.sleep(0.2)
         raise RuntimeError(f"sshd on {host} did not come up: {open(os.path.join(self.tmp, f'sshd_{host}.log')).read()}")
 
+    def perseusrun_args(self):
+        """The subset of ssh_args() that perseusrun takes (-i, -p)."""
+        return ["-i", self.client_key, "-p", str(self.ssh_port)]
+
+    def hosts_arg(self, slots):
+        """perseusrun's -H value for `slots` ranks on every host: "10.213.7.2:2,..."."""
+        return ",".join("%s:%d" % (self.addresses[h], slots) for h in self.hosts)
+
     def ssh_args(self):
         return ["-i", self.client_key, "-p", str(self.ssh_port), "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
