@@ -1,0 +1,133 @@
+"""Small-tensor latency and negotiation cost through a library's asynchronous path, from
+Python, for Horovod and Perseus alike (`import horovod.torch` / `import perseus.torch`, the same
+calls):
+
+    horovodrun --gloo -np 2 -H localhost:2 python bench/peers/hvd_async_bench.py latency
+    perseusrun -np 2 python bench/peers/hvd_async_bench.py --library perseus negotiation
+
+latency:      a 4-byte allreduce_async_ + synchronize loop, one op at a time; per-op median
+              (max over ranks) of batches of back-to-back ops.
+negotiation:  a step submits T small named tensors (allreduce_async_ of 4 floats each, as
+              DistributedOptimizer's gradient hooks do), then synchronizes them all; T = 1,
+              10, 100, 1000. The payload is T x 16 B, so the step time is the engine's
+              per-step cost: enqueue, negotiating T tensors, fusion, completion. Rows give
+              the step time, the submission time (Python loop alone) and the rest ("engine"
+              = step - submit: what the engine needs after the last tensor was enqueued).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+
+def import_hvd(library):
+    if library == "perseus":
+        import perseus.torch as hvd
+    else:
+        import horovod.torch as hvd
+    return hvd
+
+
+def max_over_ranks(hvd, value):
+    t = torch.tensor([value], dtype=torch.float64)
+    return hvd.allreduce(t, op=hvd.Max, name="bench.max").item()
+
+
+def agreed_count(hvd, per_iter_s, seconds, least=5):
+    """How many iterations fill `seconds`, the same on every rank: each rank must submit the
+    same named ops, or Horovod and Perseus alike wait for the missing ones."""
+    return int(max_over_ranks(hvd, max(least, seconds / max(per_iter_s, 1e-9))))
+
+
+def latency(hvd, args, label):
+    x = torch.ones(1)
+    batch = 50
+
+    def one():
+        hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, name="lat"))
+
+    t0 = time.perf_counter()
+    for _ in range(args.warmup_ops):
+        one()
+    batches = agreed_count(hvd, (time.perf_counter() - t0) / args.warmup_ops * batch,
+                           args.seconds)
+    per_op = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            one()
+        per_op.append((time.perf_counter() - t0) / batch)
+    per_op.sort()
+    med = max_over_ranks(hvd, statistics.median(per_op))
+    p90 = max_over_ranks(hvd, per_op[int(0.9 * (len(per_op) - 1))])
+    if hvd.rank() == 0:
+        print(json.dumps({"library": label, "collective": "async-latency", "api": "python",
+                          "ranks": hvd.size(), "bytes": 4, "time_us": med * 1e6,
+                          "p90_us": p90 * 1e6, "iters": len(per_op) * batch}), flush=True)
+
+
+def negotiation(hvd, args, label):
+    for count in args.tensors:
+        tensors = [torch.ones(4) for _ in range(count)]
+        names = ["neg.%d.%d" % (count, i) for i in range(count)]
+
+        def step():
+            t0 = time.perf_counter()
+            handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=n)
+                       for t, n in zip(tensors, names)]
+            t1 = time.perf_counter()
+            for h in handles:
+                hvd.synchronize(h)
+            return time.perf_counter() - t0, t1 - t0
+
+        t0 = time.perf_counter()
+        for _ in range(args.warmup_steps):
+            step()
+        count_steps = agreed_count(hvd, (time.perf_counter() - t0) / args.warmup_steps,
+                                   args.seconds)
+        steps, submits = [], []
+        for _ in range(count_steps):
+            hvd.barrier()
+            s, sub = step()
+            steps.append(s)
+            submits.append(sub)
+        step_s = max_over_ranks(hvd, statistics.median(steps))
+        submit_s = max_over_ranks(hvd, statistics.median(submits))
+        if hvd.rank() == 0:
+            print(json.dumps({
+                "library": label, "collective": "negotiation", "ranks": hvd.size(),
+                "tensors": count, "bytes": count * 16, "time_us": step_s * 1e6,
+                "submit_us": submit_s * 1e6, "engine_us": max(0.0, step_s - submit_s) * 1e6,
+                "per_tensor_us": step_s * 1e6 / count, "steps": len(steps)}), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=("latency", "negotiation", "all"))
+    p.add_argument("--library", default="horovod", choices=("horovod", "perseus"))
+    p.add_argument("--label", default=None, help="library name in the JSON rows")
+    p.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", 3)),
+                   help="measuring time per figure")
+    p.add_argument("--warmup-ops", type=int, default=200)
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--tensors", type=lambda s: [int(v) for v in s.split(",")],
+                   default=[1, 10, 100, 1000])
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    hvd = import_hvd(args.library)
+    hvd.init()
+    label = args.label or args.library
+    if args.mode in ("latency", "all"):
+        latency(hvd, args, label)
+    if args.mode in ("negotiation", "all"):
+        negotiation(hvd, args, label)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
