@@ -45,7 +45,7 @@ EOF
 )
   [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$nccl_dir:${LD_LIBRARY_PATH:-}"
 fi
-say "libnccl: ${nccl_dir:-system}"
+say "libnccl: ${nccl_dir:-system} $(python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1 | tail -1)"
 
 if ! ls "$BIN"/gpu_*_test >/dev/null 2>&1; then
   say "==== no carried binaries in $BIN: building here"

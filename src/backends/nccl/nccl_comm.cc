@@ -64,13 +64,21 @@ std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int 
 std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label) {
   DeviceGuard guard(device_);
   ncclConfig_t config = nonBlockingConfig();
-  ncclComm_t raw = nullptr;
-  ncclResult_t r = api_->commSplit(comm_, color, key, &raw, &config);
+  // On a non-blocking parent NCCL fills *newcomm from its own thread once the split is done,
+  // so the slot lives on the heap; if we give up (timeout) it is leaked, never freed under NCCL.
+  auto slot = std::make_unique<ncclComm_t>(nullptr);
+  ncclResult_t r = api_->commSplit(comm_, color, key, slot.get(), &config);
   if (r != ncclSuccess && r != ncclInProgress) fail(r, "ncclCommSplit");
+  try {
+    settle("ncclCommSplit");  // the parent's state is ncclInProgress until the child exists
+  } catch (...) {
+    slot.release();
+    throw;
+  }
+  ncclComm_t raw = *slot;
   PERSEUS_CHECK(raw != nullptr, "ncclCommSplit of " << label_ << " returned no communicator");
-  // A non-blocking split finishes on the child: settle it like any other call on it.
   std::shared_ptr<NcclComm> child(new NcclComm(api_, raw, -1, -1, device_, timeout_s_, std::move(label)));
-  child->settle("ncclCommSplit");
+  child->settle("ncclCommSplit (child)");
   int rank = 0, size = 0;
   api_->commUserRank(raw, &rank);
   api_->commCount(raw, &size);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "common/status.h"
 
@@ -53,6 +54,26 @@ template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>
 
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
+// Streaming (evict-first) 16- or 8-byte accesses: the buffers are far larger than L2 and are
+// touched once, so they should not push other data out.
+template <typename V> __device__ __forceinline__ V loadStreaming(const V* p) {
+  static_assert(sizeof(V) == 16 || sizeof(V) == 8, "vector of 8 or 16 bytes");
+  V v;
+  if constexpr (sizeof(V) == 16) {
+    *reinterpret_cast<uint4*>(&v) = __ldcs(reinterpret_cast<const uint4*>(p));
+  } else {
+    *reinterpret_cast<uint2*>(&v) = __ldcs(reinterpret_cast<const uint2*>(p));
+  }
+  return v;
+}
+template <typename V> __device__ __forceinline__ void storeStreaming(V* p, const V& v) {
+  if constexpr (sizeof(V) == 16) {
+    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  } else {
+    __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&v));
+  }
+}
+
 __device__ __forceinline__ bool aligned(const void* p, size_t a) {
   return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
 }
@@ -91,16 +112,26 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
       VecOut* out = reinterpret_cast<VecOut*>(dst + base);
       VecIn v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = in[u * kThreads + threadIdx.x];
+      for (int u = 0; u < kUnroll; ++u) v[u] = loadStreaming(in + u * kThreads + threadIdx.x);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        VecOut o;
+        if constexpr (std::is_same_v<Tin, Tout> && !kScale && !kCheck) {
+          storeStreaming(out + u * kThreads + threadIdx.x, v[u]);  // plain copy: no arithmetic
+        } else {
+          VecOut o;
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) o.v[k] = convert(v[u].v[k]);
-        out[u * kThreads + threadIdx.x] = o;
+          for (int k = 0; k < kVec; ++k) o.v[k] = convert(v[u].v[k]);
+          storeStreaming(out + u * kThreads + threadIdx.x, o);
+        }
       }
     } else {
-      for (uint64_t i = base + threadIdx.x; i < end; i += kThreads) dst[i] = convert(src[i]);
+      for (uint64_t i = base + threadIdx.x; i < end; i += kThreads) {
+        if constexpr (std::is_same_v<Tin, Tout> && !kScale && !kCheck) {
+          dst[i] = src[i];
+        } else {
+          dst[i] = convert(src[i]);
+        }
+      }
     }
     if (kCheck && bad) atomicMin(nan_flag, table.tag[e]);
   }
@@ -113,19 +144,23 @@ void throwIfFailed(cudaError_t err, const char* what) {
   }
 }
 
-// Blocks of the persistent grid: enough to keep every multiprocessor full.
-int maxBlocks() {
-  static std::atomic<int> cached[kMaxDevices];
+// Blocks of the persistent grid for `kernel`: exactly as many as can be resident at once, so
+// that no block starts late and leaves a tail (cached per kernel and device).
+template <typename Kernel>
+int residentBlocks(Kernel kernel, std::atomic<int> (&cache)[kMaxDevices]) {
   int device = 0;
   throwIfFailed(cudaGetDevice(&device), "cudaGetDevice");
-  if (device >= 0 && device < kMaxDevices) {
-    if (int v = cached[device].load(std::memory_order_relaxed)) return v;
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable) {
+    if (int v = cache[device].load(std::memory_order_relaxed)) return v;
   }
-  int sms = 0;
+  int sms = 0, per_sm = 0;
   throwIfFailed(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                 "cudaDeviceGetAttribute");
-  int blocks = std::max(1, sms) * (2048 / kThreads);
-  if (device >= 0 && device < kMaxDevices) cached[device].store(blocks, std::memory_order_relaxed);
+  throwIfFailed(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int blocks = std::max(1, sms) * std::max(1, per_sm);
+  if (cacheable) cache[device].store(blocks, std::memory_order_relaxed);
   return blocks;
 }
 
@@ -150,8 +185,10 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
     PERSEUS_CHECK(tiles < (uint64_t{1} << 32), "batched copy of " << tiles << " tiles");
     table.tile_start[n] = static_cast<uint32_t>(tiles);
     if (tiles == 0) continue;
-    const int grid = static_cast<int>(std::min<uint64_t>(tiles, maxBlocks()));
-    batchedCopyKernel<Tin, Tout, kScale, kCheck><<<grid, kThreads, 0, stream>>>(
+    static std::atomic<int> cache[kMaxDevices];
+    auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck>;
+    const int grid = static_cast<int>(std::min<uint64_t>(tiles, residentBlocks(kernel, cache)));
+    kernel<<<grid, kThreads, 0, stream>>>(
         table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag);
     throwIfFailed(cudaGetLastError(), "batched copy kernel launch");
   }
