@@ -47,8 +47,9 @@ def _sync_bn_allreduce(scope):
 def init(comm=None, process_sets=None):
     """Starts Perseus: rendezvous with the other ranks (idempotent)."""
     _init(comm=comm, process_sets=process_sets)
-    _sync_batch_norm.set_allreduce_provider(_sync_bn_allreduce)
 
 
 _kvstore._register()
 _sync_batch_norm.register()
+# Ready once Perseus is initialised, by init() or by creating a Perseus KVStore.
+_sync_batch_norm.set_allreduce_provider(_sync_bn_allreduce, ready=is_initialized)

@@ -26,24 +26,31 @@ SCOPE_GLOBAL = 1
 
 _provider_lock = threading.Lock()
 _provider = None  # scope -> allreduce(name, vector) -> vector
+_ready = None     # () -> bool: whether the provider can run now
 
 
-def set_allreduce_provider(provider):
+def set_allreduce_provider(provider, ready=None):
     """Sets how statistics are summed: ``provider(scope)`` returns a blocking
-    ``allreduce(name, float64 NDArray) -> NDArray``. perseus.mxnet installs the Perseus one;
-    tests may inject another. Returns the previous provider."""
-    global _provider
+    ``allreduce(name, float64 NDArray) -> NDArray``; ``ready()`` says whether it can run yet
+    (default: always). perseus.mxnet installs the Perseus one on import; tests may inject
+    another. Returns the previous provider."""
+    global _provider, _ready
     with _provider_lock:
-        previous, _provider = _provider, provider
+        previous, _provider, _ready = _provider, provider, ready
     return previous
 
 
-def _allreduce_for(scope):
+def _check_ready(key):
     with _provider_lock:
-        provider = _provider
-    if provider is None:
-        raise RuntimeError("PerseusSyncBatchNorm needs perseus.mxnet.init() before it runs")
-    return provider(scope)
+        provider, ready = _provider, _ready
+    if provider is None or (ready is not None and not ready()):
+        raise RuntimeError("PerseusSyncBatchNorm %r: call perseus.mxnet.init() (or create a "
+                           "Perseus KVStore) before training with it" % (key,))
+    return provider
+
+
+def _allreduce_for(scope, key=""):
+    return _check_ready(key)(scope)
 
 
 def _parse_bool(v):
@@ -66,8 +73,8 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         moving_mean, moving_var = aux
         if is_train and not self.use_global_stats:
             y, mean, var, invstd, count = M.forward_train(
-                x, gamma, beta, self.eps, self.fix_gamma, _allreduce_for(self.scope),
-                "sync_bn.%s.fwd" % self.key)
+                x, gamma, beta, self.eps, self.fix_gamma,
+                _allreduce_for(self.scope, self.key), "sync_bn.%s.fwd" % self.key)
             self._saved = (mean, var, invstd, count)
         else:
             mean, var = moving_mean, moving_var
@@ -102,8 +109,8 @@ class _SyncBatchNormOp(mx.operator.CustomOp):
         else:
             mean, var, invstd, count = self._saved
             dx, dgamma, dbeta = M.backward_train(
-                dy, x, gamma, mean, invstd, count, self.fix_gamma, _allreduce_for(self.scope),
-                "sync_bn.%s.bwd" % self.key)
+                dy, x, gamma, mean, invstd, count, self.fix_gamma,
+                _allreduce_for(self.scope, self.key), "sync_bn.%s.bwd" % self.key)
             # As MXNet's (Sync)BatchNorm: the moving statistics move in the backward pass.
             M.update_moving(moving_mean, moving_var, mean, var, self.momentum)
         if dx is not None:
@@ -229,11 +236,7 @@ class PerseusSyncBatchNorm(nn.BatchNorm):
         # hybrid_forward runs once when hybridized; this runs on every call, so a missing
         # init() fails here, in the caller's thread, rather than inside a CustomOp thread.
         if mx.autograd.is_training() and not self._op_kwargs["use_global_stats"]:
-            with _provider_lock:
-                missing = _provider is None
-            if missing:
-                raise RuntimeError("PerseusSyncBatchNorm %r: call perseus.mxnet.init() before "
-                                   "training with it" % self._op_kwargs["key"])
+            _check_ready(self._op_kwargs["key"])
         return super().forward(x, *args)
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):

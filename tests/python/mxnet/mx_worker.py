@@ -258,6 +258,16 @@ def scenario_kvstore():
     f16.pull("h", out=got[:2])
     CHECK(got[:2].asnumpy(), n * np.array([0.25, 1.5]))
     kv._barrier()
+
+    # PerseusSyncBatchNorm works with only a KVStore created (no hvd.init()), as in fit.py
+    sym = mx.sym.contrib.PerseusSyncBatchNorm(mx.sym.var("data"), comm_scope=1, name="kvbn")
+    exe = sym.simple_bind(mx.cpu(), data=(2, 3))
+    exe.arg_dict["data"][:] = mx.nd.array([[r, 0, 1], [r + 1, 2, 1]])
+    exe.forward(is_train=True)
+    exe.backward(mx.nd.ones((2, 3)))
+    col0 = np.concatenate([[k, k + 1] for k in range(n)]).astype("float64")
+    CHECK(exe.outputs[0].asnumpy()[:, 0],
+          (np.array([r, r + 1]) - col0.mean()) / np.sqrt(col0.var() + 1e-3), rtol=1e-4)
     print("kvstore OK", flush=True)
 
 
@@ -492,4 +502,8 @@ def scenario_syncbn():
 
 
 if __name__ == "__main__":
+    import faulthandler
+    # a hang is a bug: dump every thread's stack (then exit) well before the test's timeout
+    faulthandler.dump_traceback_later(float(os.environ.get("MX_WORKER_HANG_S", "80")),
+                                      exit=True)
     globals()["scenario_" + sys.argv[1]]()
