@@ -1,12 +1,25 @@
-"""Runs the collective benchmarks side by side in one go and writes the figures.
+"""Runs every benchmark side by side in one go and writes the figures.
 
-    python bench/run_all.py [--max-mib 256] [--ranks 2] [--quick]
+    python bench/run_all.py [--quick] [--max-mib 256] [--ranks 2] [--skip stage,...]
 
-Order of work, all in one run so that ratios compare like with like on this noisy machine:
-  1. builds bench binaries (CMake build/release, and mpicc for the Open MPI peer);
-  2. sweeps allreduce/allgather/broadcast/reducescatter for Perseus (perseusrun), Open MPI and
-     torch.distributed/gloo, then the engine latency and the ResNet-50 model step;
-  3. writes bench/results/latest.jsonl, docs/img/*.png and docs/PERFORMANCE.md.
+All in one run, so that ratios compare like with like on this noisy machine:
+  1. builds the Perseus benchmarks and Python extension (CMake, --build-dir, Release) and the
+     Open MPI peer (mpicc);
+  2. collectives: allreduce/allgather/broadcast/reducescatter sweeps, 4 B to --max-mib, for
+     Perseus (C API, perseusrun), Open MPI, torch.distributed/Gloo and Horovod (horovodrun
+     --gloo, Python API), plus Perseus through the same Python script as Horovod (allreduce);
+  3. latency: 4-byte allreduce through the asynchronous engine, C API (Perseus) and Python
+     allreduce_async_ + synchronize (Perseus, Horovod); ResNet-50 gradient step (C API);
+  4. negotiation: step cost with 1/10/100/1000 small tensors (Perseus, Horovod);
+  5. training: throughput at 1 and --ranks ranks, the same model and data: PyTorch (Perseus
+     DistributedOptimizer, Horovod, DDP/Gloo) and MXNet (Perseus DistributedTrainer, Perseus
+     KVStore, Horovod, MXNet dist_sync parameter servers);
+  6. writes bench/results/latest.jsonl, docs/img/*.png and the sections of docs/PERFORMANCE.md.
+A peer that cannot run (Horovod not installed, a launch failing) is recorded as a skipped row
+with its reason, shown in the report; the rest goes on.
+
+Stages for --skip: perseus, openmpi, gloo, horovod, latency, model, negotiation, train-torch,
+train-mxnet (horovod drops every Horovod figure).
 """
 import argparse
 import datetime
@@ -16,86 +29,219 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, "build", "release")
 RESULTS = os.path.join(ROOT, "bench", "results")
+PEERS_DIR = os.path.join(ROOT, "bench", "peers")
+TRAIN_DIR = os.path.join(ROOT, "bench", "training")
 
 
 def log(msg):
     print(f"[run_all] {msg}", file=sys.stderr, flush=True)
 
 
-def run_json(cmd, env=None, timeout=3600):
-    log(" ".join(cmd))
-    full_env = dict(os.environ, **(env or {}))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=full_env, timeout=timeout)
+class Runner:
+    """Runs producers and collects their JSON lines; a failing producer becomes a 'skipped' row
+    naming the cause, so one broken peer does not cost the whole run."""
+
+    def __init__(self, build_dir, ranks):
+        self.rows = []
+        self.build_dir = build_dir
+        self.ranks = ranks
+        # perseus.* from the source tree with this build's _core (python/perseus/__init__.py).
+        self.py_env = {"PERSEUS_BUILD_DIR": build_dir,
+                       "PYTHONPATH": os.pathsep.join(
+                           p for p in (os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH"))
+                           if p)}
+
+    def run(self, what, library, cmd, env=None, timeout=1800, expect=1):
+        log(f"{what}: " + " ".join(cmd))
+        full_env = dict(os.environ, **self.py_env, **(env or {}))
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=full_env, timeout=timeout)
+            out, err, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err, rc = f"timed out after {timeout} s", 124
+        except OSError as e:
+            out, err, rc = "", str(e), 127
+        rows = parse_rows(out)
+        log(f"{what}: {len(rows)} rows in {time.time() - t0:.0f} s, exit {rc}")
+        if rc != 0 or len(rows) < expect:
+            reason = last_lines(err) or f"exit {rc}, {len(rows)} rows"
+            log(f"{what} failed: {reason}")
+            self.skip(what, library, f"exit {rc}: {reason}")
+        self.rows += rows
+        return rows
+
+    def skip(self, what, library, reason):
+        self.rows.append({"library": library, "collective": "skipped", "what": what,
+                          "ranks": self.ranks, "reason": reason})
+
+
+def parse_rows(stdout):
     rows = []
-    for line in proc.stdout.splitlines():
-        # perseusrun prefixes lines with "[rank]<stdout>:"; keep the JSON part.
+    for line in stdout.splitlines():
+        # Launchers prefix lines ("[1,0]<stdout>:", "[0]<stdout>:"); keep the JSON part.
         start = line.find("{")
         if start < 0:
             continue
         try:
-            rows.append(json.loads(line[start:]))
+            row = json.loads(line[start:])
         except json.JSONDecodeError:
-            pass
-    if proc.returncode != 0:
-        log(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+            continue
+        if isinstance(row, dict) and "library" in row:
+            rows.append(row)
     return rows
 
 
-def build():
-    subprocess.run(["cmake", "-S", ROOT, "-B", BUILD, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                    "-DPERSEUS_BUILD_TESTS=OFF"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["ninja", "-C", BUILD, "perseus_collectives_bench"], check=True)
-    mpi_bin = os.path.join(BUILD, "mpi_collectives_bench")
+def last_lines(text, n=3):
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    return " | ".join(lines[-n:])[-600:]
+
+
+def build(build_dir):
+    subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
+                    "-DCMAKE_BUILD_TYPE=Release", "-DPERSEUS_BUILD_TESTS=OFF",
+                    "-DPERSEUS_BUILD_PYTHON=ON"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["ninja", "-C", build_dir, "-j2", "perseus_collectives_bench", "_core"],
+                   check=True)
+    mpi_bin = os.path.join(build_dir, "mpi_collectives_bench")
     subprocess.run(["mpicc", "-O2", "-o", mpi_bin,
-                    os.path.join(ROOT, "bench", "peers", "mpi_collectives_bench.c")], check=True)
-    return os.path.join(BUILD, "bench", "perseus_collectives_bench"), mpi_bin
+                    os.path.join(PEERS_DIR, "mpi_collectives_bench.c")], check=True)
+    return os.path.join(build_dir, "bench", "perseus_collectives_bench"), mpi_bin
 
 
-def perseusrun():
+def perseusrun(n):
     exe = shutil.which("perseusrun")
-    return [exe] if exe else [sys.executable, "-m", "perseus.runner"]
+    return ([exe] if exe else [sys.executable, "-m", "perseus.runner"]) + ["-np", str(n)]
+
+
+def horovod_status():
+    """(horovodrun command prefix or None, reason). Horovod is probed in a child process: a
+    failing import must not touch this one."""
+    probe = subprocess.run([sys.executable, "-c",
+                            "import horovod.torch, horovod; print(horovod.__version__)"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None, "import horovod.torch failed: " + last_lines(probe.stderr, 1)
+    exe = shutil.which("horovodrun")
+    if not exe:
+        return None, f"horovod {probe.stdout.strip()} imports but horovodrun is not on PATH"
+    return exe, probe.stdout.strip()
+
+
+def horovodrun(prefix, n):
+    return [prefix, "--gloo", "-np", str(n), "-H", f"localhost:{n}"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--max-mib", type=float, default=256)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max-mib", type=float, default=None, help="largest size (256; 1 with --quick)")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="3 samples, short sweeps (for a smoke run)")
-    ap.add_argument("--skip", default="", help="comma list of: perseus,openmpi,gloo,latency,model")
+    ap.add_argument("--quick", action="store_true", help="few samples, short sweeps (smoke run)")
+    ap.add_argument("--skip", default="", help="comma list of stages (see above)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "release"))
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    env = {"SAMPLES": "3" if args.quick else "11"}
-    perseus_bin, mpi_bin = build()
-    n = str(args.ranks)
-    rows = []
+    max_mib = str(args.max_mib if args.max_mib is not None else (1 if args.quick else 256))
+    q = args.quick
+    env = {"SAMPLES": "3" if q else "11"}
+    perseus_bin, mpi_bin = build(os.path.abspath(args.build_dir))
+    n = args.ranks
+    r = Runner(os.path.abspath(args.build_dir), n)
+    py = sys.executable
+    hvd_run, hvd_info = (None, "skipped by --skip") if "horovod" in skip else horovod_status()
+    log(f"horovod: {hvd_info}")
+    started = time.time()
+
+    # 2. collectives
     if "perseus" not in skip:
-        rows += run_json(perseusrun() + ["-np", n, perseus_bin, "sweep", str(args.max_mib)], env)
+        r.run("perseus sweep", "perseus", perseusrun(n) + [perseus_bin, "sweep", max_mib], env)
+        r.run("perseus-py sweep", "perseus-py",
+              perseusrun(n) + [py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"),
+                               "--library", "perseus", "--label", "perseus-py",
+                               "--collective", "allreduce", "--max-mib", max_mib],
+              dict(env, MIN_SAMPLE_S="0.02" if q else "0.1"))
     if "openmpi" not in skip:
-        rows += run_json(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", n, mpi_bin,
-                          str(args.max_mib)], env)
+        r.run("openmpi sweep", "openmpi", ["mpirun", "--allow-run-as-root", "--oversubscribe",
+                                           "-np", str(n), mpi_bin, max_mib], env)
     if "gloo" not in skip:
-        rows += run_json([sys.executable, os.path.join(ROOT, "bench", "peers", "torch_dist_bench.py"),
-                          "--ranks", n, "--max-mib", str(args.max_mib)],
-                         dict(env, MIN_SAMPLE_S="0.1" if args.quick else "0.25"))
+        r.run("gloo sweep", "torch-gloo",
+              [py, os.path.join(PEERS_DIR, "torch_dist_bench.py"), "--ranks", str(n),
+               "--max-mib", max_mib], dict(env, MIN_SAMPLE_S="0.05" if q else "0.25"))
+    if hvd_run:
+        r.run("horovod sweep", "horovod",
+              horovodrun(hvd_run, n) + [py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"),
+                                        "--library", "horovod", "--max-mib", max_mib],
+              dict(env, MIN_SAMPLE_S="0.02" if q else "0.1"))
+    else:
+        r.skip("horovod sweep", "horovod", hvd_info)
+
+    # 3. latency through the asynchronous path, 4. negotiation
+    async_env = {"BENCH_SECONDS": "0.5" if q else "3"}
+    async_script = os.path.join(PEERS_DIR, "hvd_async_bench.py")
     if "latency" not in skip:
-        rows += run_json(perseusrun() + ["-np", n, perseus_bin, "latency"], env)
+        r.run("perseus C API latency", "perseus", perseusrun(n) + [perseus_bin, "latency"], env)
+    modes = [m for m in ("latency", "negotiation") if m not in skip]
+    if modes:
+        mode = modes[0] if len(modes) == 1 else "all"
+        if "perseus" not in skip:
+            r.run(f"perseus async {mode}", "perseus",
+                  perseusrun(n) + [py, async_script, mode, "--library", "perseus"], async_env)
+        if hvd_run:
+            r.run(f"horovod async {mode}", "horovod",
+                  horovodrun(hvd_run, n) + [py, async_script, mode, "--library", "horovod"],
+                  async_env)
+        else:
+            r.skip(f"horovod async {mode}", "horovod", hvd_info)
     if "model" not in skip:
-        rows += run_json(perseusrun() + ["-np", n, perseus_bin, "model-step"], env)
+        r.run("perseus resnet50 step", "perseus", perseusrun(n) + [perseus_bin, "model-step"], env)
+
+    # 5. training, 1 rank and n ranks
+    steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if q else \
+        ["--steps", "10", "--iters", "5", "--warmup", "5"]
+    for ranks in sorted({1, n}):
+        if "train-torch" not in skip:
+            script = [py, os.path.join(TRAIN_DIR, "torch_train_bench.py")] + steps
+            r.run(f"torch perseus x{ranks}", "perseus",
+                  perseusrun(ranks) + script + ["--library", "perseus"])
+            if hvd_run:
+                r.run(f"torch horovod x{ranks}", "horovod",
+                      horovodrun(hvd_run, ranks) + script + ["--library", "horovod"])
+            else:
+                r.skip(f"torch horovod x{ranks}", "horovod", hvd_info)
+            r.run(f"torch ddp x{ranks}", "ddp", script + ["--library", "ddp", "--ranks",
+                                                          str(ranks)])
+        if "train-mxnet" not in skip:
+            script = [py, os.path.join(TRAIN_DIR, "mxnet_train_bench.py")] + steps
+            for lib in ("perseus-trainer", "perseus-kvstore"):
+                r.run(f"mxnet {lib} x{ranks}", lib, perseusrun(ranks) + script + ["--library", lib])
+            if hvd_run:
+                r.run(f"mxnet horovod x{ranks}", "horovod",
+                      horovodrun(hvd_run, ranks) + script + ["--library", "horovod"])
+            else:
+                r.skip(f"mxnet horovod x{ranks}", "horovod", hvd_info)
+            r.run(f"mxnet mxnet-ps x{ranks}", "mxnet-ps",
+                  script + ["--library", "mxnet-ps", "--ranks", str(ranks)], timeout=600)
+    log(f"measured in {time.time() - started:.0f} s")
+
+    rows = r.rows
     os.makedirs(RESULTS, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H:%M")
     with open(os.path.join(RESULTS, "latest.jsonl"), "w") as f:
-        for r in rows:
-            r["date"] = stamp
-            f.write(json.dumps(r) + "\n")
+        for row in rows:
+            row["date"] = stamp
+            f.write(json.dumps(row) + "\n")
     cmd = "python bench/run_all.py " + " ".join(sys.argv[1:])
     from report import write_report  # noqa: E402  (bench/report.py)
-    write_report(rows, cmd=cmd.strip(), machine=machine_description())
-    log("wrote bench/results/latest.jsonl and docs/PERFORMANCE.md")
+    write_report(rows, cmd=cmd.strip(), machine=machine_description(),
+                 horovod=hvd_info)
+    log("wrote bench/results/latest.jsonl, docs/img/*.png and docs/PERFORMANCE.md")
 
 
 def machine_description():

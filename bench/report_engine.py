@@ -1,0 +1,102 @@
+"""Report sections for the engine figures: small-tensor latency through the asynchronous path
+and negotiation cost per step vs tensor count (rows of bench/peers/hvd_async_bench.py and
+perseus_collectives_bench latency)."""
+from report_common import pyplot, save, us
+
+LATENCY_BAR = 20.0  # Horovod's latency over Perseus's, at least
+
+
+def latency_section(rows):
+    """Returns (markdown, verdict dict)."""
+    c_api = next((r for r in rows if r["collective"] == "allreduce-latency"), None)
+    py = {r["library"]: r for r in rows if r["collective"] == "async-latency"}
+    out = ["## Small-tensor latency through the asynchronous path", "",
+           "A 4-byte allreduce, one at a time: submit, then wait for completion. Python: "
+           "`hvd.synchronize(hvd.allreduce_async_(x, name='lat'))` in a loop, the same code for "
+           "both libraries (bench/peers/hvd_async_bench.py); per-op median of 50-op batches, max "
+           "over ranks. C API: `perseus_allreduce` + poll + wait "
+           "(bench/perseus_collectives_bench.cc `latency`).", "",
+           "| path | median | p90/p99 |", "|---|---|---|"]
+    if c_api:
+        out.append(f"| Perseus, C API | **{us(c_api['time_us'])}** | p99 {us(c_api['p99_us'])} |")
+    for lib in ("perseus", "horovod"):
+        r = py.get(lib)
+        if r:
+            out.append(f"| {lib}, Python allreduce_async_ + synchronize | **{us(r['time_us'])}** "
+                       f"| p90 {us(r['p90_us'])} |")
+    verdict = None
+    if "perseus" in py and "horovod" in py:
+        ratio = py["horovod"]["time_us"] / py["perseus"]["time_us"]
+        verdict = {"ok": ratio >= LATENCY_BAR, "text": f"Horovod / Perseus = {ratio:.1f}× "
+                   f"(Python path; bar ≥ {LATENCY_BAR:g}×)"}
+        out += ["", f"Horovod's latency is **{ratio:.1f}×** Perseus's through the same Python "
+                "calls."]
+    return "\n".join(out), verdict
+
+
+def negotiation_section(rows):
+    data = {}
+    for r in rows:
+        if r["collective"] == "negotiation":
+            data.setdefault(r["library"], {})[r["tensors"]] = r
+    out = ["## Negotiation cost per step vs tensor count", "",
+           "A step submits T named 16-byte allreduces (`allreduce_async_`, as "
+           "DistributedOptimizer's gradient hooks do) and then synchronizes them all; the payload "
+           "is negligible, so the step time is the per-step cost of the engine: enqueue, "
+           "negotiating T tensors across ranks, fusion and completion. *submit* is the Python "
+           "loop that enqueues (framework-side cost, linear in T for any library); *engine* = "
+           "step − submit is what remains after the last enqueue.", ""]
+    if not data:
+        return "\n".join(out + ["(no rows)"]), None
+    libs = [l for l in ("perseus", "horovod") if l in data]
+    counts = sorted({t for d in data.values() for t in d})
+    out += ["| tensors | " + " | ".join(f"{l} step / submit / engine" for l in libs) +
+            " | engine per tensor |", "|" + "---|" * (len(libs) + 2)]
+    for t in counts:
+        cells = []
+        per_tensor = []
+        for l in libs:
+            r = data[l].get(t)
+            cells.append(f"{us(r['time_us'])} / {us(r['submit_us'])} / {us(r['engine_us'])}"
+                         if r else "—")
+            if r:
+                per_tensor.append(f"{l} {us(r['engine_us'] / t)}")
+        out.append(f"| {t} | " + " | ".join(cells) + " | " + ", ".join(per_tensor) + " |")
+    growth = {}
+    for l in libs:
+        d = data[l]
+        lo, hi = (10 if 10 in d else min(d)), max(d)  # the brief's range: 10 to 1000
+        if hi > lo:
+            growth[l] = (d[hi]["engine_us"] / max(d[lo]["engine_us"], 1e-3), lo, hi)
+    out += [""] + [f"- {l}: engine time grows {g:.1f}× from {lo} to {hi} tensors "
+                   f"({hi // lo}× the tensors)." for l, (g, lo, hi) in growth.items()]
+    link = plot(data, libs)
+    if link:
+        out += ["", f"![negotiation cost vs tensor count]({link})"]
+    verdict = None
+    if "perseus" in growth and "horovod" in growth:
+        p, h = growth["perseus"][0], growth["horovod"][0]
+        verdict = {"ok": p < h, "text": f"engine time growth {growth['perseus'][1]}→"
+                   f"{growth['perseus'][2]} tensors: Perseus {p:.1f}×, Horovod {h:.1f}×"}
+    return "\n".join(out), verdict
+
+
+def plot(data, libs):
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for l in libs:
+        pts = sorted(data[l].items())
+        ax.plot([t for t, _ in pts], [r["time_us"] for _, r in pts], marker="o",
+                label=f"{l} step")
+        ax.plot([t for t, _ in pts], [max(r["engine_us"], 1e-2) for _, r in pts], marker="x",
+                linestyle="--", label=f"{l} engine (step − submit)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tensors per step (16 B each)")
+    ax.set_ylabel("time per step (µs)")
+    ax.set_title("negotiation cost per step")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return save(fig, plt, "negotiation_cost.png")
