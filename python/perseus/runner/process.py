@@ -65,8 +65,11 @@ class LaunchedProcess:
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             start_new_session=True)
         if stdin_data is not None:
-            self.popen.stdin.write(stdin_data)
-            self.popen.stdin.flush()
+            try:
+                self.popen.stdin.write(stdin_data)
+                self.popen.stdin.flush()
+            except BrokenPipeError:
+                pass  # ssh already exited (refused, unreachable): its code and stderr report it
         self._pumps = [threading.Thread(target=self._pump, args=(self.popen.stdout, "stdout"),
                                         daemon=True),
                        threading.Thread(target=self._pump, args=(self.popen.stderr, "stderr"),

@@ -123,6 +123,23 @@ class VirtualCluster:
         else:
             self.run(host, ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem"] + spec.split())
 
+    def rate_limit(self, host, rate):
+        """Shapes the host's link to `rate` (e.g. "30mbit") with a token bucket (sch_tbf); a
+        slow link where sch_netem (delay, loss) is missing from the kernel. None removes it."""
+        if rate is None:
+            self.run(host, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        else:
+            self.run(host, ["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+                            "burst", "64kb", "latency", "400ms"])
+
+    def netem_available(self):
+        """True when the kernel has sch_netem (probed on the controller's link)."""
+        ns = self.names[self.controller]
+        ok = self.exec_ns(ns, ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem",
+                               "delay", "1ms"], check=False).returncode == 0
+        self.exec_ns(ns, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        return ok
+
     # --- ssh ------------------------------------------------------------------------------
     def _make_keys(self):
         self.client_key = os.path.join(self.tmp, "id_ed25519")
