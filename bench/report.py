@@ -137,10 +137,11 @@ def write_report(rows, cmd, machine, horovod="not probed"):
     os.makedirs(IMG, exist_ok=True)
     ranks = max((r["ranks"] for r in rows if r.get("collective") != "train"), default=2)
     date = rows[0].get("date", "") if rows else ""
-    replace_section("run", "\n".join([
-        f"Measured {date} on {machine}.", "", f"Command: `{cmd}` (one run, every library one "
-        "after the other). Regenerate the text and plots from the saved rows with "
-        "`python bench/report.py bench/results/latest.jsonl`.", "", f"Horovod: {horovod}."]))
+    if machine:  # None when redrawn from saved rows: the run section stays as measured
+        replace_section("run", "\n".join([
+            f"Measured {date} on {machine}.", "", f"Command: `{cmd}` (one run, every library "
+            "one after the other). Regenerate the text and plots from the saved rows with "
+            "`python bench/report.py bench/results/latest.jsonl`.", "", f"Horovod: {horovod}."]))
     lat_md, lat_v = latency_section(rows)
     neg_md, neg_v = negotiation_section(rows)
     train_md, train_v = training_section(rows, ranks)
@@ -162,4 +163,4 @@ def write_report(rows, cmd, machine, horovod="not probed"):
 if __name__ == "__main__":
     with open(sys.argv[1] if len(sys.argv) > 1 else "bench/results/latest.jsonl") as f:
         saved = [json.loads(line) for line in f if line.strip()]
-    write_report(saved, cmd="python bench/run_all.py (saved rows)", machine="(see the run)")
+    write_report(saved, cmd="", machine=None, horovod="see the run section")
