@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from report_common import IMG, human, pyplot, replace_section, save
 from report_engine import latency_section, negotiation_section
+from report_shortfalls import shortfalls_section
 from report_training import training_section
 
 # "perseus-py" is Perseus through the same Python script as Horovod: shown, never a peer.
@@ -157,6 +158,7 @@ def write_report(rows, cmd, machine, horovod="not probed"):
     replace_section("latency", lat_md)
     replace_section("negotiation", neg_md)
     replace_section("training", train_md)
+    replace_section("shortfalls", shortfalls_section(rows, ranks, lat_v, neg_v))
     replace_section("skipped", skipped_section(rows, horovod))
 
 
