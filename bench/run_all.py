@@ -134,6 +134,13 @@ def horovod_status():
     return exe, probe.stdout.strip()
 
 
+def horovod_mxnet_status():
+    """(True, "") when horovod.mxnet imports (the wheel may be built without MXNet)."""
+    probe = subprocess.run([sys.executable, "-c", "import horovod.mxnet"],
+                           capture_output=True, text=True)
+    return probe.returncode == 0, "import horovod.mxnet failed: " + last_lines(probe.stderr, 1)
+
+
 def horovodrun(prefix, n):
     return [prefix, "--gloo", "-np", str(n), "-H", f"localhost:{n}"]
 
@@ -157,6 +164,7 @@ def main():
     py = sys.executable
     hvd_run, hvd_info = (None, "skipped by --skip") if "horovod" in skip else horovod_status()
     log(f"horovod: {hvd_info}")
+    hvd_mx_ok, hvd_mx_info = horovod_mxnet_status() if hvd_run else (False, hvd_info)
     started = time.time()
 
     # 2. collectives
@@ -221,11 +229,11 @@ def main():
             script = [py, os.path.join(TRAIN_DIR, "mxnet_train_bench.py")] + steps
             for lib in ("perseus-trainer", "perseus-kvstore"):
                 r.run(f"mxnet {lib} x{ranks}", lib, perseusrun(ranks) + script + ["--library", lib])
-            if hvd_run:
+            if hvd_mx_ok:
                 r.run(f"mxnet horovod x{ranks}", "horovod",
                       horovodrun(hvd_run, ranks) + script + ["--library", "horovod"])
             else:
-                r.skip(f"mxnet horovod x{ranks}", "horovod", hvd_info)
+                r.skip(f"mxnet horovod x{ranks}", "horovod", hvd_mx_info)
             r.run(f"mxnet mxnet-ps x{ranks}", "mxnet-ps",
                   script + ["--library", "mxnet-ps", "--ranks", str(ranks)], timeout=600)
     log(f"measured in {time.time() - started:.0f} s")
