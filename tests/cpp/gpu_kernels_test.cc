@@ -59,15 +59,23 @@ TEST(GpuFusionKernel, ExactCopyOfRaggedMisalignedTensors) {
   auto host = randomFloats(total + 8, rng);
   DeviceBuffer src(host.size() * 4), dst(host.size() * 4);
   CK(cudaMemcpy(src.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dst.p, 0xFF, host.size() * 4));  // poison: NaN patterns
   std::vector<CopyEntry> entries;
   for (int i = 0; i < n; ++i) entries.push_back({src.at(src_off[i]), dst.at(dst_off[i]), counts[i], i});
-  batchedCopy(entries.data(), n, DataType::kFloat32, DataType::kFloat32, 1.0, nullptr, nullptr);
-  CK(cudaDeviceSynchronize());
-  std::vector<float> out(host.size());
-  CK(cudaMemcpy(out.data(), dst.p, out.size() * 4, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(std::memcmp(&out[dst_off[i] / 4], &host[src_off[i] / 4], counts[i] * 4), 0) << "tensor " << i;
+  for (int unroll : {4, 8}) {
+    for (double scale : {1.0, 0.5}) {
+      CK(cudaMemset(dst.p, 0xFF, host.size() * 4));  // poison: NaN patterns
+      batchedCopyUnrolled(entries.data(), n, DataType::kFloat32, DataType::kFloat32, scale, nullptr,
+                          nullptr, unroll);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> out(host.size());
+      CK(cudaMemcpy(out.data(), dst.p, out.size() * 4, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) {
+        for (size_t k = 0; k < counts[i]; ++k) {
+          ASSERT_EQ(out[dst_off[i] / 4 + k], host[src_off[i] / 4 + k] * static_cast<float>(scale))
+              << "unroll " << unroll << " tensor " << i << " element " << k;
+        }
+      }
+    }
   }
 }
 

@@ -308,11 +308,9 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
   const bool direct = batch.tensors.size() == 1 && wire == dtype && !hierarchical;
   if (direct && total > 0) {
     // One tensor: no fusion copies. NCCL reads the input and writes the output itself.
+    // Scales run on the GPU (an extra pass there costs microseconds; on the host, milliseconds).
     const GpuTensor& t = batch.tensors[0];
-    if (s.staged && !nan) {
-      HostStaged(*call.dc, options_.params.timeout_s)
-          .allreduce(comm, *call.slot, t.input, t.output, t.count, dtype, op, prescale, postscale);
-    } else {
+    {
       const void* src = t.input;
       if (prescale != 1.0 || nan) {
         CopyEntry e{t.input, t.output, t.count, 0};

@@ -22,7 +22,6 @@ namespace perseus::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
 constexpr int kMaxDevices = 64;
 
 struct LaunchTable {
@@ -57,18 +56,24 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 // Streaming (evict-first) 16- or 8-byte accesses: the buffers are far larger than L2 and are
 // touched once, so they should not push other data out.
 template <typename V> __device__ __forceinline__ V loadStreaming(const V* p) {
-  static_assert(sizeof(V) == 16 || sizeof(V) == 8, "vector of 8 or 16 bytes");
+  static_assert(sizeof(V) % 16 == 0 || sizeof(V) == 8, "vector of 8 or 16n bytes");
   V v;
-  if constexpr (sizeof(V) == 16) {
-    *reinterpret_cast<uint4*>(&v) = __ldcs(reinterpret_cast<const uint4*>(p));
+  if constexpr (sizeof(V) % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(V) / 16); ++i) {
+      reinterpret_cast<uint4*>(&v)[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+    }
   } else {
     *reinterpret_cast<uint2*>(&v) = __ldcs(reinterpret_cast<const uint2*>(p));
   }
   return v;
 }
 template <typename V> __device__ __forceinline__ void storeStreaming(V* p, const V& v) {
-  if constexpr (sizeof(V) == 16) {
-    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  if constexpr (sizeof(V) % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(V) / 16); ++i) {
+      __stcs(reinterpret_cast<uint4*>(p) + i, reinterpret_cast<const uint4*>(&v)[i]);
+    }
   } else {
     __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&v));
   }
@@ -78,12 +83,18 @@ __device__ __forceinline__ bool aligned(const void* p, size_t a) {
   return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
 }
 
-template <typename Tin, typename Tout, bool kScale, bool kCheck>
+// Elements per vector access: 16 bytes on the narrower side (so a cast reads or writes 32).
+template <typename Tin, typename Tout>
+__host__ __device__ constexpr int vecElems() {
+  return 16 / (sizeof(Tin) < sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
+}
+
+template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll>
 __global__ void __launch_bounds__(kThreads)
 batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
                   typename Compute<Tin>::type scale, int* nan_flag) {
   using C = typename Compute<Tin>::type;
-  constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
+  constexpr int kVec = vecElems<Tin, Tout>();
   constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
   using VecIn = Vec<Tin, kVec>;
   using VecOut = Vec<Tout, kVec>;
@@ -164,11 +175,10 @@ int residentBlocks(Kernel kernel, std::atomic<int> (&cache)[kMaxDevices]) {
   return blocks;
 }
 
-template <typename Tin, typename Tout, bool kScale, bool kCheck>
+template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll>
 void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
             cudaStream_t stream, size_t elem_bytes) {
-  constexpr int kVec = 16 / (sizeof(Tin) > sizeof(Tout) ? sizeof(Tin) : sizeof(Tout));
-  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
+  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * vecElems<Tin, Tout>();
   for (int first = 0; first < count; first += kMaxEntriesPerLaunch) {
     const int n = std::min(kMaxEntriesPerLaunch, count - first);
     LaunchTable table;
@@ -186,7 +196,7 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
     table.tile_start[n] = static_cast<uint32_t>(tiles);
     if (tiles == 0) continue;
     static std::atomic<int> cache[kMaxDevices];
-    auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck>;
+    auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck, kUnroll>;
     const int grid = static_cast<int>(std::min<uint64_t>(tiles, residentBlocks(kernel, cache)));
     kernel<<<grid, kThreads, 0, stream>>>(
         table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag);
@@ -194,22 +204,55 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
   }
 }
 
-template <typename Tin, typename Tout>
+template <typename Tin, typename Tout, int kUnroll>
 void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_flag,
                  cudaStream_t stream) {
   const bool do_scale = scale != 1.0;
   if (nan_flag != nullptr) {
-    if (do_scale) launch<Tin, Tout, true, true>(entries, count, scale, nan_flag, stream, 1);
-    else launch<Tin, Tout, false, true>(entries, count, scale, nan_flag, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, true, kUnroll>(entries, count, scale, nan_flag, stream, 1);
+    else launch<Tin, Tout, false, true, kUnroll>(entries, count, scale, nan_flag, stream, 1);
   } else {
-    if (do_scale) launch<Tin, Tout, true, false>(entries, count, scale, nullptr, stream, 1);
-    else launch<Tin, Tout, false, false>(entries, count, scale, nullptr, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
+    else launch<Tin, Tout, false, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
   }
 }
 
-template <typename T>
+template <typename T, int kUnroll>
 void launchSameNoCheck(const CopyEntry* entries, int count, double scale, cudaStream_t stream) {
-  launch<T, T, true, false>(entries, count, scale, nullptr, stream, 1);
+  launch<T, T, true, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
+}
+
+template <int kUnroll>
+void dispatch(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+              double scale, int* nan_flag, cudaStream_t stream) {
+  if (!isFloatingPoint(src_type)) nan_flag = nullptr;
+  if (src_type == DataType::kBool) scale = 1.0;
+  if (src_type == dst_type && scale == 1.0 && nan_flag == nullptr) {
+    // A plain copy: move bytes, whatever the type.
+    launch<uint8_t, uint8_t, false, false, kUnroll>(entries, count, 1.0, nullptr, stream,
+                                                    dataTypeSize(src_type));
+    return;
+  }
+  if (src_type != dst_type) {
+    if (src_type == DataType::kFloat32) {
+      launchTyped<float, __half, kUnroll>(entries, count, scale, nan_flag, stream);
+    } else {
+      launchTyped<__half, float, kUnroll>(entries, count, scale, nan_flag, stream);
+    }
+    return;
+  }
+  switch (src_type) {
+    case DataType::kFloat16: return launchTyped<__half, __half, kUnroll>(entries, count, scale, nan_flag, stream);
+    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16, kUnroll>(entries, count, scale, nan_flag, stream);
+    case DataType::kFloat32: return launchTyped<float, float, kUnroll>(entries, count, scale, nan_flag, stream);
+    case DataType::kFloat64: return launchTyped<double, double, kUnroll>(entries, count, scale, nan_flag, stream);
+    case DataType::kUInt8: return launchSameNoCheck<uint8_t, kUnroll>(entries, count, scale, stream);
+    case DataType::kInt8: return launchSameNoCheck<int8_t, kUnroll>(entries, count, scale, stream);
+    case DataType::kInt32: return launchSameNoCheck<int32_t, kUnroll>(entries, count, scale, stream);
+    case DataType::kInt64: return launchSameNoCheck<int64_t, kUnroll>(entries, count, scale, stream);
+    case DataType::kBool: break;
+  }
+  PERSEUS_CHECK(false, "unreachable dtype " << dataTypeName(src_type));
 }
 
 }  // namespace
@@ -221,39 +264,20 @@ bool supportsCopy(DataType src_type, DataType dst_type) {
 }
 
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
-                 double scale, int* nan_flag, void* stream_ptr) {
+                 double scale, int* nan_flag, void* stream) {
+  batchedCopyUnrolled(entries, count, src_type, dst_type, scale, nan_flag, stream, kDefaultUnroll);
+}
+
+void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
+                         DataType dst_type, double scale, int* nan_flag, void* stream,
+                         int unroll) {
   PERSEUS_CHECK(supportsCopy(src_type, dst_type), "no GPU copy from " << dataTypeName(src_type)
                                                                       << " to " << dataTypeName(dst_type));
   if (count <= 0) return;
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (!isFloatingPoint(src_type)) nan_flag = nullptr;
-  if (src_type == DataType::kBool) scale = 1.0;
-  if (src_type == dst_type && scale == 1.0 && nan_flag == nullptr) {
-    // A plain copy: move bytes, whatever the type.
-    launch<uint8_t, uint8_t, false, false>(entries, count, 1.0, nullptr, stream,
-                                           dataTypeSize(src_type));
-    return;
-  }
-  if (src_type != dst_type) {
-    if (src_type == DataType::kFloat32) {
-      launchTyped<float, __half>(entries, count, scale, nan_flag, stream);
-    } else {
-      launchTyped<__half, float>(entries, count, scale, nan_flag, stream);
-    }
-    return;
-  }
-  switch (src_type) {
-    case DataType::kFloat16: return launchTyped<__half, __half>(entries, count, scale, nan_flag, stream);
-    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16>(entries, count, scale, nan_flag, stream);
-    case DataType::kFloat32: return launchTyped<float, float>(entries, count, scale, nan_flag, stream);
-    case DataType::kFloat64: return launchTyped<double, double>(entries, count, scale, nan_flag, stream);
-    case DataType::kUInt8: return launchSameNoCheck<uint8_t>(entries, count, scale, stream);
-    case DataType::kInt8: return launchSameNoCheck<int8_t>(entries, count, scale, stream);
-    case DataType::kInt32: return launchSameNoCheck<int32_t>(entries, count, scale, stream);
-    case DataType::kInt64: return launchSameNoCheck<int64_t>(entries, count, scale, stream);
-    case DataType::kBool: break;
-  }
-  PERSEUS_CHECK(false, "unreachable dtype " << dataTypeName(src_type));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (unroll == 4) return dispatch<4>(entries, count, src_type, dst_type, scale, nan_flag, s);
+  if (unroll == 8) return dispatch<8>(entries, count, src_type, dst_type, scale, nan_flag, s);
+  PERSEUS_CHECK(false, "unroll " << unroll << " is not 4 or 8");
 }
 
 }  // namespace perseus::kernels::cuda

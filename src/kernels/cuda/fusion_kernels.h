@@ -42,4 +42,10 @@ bool supportsCopy(DataType src_type, DataType dst_type);
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
                  double scale, int* nan_flag, void* stream);
 
+// Vector accesses in flight per thread before the first store (4 or 8): batchedCopy uses
+// kDefaultUnroll; batchedCopyUnrolled lets the bandwidth test time both.
+constexpr int kDefaultUnroll = 8;
+void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
+                         DataType dst_type, double scale, int* nan_flag, void* stream, int unroll);
+
 }  // namespace perseus::kernels::cuda
