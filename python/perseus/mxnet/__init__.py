@@ -18,6 +18,8 @@ from ._basics import (  # noqa: F401
 from .mpi_ops import (  # noqa: F401
     allreduce, allreduce_, grouped_allreduce, grouped_allreduce_, allgather, grouped_allgather,
     broadcast, broadcast_, alltoall, reducescatter, grouped_reducescatter, barrier, join,
+    Handle, allreduce_async, allreduce_async_, grouped_allreduce_async_, broadcast_async_, poll,
+    synchronize,
 )
 from .functions import broadcast_parameters, broadcast_object, allgather_object  # noqa: F401
 from .compression import Compression  # noqa: F401

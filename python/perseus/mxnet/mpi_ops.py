@@ -267,3 +267,65 @@ def join():
     h = _core().join()
     _wait(h, "join")
     return h.join_rank()
+
+
+# --- explicit handles (as perseus.torch / horovod.torch) ------------------------------------
+class Handle:
+    """An asynchronous collective: ``poll(h)`` tells whether it finished, ``synchronize(h)``
+    waits and returns its output (raising its error as MXNetError). The output NDArray can also
+    be used at once: MXNet's engine orders its readers after the collective."""
+    __slots__ = ("_op", "output")
+
+    def __init__(self, op, output):
+        self._op, self.output = op, output
+
+
+def allreduce_async(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set, op=None):
+    _check_tensor(tensor, "allreduce_async")
+    op = _reduce_op(average, op)
+    output = mx.nd.zeros(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    pending = _allreduce_async([tensor], [output], _name("allreduce", name, process_set), op,
+                               prescale_factor, postscale_factor, process_set, priority,
+                               grouped=False)
+    return Handle(pending, output)
+
+
+def allreduce_async_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set, op=None):
+    _check_tensor(tensor, "allreduce_async_")
+    op = _reduce_op(average, op)
+    pending = _allreduce_async([tensor], [tensor], _name("allreduce", name, process_set), op,
+                               prescale_factor, postscale_factor, process_set, priority,
+                               grouped=False)
+    return Handle(pending, tensor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set, op=None):
+    for t in tensors:
+        _check_tensor(t, "grouped_allreduce_async_")
+    op = _reduce_op(average, op)
+    pending = _allreduce_async(list(tensors), list(tensors),
+                               _name("grouped_allreduce", name, process_set), op,
+                               prescale_factor, postscale_factor, process_set, priority,
+                               grouped=True)
+    return Handle(pending, tensors)
+
+
+def broadcast_async_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    _check_tensor(tensor, "broadcast_async_")
+    pending = _broadcast_async(tensor, tensor, root_rank, _name("broadcast", name, process_set),
+                               priority, process_set)
+    return Handle(pending, tensor)
+
+
+def poll(handle):
+    """True once the collective behind `handle` has finished (successfully or not)."""
+    return handle._op.done_event.is_set()
+
+
+def synchronize(handle, timeout=None):
+    """Waits for `handle`; returns its output; raises its failure as MXNetError."""
+    handle._op.wait(timeout)
+    return handle.output

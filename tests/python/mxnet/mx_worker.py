@@ -64,6 +64,17 @@ def scenario_api():
     for i, o in enumerate(outs):
         CHECK(o.asnumpy(), n * i * np.ones(5))
 
+    # explicit handles
+    h = hvd.allreduce_async(x, op=hvd.Sum, name="h1")
+    h2 = hvd.allreduce_async_(x.copy(), name="h2")
+    hb = hvd.broadcast_async_(mx.nd.ones(2) * r, root_rank=0, name="hb")
+    hg = hvd.grouped_allreduce_async_([mx.nd.ones(2), mx.nd.ones(3)], op=hvd.Sum, name="hg")
+    CHECK(hvd.synchronize(h).asnumpy(), base.asnumpy() * tri)
+    CHECK(hvd.synchronize(h2).asnumpy(), base.asnumpy() * tri / n, rtol=1e-6)
+    CHECK(hvd.synchronize(hb).asnumpy(), [0, 0])
+    CHECK(hvd.synchronize(hg)[1].asnumpy(), [n, n, n])
+    assert hvd.poll(h) and hvd.poll(hg)
+
     g = hvd.grouped_allreduce([x, mx.nd.ones(4)], op=hvd.Sum, name="grp")
     CHECK(g[0].asnumpy(), base.asnumpy() * tri)
     CHECK(g[1].asnumpy(), n * np.ones(4))
