@@ -12,6 +12,7 @@ binding (perseus._core + numpy) so that ranks start fast.
 --mode slow: --iters checked collectives of mixed sizes (a shaped link must not change results).
 """
 
+import os
 import random
 import sys
 import time
@@ -32,6 +33,8 @@ def add_args(p):
     p.add_argument("--stall-s", type=float, default=4)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--elements", type=int, default=LARGE)
+    p.add_argument("--dump-secret", action="store_true",
+                   help="rank 0 writes PERSEUS_SECRET to results/secret (hostile-peer test)")
 
 
 def allreduce_checked(core, name, n):
@@ -93,6 +96,9 @@ def kill_mode(core, args, res):
 
 def loop_mode(core, args, res):
     core.init()
+    if args.dump_secret and rc.RANK == 0:
+        with open(os.path.join(args.results, "secret"), "w") as f:
+            f.write(os.environ["PERSEUS_SECRET"])
     deadline = time.time() + args.seconds
     i = 0
     while time.time() < deadline:
