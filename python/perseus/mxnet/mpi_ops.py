@@ -163,6 +163,19 @@ def _capsule(tensor):
     return tensor.to_dlpack_for_read()  # waits for the producers of `tensor`
 
 
+def _submit_blocking(submit, tensors):
+    """submit(capsules) -> _core handle. MXNet's capsule destructor runs Python code, which
+    fails and clears the pending error (SystemError: error return without exception set) if
+    it runs while a submission error propagates; so the capsules stay referenced here and are
+    released inside the handler."""
+    caps = [_capsule(t) for t in tensors]
+    try:
+        return submit(caps)
+    except BaseException:
+        del caps
+        raise
+
+
 def _to_ndarray(handle, index, like):
     out = handle.output(index, False) if like.context.device_type == "cpu" else None
     if out is not None and isinstance(out, np.ndarray):
@@ -182,7 +195,8 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenation along dim 0 of every rank's tensor (dim 0 may differ). Blocks."""
     _check_tensor(tensor, "allgather")
     name = _name("allgather", name, process_set)
-    h = _core().allgather(name, _capsule(tensor), _basics.process_set_id(process_set))
+    h = _submit_blocking(lambda caps: _core().allgather(
+        name, caps[0], _basics.process_set_id(process_set)), [tensor])
     _wait(h, "allgather %r" % name)
     return _to_ndarray(h, 0, tensor)
 
@@ -194,8 +208,8 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     if not tensors:
         return []
     name = _name("grouped_allgather", name, process_set)
-    h = _core().grouped_allgather(name, [_capsule(t) for t in tensors],
-                                  _basics.process_set_id(process_set))
+    h = _submit_blocking(lambda caps: _core().grouped_allgather(
+        name, caps, _basics.process_set_id(process_set)), tensors)
     _wait(h, "grouped_allgather %r" % name)
     return [_to_ndarray(h, i, t) for i, t in enumerate(tensors)]
 
@@ -210,7 +224,8 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         if isinstance(splits, mx.nd.NDArray):
             splits = splits.asnumpy()
         split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
-    h = _core().alltoall(name, _capsule(tensor), split_list, _basics.process_set_id(process_set))
+    h = _submit_blocking(lambda caps: _core().alltoall(
+        name, caps[0], split_list, _basics.process_set_id(process_set)), [tensor])
     _wait(h, "alltoall %r" % name)
     output = _to_ndarray(h, 0, tensor)
     if splits is None:
@@ -227,8 +242,9 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     if len(tensor.shape) == 0:
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     name = _name("reducescatter", name, process_set)
-    h = _core().reducescatter(name, _capsule(tensor), _basics.core_op(op), float(prescale_factor),
-                              float(postscale_factor), _basics.process_set_id(process_set))
+    h = _submit_blocking(lambda caps: _core().reducescatter(
+        name, caps[0], _basics.core_op(op), float(prescale_factor), float(postscale_factor),
+        _basics.process_set_id(process_set)), [tensor])
     _wait(h, "reducescatter %r" % name)
     return _to_ndarray(h, 0, tensor)
 
@@ -246,9 +262,9 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
     if not tensors:
         return []
     name = _name("grouped_reducescatter", name, process_set)
-    h = _core().grouped_reducescatter(name, [_capsule(t) for t in tensors], _basics.core_op(op),
-                                      float(prescale_factor), float(postscale_factor),
-                                      _basics.process_set_id(process_set))
+    h = _submit_blocking(lambda caps: _core().grouped_reducescatter(
+        name, caps, _basics.core_op(op), float(prescale_factor), float(postscale_factor),
+        _basics.process_set_id(process_set)), tensors)
     _wait(h, "grouped_reducescatter %r" % name)
     return [_to_ndarray(h, i, t) for i, t in enumerate(tensors)]
 
