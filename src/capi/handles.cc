@@ -37,13 +37,7 @@ perseus_status perseus_poll(perseus_handle handle, int* done) {
 perseus_status perseus_wait(perseus_handle handle, double timeout_s) {
   return guarded([&] {
     auto h = findHandle(handle);
-    int64_t spin = 0;
-    {
-      auto& rt = capi::runtime();
-      std::lock_guard<std::mutex> lock(rt.mu);
-      if (rt.engine) spin = rt.engine->params().spin_us;
-    }
-    if (!h->wait(timeout_s, spin)) {
+    if (!h->wait(timeout_s, capi::runtime().spin_us.load(std::memory_order_relaxed))) {
       throw Error(StatusCode::kInProgress,
                   PERSEUS_STR("'" << h->name() << "' did not complete within " << timeout_s << " s"));
     }

@@ -64,6 +64,7 @@ perseus_status perseus_init(void) {
     rt.engine = std::make_shared<engine::Engine>(world->topology, world->transport.get(),
                                                  world->arena.get(), params);
     rt.world = std::move(world);
+    rt.spin_us = params.spin_us;
     rt.shut_down = false;
   });
 }

@@ -2,6 +2,7 @@
 // the edge as STYLE.md asks), the handle table, and the thread-local last error.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@ struct Runtime {
   std::shared_ptr<engine::Engine> engine;
   bool shut_down = false;
   engine::HandleTable handles;
+  std::atomic<int64_t> spin_us{100};  // PERSEUS_SPIN_US of the running engine, for waits
 };
 
 Runtime& runtime();

@@ -293,8 +293,8 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
       e->handle = newHandle(e->request.name);
       auto handle = e->handle;
       queue_.push_back(std::move(e));
-      queue_nonempty_.store(true, std::memory_order_release);
-      transport_->wake();
+      queue_nonempty_.store(true);
+      if (engine_blocked_.load()) transport_->wake();
       return handle;
     }
   }
@@ -361,7 +361,9 @@ void Engine::idleWait(bool pending) {
     auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
   }
-  transport_->waitIncoming(timeout);
+  engine_blocked_.store(true);
+  if (!queue_nonempty_.load() && !shutdown_requested_.load()) transport_->waitIncoming(timeout);
+  engine_blocked_.store(false);
 }
 
 void Engine::loop() {

@@ -154,6 +154,10 @@ class Engine {
   std::string stop_message_;
   std::string last_stall_warning_;
   std::atomic<bool> queue_nonempty_{false};
+  // True while the engine thread blocks in waitIncoming(): only then does submit() pay for
+  // Transport::wake() (a futex/eventfd syscall). Both sides use seq_cst (Dekker): a submission
+  // either sees the flag or is seen by the engine's re-check after setting it.
+  std::atomic<bool> engine_blocked_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> cycles_{0};
