@@ -7,6 +7,9 @@
 namespace perseus::engine {
 namespace {
 
+// A lower bound of the encoded size of one Request or Response (their fixed-size fields).
+constexpr size_t kMinEncodedBytes = 32;
+
 class Writer {
  public:
   template <typename T>
@@ -74,6 +77,13 @@ class Reader {
     return ts;
   }
   bool done() const { return pos_ == in_.size(); }
+  // A list length, checked against the bytes left (each element takes at least min_bytes)
+  // before the caller allocates the list: a corrupt length must not size an allocation.
+  uint32_t count(size_t min_bytes) {
+    uint32_t n = pod<uint32_t>();
+    need(static_cast<size_t>(n) * min_bytes);
+    return n;
+  }
 
  private:
   void need(size_t n) const {
@@ -107,7 +117,7 @@ std::vector<uint8_t> encodeRequests(const std::vector<Request>& requests) {
 
 std::vector<Request> decodeRequests(const std::vector<uint8_t>& bytes) {
   Reader rd(bytes);
-  std::vector<Request> out(rd.pod<uint32_t>());
+  std::vector<Request> out(rd.count(kMinEncodedBytes));
   for (Request& r : out) {
     r.op = rd.pod<OpType>();
     r.name = rd.str();
@@ -149,7 +159,7 @@ std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses) {
 
 std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes) {
   Reader rd(bytes);
-  std::vector<Response> out(rd.pod<uint32_t>());
+  std::vector<Response> out(rd.count(kMinEncodedBytes));
   for (Response& r : out) {
     r.op = rd.pod<OpType>();
     r.name = rd.str();
