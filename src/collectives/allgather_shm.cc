@@ -15,7 +15,7 @@ namespace {
 bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
-  size_t half = comm.arena()->slotBytes() / 2;
+  size_t half = detail::ArenaView::dataBytesOf(*comm.arena()) / 2;
   size_t largest = *std::max_element(args.sizes->begin(), args.sizes->end());
   double rounds = static_cast<double>((largest + half - 1) / half);
   return (rounds + 1) * cost::kBarrierUs + 2.0 * args.totalBytes() * cost::kArenaUsPerByte;

@@ -1,20 +1,39 @@
 // Note [Shared-memory allreduce]
-// All members on one host. The vector is processed in segments that fit half a slot, so the
-// working set stays in L2/L3 whatever the vector size. For segment k (slot half k % 2):
-//   copy-in   each rank copies its input segment into its own slot half;
+// All members on one host. Three schemes, by size:
+//
+// Tiny (<= 56 bytes, Note [One-barrier small allreduce] below): one barrier.
+//
+// Small (<= 64 KiB, one segment): each rank copies its input into its own slot half; barrier;
+// rank r reduces sub-block r across every slot and pushes the result into every slot;
+// barrier; each rank copies the whole result out of its own slot. Two barriers.
+//
+// Large (pipelined): the vector is processed in segments of at most kMaxSegmentBytes, so the
+// working set stays in L2 whatever the vector size. Slot buffers k % 3 hold segment k. Per
+// segment, sub-block q belongs to rank q:
+//   copy-in   rank r copies the sub-blocks q != r of its input segment into its buffer (its
+//             own sub-block is never staged: only r reads it, straight from the input);
 //   barrier;
-//   reduce    rank r combines sub-block r of the segment across every slot, reading peers'
-//             slots directly, and writes the result into sub-block r of every slot (its own
-//             and its peers'); meanwhile it copies segment k+1 into its other half;
+//   reduce    rank r combines sub-block r of its input with sub-block r of every peer's
+//             buffer, in rank order, in L1-sized chunks; each chunk goes to its own buffer
+//             (for the peers) and to its output; then it copies in segment k+1;
 //   barrier;
-//   copy-out  each rank copies the whole reduced segment out of its own slot.
-// That is the one-segment scheme (two barriers). For several segments the reducer leaves its
-// result in its own slot and every rank pulls the blocks after the barrier (each byte crosses
-// between cores once instead of twice); with three buffers per slot, segment k+1 is copied in
-// while peers still read segment k-1's results, so n segments take n + 2 barriers. Every element is reduced by one rank only, so all ranks get the same bits. Apart
-// from the cache-resident slots, memory traffic is one read of the input and one write of the
-// output: the floor of perf-anchors.md §3. Peers' slots are only touched between barriers, as
-// Note [Arena slot discipline] (arena_view.h) requires.
+//   pull      rank r copies sub-blocks q != r of segment k out of rank q's buffer.
+// With three buffers per slot, segment k+1 is staged while peers still pull segment k-1, so
+// n segments take n + 2 barriers. Every element is reduced by one rank only, so all ranks get
+// the same bits. Memory traffic is one read of the input and one write of the output (the
+// floor of perf-anchors.md §3); outputs beyond L3 are written with non-temporal stores (no
+// read-for-ownership). Per rank and byte the caches see 2.5 reads and 2 writes, against 3 and
+// 2.5 when every byte is staged, reduced from the slots and copied out. Peers' slots are only
+// touched between barriers, as Note [Arena slot discipline] (arena_view.h) requires.
+//
+// Note [One-barrier small allreduce]
+// Rank r writes its input into its line (group, seq % 2) with the sequence number seq (its
+// count of tiny allreduces on this group), passes one barrier, and then every rank reads
+// every member's line and reduces them in rank order itself (same inputs, same order: same
+// bits everywhere). No result has to travel back, so one barrier suffices; the two lines per
+// rank let a fast rank start operation seq + 1 while a slow one still reads seq (the line
+// discipline in arena_view.h). A line whose sequence number differs from this rank's means
+// the members ran different operations on this group: a MismatchError, never a wrong sum.
 #include <algorithm>
 #include <cstring>
 
@@ -34,16 +53,53 @@ constexpr size_t kMaxSegmentBytes = 256 * 1024;
 constexpr size_t kStreamingOutputBytes = 16u << 20;
 // Up to this size the single-segment scheme (two barriers, results pushed) runs.
 constexpr size_t kOneSegmentBytes = 64 * 1024;
+// Reduced chunks stay in L1 between the reduction and the copy to the output.
+constexpr size_t kChunkBytes = 16 * 1024;
+// No allocation on any path for up to this many ranks.
+constexpr int kStackRanks = 32;
+
+bool isTiny(const Communicator& comm, const CollectiveArgs& args) {
+  return args.totalBytes() <= detail::SmallLine::kPayloadBytes &&
+         detail::ArenaView::hasLines(*comm.arena());
+}
 
 bool supports(const Communicator& comm, const CollectiveArgs& args) {
-  return comm.arena() != nullptr && comm.arena()->slotBytes() / 3 >= 64 * 16;
+  return comm.arena() != nullptr && detail::ArenaView::dataBytesOf(*comm.arena()) / 3 >= 64 * 16;
 }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
+  if (isTiny(comm, args)) return cost::kBarrierUs;
   size_t bytes = args.totalBytes();
-  size_t seg = std::min(comm.arena()->slotBytes() / 3, kMaxSegmentBytes);
+  size_t seg = std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 3, kMaxSegmentBytes);
   double segments = static_cast<double>((bytes + seg - 1) / seg);
-  return (segments + 2) * cost::kBarrierUs + 3.0 * bytes * cost::kArenaUsPerByte;
+  return (segments + 2) * cost::kBarrierUs + 2.5 * bytes * cost::kArenaUsPerByte;
+}
+
+void runTiny(Communicator& comm, const CollectiveArgs& args, const void** srcs) {
+  detail::ArenaView view(comm);
+  const int p = comm.size(), r = comm.rank();
+  const size_t bytes = args.totalBytes();
+  // Only this rank writes its lines: relaxed loads see its own last stores.
+  const uint64_t seq = std::max(view.line(r, 0)->seq.load(std::memory_order_relaxed),
+                                view.line(r, 1)->seq.load(std::memory_order_relaxed)) + 1;
+  const int parity = static_cast<int>(seq % 2);
+  detail::SmallLine* mine = view.line(r, parity);
+  std::memcpy(mine->payload, args.in, bytes);
+  mine->seq.store(seq, std::memory_order_relaxed);  // the barrier publishes it
+  view.barrier();
+  for (int q = 0; q < p; ++q) {
+    const detail::SmallLine* line = view.line(q, parity);
+    const uint64_t theirs = line->seq.load(std::memory_order_relaxed);
+    if (theirs != seq) {
+      throw MismatchError(PERSEUS_STR(
+          "shared-memory allreduce of " << bytes << " bytes on group " << comm.groupId()
+              << ": rank " << comm.globalRank(q) << " is at small operation " << theirs
+              << " of this group but rank " << comm.globalRank(r) << " at " << seq
+              << "; the members ran different collectives on this process set"));
+    }
+    srcs[q] = line->payload;
+  }
+  kernels::reduceN(args.out, srcs, p, args.count, args.dtype, args.op);
 }
 
 // One segment (small vectors): the reducer pushes its result into every slot, so the copy-out
@@ -68,58 +124,82 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
   std::memcpy(args.out, view.half(r, 0), n * esize);
 }
 
-// Several segments: each reducer leaves its result in its own slot and everyone pulls the
-// blocks (one crossing of the core-to-core fabric per byte instead of two); three buffers
-// per slot let one barrier per segment suffice, plus a final one (slot discipline rule 3).
+// Rank r's part of segment k (Note [Shared-memory allreduce]): `own` is sub-block r of its
+// input, `slots[q]` sub-block r of rank q's buffer (slots[r] receives the result), `out`
+// sub-block r of its output. Chunk by chunk so each reduced chunk is still in L1 when it is
+// copied to the output. `own` may alias `out`: a chunk is read before it is written.
+void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned char* own,
+                    unsigned char* const* slots, unsigned char* out, size_t len, bool streaming,
+                    const void** srcs) {
+  const size_t esize = args.elementSize();
+  const size_t chunk = kChunkBytes / esize;
+  for (size_t i = 0; i < len; i += chunk) {
+    const size_t m = std::min(chunk, len - i), off = i * esize;
+    for (int q = 0; q < p; ++q) srcs[q] = (q == r ? own : slots[q]) + off;
+    kernels::reduceN(slots[r] + off, srcs, p, m, args.dtype, args.op);
+    if (streaming) kernels::copyNonTemporal(out + off, slots[r] + off, m * esize);
+    else std::memcpy(out + off, slots[r] + off, m * esize);
+  }
+}
+
 void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** srcs) {
-  transport::ShmArena* arena = comm.arena();
+  detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
   const size_t esize = args.elementSize();
-  const size_t third = (arena->slotBytes() / 3) & ~size_t{63};
+  const size_t third = (view.dataBytes() / 3) & ~size_t{63};
   const size_t seg = std::min(third, kMaxSegmentBytes) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
-  auto buf = [&](int q, size_t k) {
-    return static_cast<unsigned char*>(arena->slot(comm.arenaRank(q))) + (k % 3) * third;
-  };
-  auto barrier = [&] { arena->barrier(comm.groupId(), comm.arenaMembers()); };
+  const size_t align = std::max<size_t>(1, 64 / esize);
+  auto buf = [&](int q, size_t k) { return view.data(q) + (k % 3) * third; };
   auto segLen = [&](size_t k) { return std::min(seg, args.count - k * seg); };
-  auto copyIn = [&](size_t k) { std::memcpy(buf(r, k), in + k * seg * esize, segLen(k) * esize); };
+  auto copyIn = [&](size_t k) {
+    detail::Blocks blocks(segLen(k), p, align);
+    const unsigned char* src = in + k * seg * esize;
+    for (int q = 0; q < p; ++q) {
+      const size_t qoff = blocks.begin(q) * esize, qlen = blocks.size(q) * esize;
+      if (q != r && qlen > 0) std::memcpy(buf(r, k) + qoff, src + qoff, qlen);
+    }
+  };
+  unsigned char* stack_slots[kStackRanks];
+  std::vector<unsigned char*> heap_slots(p > kStackRanks ? p : 0);
+  unsigned char** slots = p > kStackRanks ? heap_slots.data() : stack_slots;
 
   copyIn(0);
-  barrier();
+  view.barrier();
   for (size_t k = 0; k < nseg; ++k) {
-    detail::Blocks blocks(segLen(k), p, std::max<size_t>(1, 64 / esize));
+    detail::Blocks blocks(segLen(k), p, align);
+    const size_t base = k * seg * esize;
     const size_t off = blocks.begin(r) * esize, len = blocks.size(r);
     if (len > 0) {
-      for (int q = 0; q < p; ++q) srcs[q] = buf(q, k) + off;
-      kernels::reduceN(buf(r, k) + off, srcs, p, len, args.dtype, args.op);
+      for (int q = 0; q < p; ++q) slots[q] = buf(q, k) + off;
+      reduceOwnBlock(args, p, r, in + base + off, slots, out + base + off, len, streaming, srcs);
     }
     if (k + 1 < nseg) copyIn(k + 1);
-    barrier();
-    unsigned char* dst = out + k * seg * esize;
-    for (int i = 0; i < p; ++i) {
-      const int q = (r + i) % p;  // own block first: it is in this core's cache
+    view.barrier();
+    for (int i = 1; i < p; ++i) {
+      const int q = (r + i) % p;  // start with different peers so no slot is read by all
       const size_t qoff = blocks.begin(q) * esize, qlen = blocks.size(q) * esize;
       if (qlen == 0) continue;
-      if (streaming) kernels::copyStreaming(dst + qoff, buf(q, k) + qoff, qlen);
-      else std::memcpy(dst + qoff, buf(q, k) + qoff, qlen);
+      if (streaming) kernels::copyNonTemporal(out + base + qoff, buf(q, k) + qoff, qlen);
+      else std::memcpy(out + base + qoff, buf(q, k) + qoff, qlen);
     }
   }
-  barrier();
+  if (streaming) kernels::nonTemporalFence();
+  view.barrier();
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {
-  // No allocation on the small-message path for up to kStackRanks ranks.
-  constexpr int kStackRanks = 32;
   const int p = comm.size();
   const void* stack_srcs[kStackRanks];
   std::vector<const void*> heap_srcs(p > kStackRanks ? p : 0);
   const void** srcs = p > kStackRanks ? heap_srcs.data() : stack_srcs;
-  detail::ArenaView view(comm);
-  if (args.count * args.elementSize() <= std::min(view.halfBytes(), kOneSegmentBytes)) {
+  const size_t bytes = args.totalBytes();
+  if (isTiny(comm, args)) {
+    runTiny(comm, args, srcs);
+  } else if (bytes <= std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 2, kOneSegmentBytes)) {
     runOneSegment(comm, args, srcs);
   } else {
     runPipelined(comm, args, srcs);

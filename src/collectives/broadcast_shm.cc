@@ -15,7 +15,7 @@ namespace {
 bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
-  size_t half = comm.arena()->slotBytes() / 2;
+  size_t half = detail::ArenaView::dataBytesOf(*comm.arena()) / 2;
   double segments = static_cast<double>((args.bytes + half - 1) / half);
   return (segments + 1) * cost::kBarrierUs + 2.0 * args.bytes * cost::kArenaUsPerByte;
 }

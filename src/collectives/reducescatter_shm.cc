@@ -23,11 +23,13 @@ size_t pieceElems(size_t half_bytes, int p, size_t esize) {
 
 bool supports(const Communicator& comm, const CollectiveArgs& args) {
   return comm.arena() != nullptr &&
-         pieceElems(comm.arena()->slotBytes() / 2 & ~size_t{63}, comm.size(), args.elementSize()) > 0;
+         pieceElems(detail::ArenaView::dataBytesOf(*comm.arena()) / 2 & ~size_t{63}, comm.size(),
+                    args.elementSize()) > 0;
 }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
-  size_t c = pieceElems(comm.arena()->slotBytes() / 2, comm.size(), args.elementSize());
+  size_t c = pieceElems(detail::ArenaView::dataBytesOf(*comm.arena()) / 2, comm.size(),
+                        args.elementSize());
   size_t largest = *std::max_element(args.sizes->begin(), args.sizes->end());
   double rounds = static_cast<double>((largest + c - 1) / c);
   return (rounds + 1) * cost::kBarrierUs + 2.0 * args.totalBytes() * cost::kArenaUsPerByte;

@@ -39,6 +39,11 @@ void bfloat16ToFloatArray(float* dst, const uint16_t* src, size_t count);
 // cache (no read-for-ownership), which saves DRAM traffic once the data outgrows L3. Falls
 // back to memcpy for small or unaligned-tail parts. Buffers must not overlap.
 void copyStreaming(void* dst, const void* src, size_t bytes);
+// The same without the size threshold and without the closing fence: for callers that
+// stream a large output out in cache-sized chunks. They call nonTemporalFence() once after
+// the last chunk, before anything tells another thread that the data is there.
+void copyNonTemporal(void* dst, const void* src, size_t bytes);
+void nonTemporalFence();
 
 // True if any element is NaN or +-Inf (floating types only; false otherwise).
 bool hasNonFinite(const void* data, size_t count, DataType dtype);

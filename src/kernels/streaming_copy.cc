@@ -25,22 +25,34 @@ __attribute__((target("avx2"))) void streamAvx2(unsigned char* dst, const unsign
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
   }
-  _mm_sfence();  // order the weakly-ordered stores before any later flag store
   if (i < bytes) std::memcpy(dst + i, src + i, bytes - i);
 }
 
 }  // namespace
 
 void copyStreaming(void* dst, const void* src, size_t bytes) {
+  if (bytes < kMinStreamingBytes) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  copyNonTemporal(dst, src, bytes);
+  nonTemporalFence();
+}
+
+// Non-temporal stores are weakly ordered: without the fence, another thread that sees a
+// later flag store could still read the old contents.
+void nonTemporalFence() { _mm_sfence(); }
+
+void copyNonTemporal(void* dst, const void* src, size_t bytes) {
   static const bool has_avx2 = __builtin_cpu_supports("avx2");
   auto* d = static_cast<unsigned char*>(dst);
   auto* s = static_cast<const unsigned char*>(src);
-  if (!has_avx2 || bytes < kMinStreamingBytes) {
+  if (!has_avx2 || bytes < 256) {
     std::memcpy(d, s, bytes);
     return;
   }
   // Align the destination to 32 bytes, as the streaming stores require.
-  size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+  const size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
   std::memcpy(d, s, head);
   streamAvx2(d + head, s + head, bytes - head);
 }
