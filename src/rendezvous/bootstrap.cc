@@ -14,6 +14,7 @@
 #include "rendezvous/store_from_env.h"
 #include "rendezvous/world.h"
 #include "transport/channel_transport.h"
+#include "transport/mpi/mpi_channels.h"
 #include "transport/shm/shm_local_group.h"
 #include "transport/tcp/iface.h"
 #include "transport/tcp/tcp_mesh.h"
@@ -80,6 +81,13 @@ std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) 
 std::unique_ptr<World> bootstrap(const Params& params) {
   LaunchInfo info = readLaunchInfo([](const char* name) { return std::getenv(name); });
   logging::setRank(info.topology.rank);
+  const bool use_mpi = params.cpu_operations == "mpi";
+  if (use_mpi && info.launcher != Launcher::kOpenMpi) {
+    throw InvalidArgumentError(
+        "PERSEUS_CPU_OPERATIONS=mpi needs the job to be started by mpirun (no "
+        "OMPI_COMM_WORLD_RANK in the environment); start it with mpirun or perseusrun --mpi, or "
+        "unset PERSEUS_CPU_OPERATIONS");
+  }
   if (info.topology.size == 1) return singleRank(info, params);
 
   const auto deadline =
@@ -133,7 +141,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
 
   std::vector<std::unique_ptr<transport::Channel>> channels(t.size);
   std::shared_ptr<transport::Doorbell> doorbell;
-  const bool use_shm = params.cpu_operations != "tcp" && t.local_size > 1;
+  const bool use_shm = params.cpu_operations != "tcp" && !use_mpi && t.local_size > 1;
+  if (use_mpi) channels = transport::mpi::connectMpiPeers(t.rank, t.size, params);
   if (use_shm) {
     // The host's index among hosts keeps barrier keys of different hosts apart.
     const std::string host_key = "perseus/shm/" + std::to_string(t.local_ranks[0]) + "/";
@@ -170,7 +179,7 @@ std::unique_ptr<World> bootstrap(const Params& params) {
                                  << ": local " << t.local_rank << "/" << t.local_size << ", cross "
                                  << t.cross_rank << "/" << t.cross_size << ", "
                                  << (use_shm ? t.local_size - 1 : 0) << " shm and "
-                                 << tcp_peers.size() << " TCP peers";
+                                 << tcp_peers.size() << " TCP peers" << (use_mpi ? ", MPI" : "");
   world->transport = std::make_unique<transport::ChannelTransport>(t.rank, std::move(channels),
                                                                    params, doorbell);
   world->store = std::move(conn.store);
