@@ -76,6 +76,7 @@ def test_stall_warning_names_rank_and_tensor(tmp_path):
     assert job.returncode == 0, job.output()  # the stuck rank comes back: the job goes on
     lines = [l for l in job.stderr.splitlines() if "grad.stuck" in l]
     assert lines, "no stall warning names grad.stuck\n" + job.output()
+    print("  stall warning: %s" % lines[0])
     assert any("2" in l.split("grad.stuck", 1)[1] or "rank 2" in l or "ranks 2" in l
                or "[2]" in l for l in lines), lines
     job.assert_clean()
@@ -96,6 +97,8 @@ def test_stall_shutdown_ends_the_job(tmp_path):
     for rank in (0, 1):
         raised = [r for r in results.get(rank, []) if r["outcome"] == "raised"]
         assert raised, "rank %d did not raise\n%s" % (rank, job.output())
+        print("  rank %d: %s after %.2f s: %s" % (rank, raised[0]["type"],
+                                                 raised[0]["time"] - stuck, raised[0]["message"]))
         assert "grad.stuck" in raised[0]["message"] or "stall" in raised[0]["message"].lower(), \
             raised[0]
     job.assert_clean()

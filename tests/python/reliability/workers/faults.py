@@ -146,6 +146,7 @@ def main():
               flush=True)
         sys.exit(3)
     res.report(outcome="ok", elapsed=time.time() - started)
+    _core.barrier().wait()  # shutdown() on one rank ends the job's engine on all of them
     _core.shutdown()
 
 

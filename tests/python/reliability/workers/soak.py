@@ -162,6 +162,9 @@ def main():
     end_usage = usage()
     res.report(outcome="ok", ops=args.ops, seconds=time.time() - t0,
                start=start_usage or end_usage, end=end_usage)
+    # shutdown() on one rank stops the job's engine everywhere (as in Horovod): a rank outside
+    # the last ops' process sets must not leave while the others still run them.
+    core.barrier().wait()
     core.shutdown()
 
 
