@@ -146,7 +146,7 @@ void latency() {
   int64_t shape[1] = {1};
   perseus_tensor t = tensor(&v, shape);
   std::vector<double> per_op;
-  const int iters = 20000;
+  const int iters = std::getenv("LATENCY_ITERS") ? std::atoi(std::getenv("LATENCY_ITERS")) : 20000;
   for (int i = 0; i < iters + 1000; ++i) {
     double t0 = now();
     perseus_handle h;

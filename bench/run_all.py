@@ -194,7 +194,8 @@ def main():
     async_env = {"BENCH_SECONDS": "0.5" if q else "3"}
     async_script = os.path.join(PEERS_DIR, "hvd_async_bench.py")
     if "latency" not in skip:
-        r.run("perseus C API latency", "perseus", perseusrun(n) + [perseus_bin, "latency"], env)
+        r.run("perseus C API latency", "perseus", perseusrun(n) + [perseus_bin, "latency"],
+              dict(env, LATENCY_ITERS="500" if q else "20000"))
     modes = [m for m in ("latency", "negotiation") if m not in skip]
     if modes:
         mode = modes[0] if len(modes) == 1 else "all"
