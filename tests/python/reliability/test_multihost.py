@@ -99,6 +99,9 @@ def test_link_cut_mid_transfer(tmp_path, cluster):
             assert raised, "rank %d never raised after the cut\n%s" % (rank, j.output())
             assert raised[0]["time"] - cut < TIMEOUT_S + 2 * rs.TIMEOUT_MARGIN_S, raised[0]
             assert "PerseusInternalError" in raised[0]["classes"], raised[0]
+        print("  link cut: perseusrun ended %.2f s after the cut; %s" % (j.ended - cut, "; ".join(
+            "rank %d %s after %.2f s" % (r, recs[-1].get("type", recs[-1]["outcome"]),
+                                         recs[-1]["time"] - cut) for r, recs in sorted(res.items()))))
         cluster.link("h2", up=True)
         j.assert_clean(grace=TIMEOUT_S)
     finally:
@@ -150,6 +153,7 @@ def test_unreachable_host(tmp_path, cluster):
     j.run()
     assert j.returncode != 0, j.output()
     assert "10.213.7.250" in j.stderr, j.output()
+    print("  unreachable: %s" % [l for l in j.stderr.splitlines() if "10.213.7.250" in l][:2])
     assert time.time() - t0 < 15 + 60, j.output()
     j.assert_clean()
 
