@@ -10,6 +10,7 @@ FLOOR_GBS = {16 << 20: 8.8, 64 << 20: 7.6, 256 << 20: 9.6}
 
 
 def collective_shortfalls(rows):
+    """One line per collective and regime: the sizes a peer wins, and why."""
     latency = next((r["time_us"] for r in rows if r["collective"] == "allreduce-latency"), None)
     py = {r["bytes"]: r for r in rows
           if r["library"] == "perseus-py" and r["collective"] == "allreduce"}
@@ -19,6 +20,7 @@ def collective_shortfalls(rows):
         for r in rows:
             if r["collective"] == coll and "busbw_gbs" in r:
                 table.setdefault(r["bytes"], {})[r["library"]] = r
+        small, large = [], []
         for size in sorted(table):
             d = table[size]
             peers = [(d[l]["time_us"], l) for l in OTHERS if l in d]
@@ -28,27 +30,29 @@ def collective_shortfalls(rows):
             mine = d["perseus"]["time_us"]
             if mine < best:
                 continue
-            line = (f"- **{coll} {human(size)}**: {who} {us(best)} vs Perseus {us(mine)} "
-                    f"({mine / best:.2f}× slower). ")
+            cell = f"{human(size)} ({who} {us(best)} vs {us(mine)}"
+            if coll == "allreduce" and size in py:
+                cell += f"; perseus-py {us(py[size]['time_us'])}"
             if latency is not None and mine < 3 * latency:
-                line += (f"Latency-bound: Perseus's time is within 3× of its 4-byte engine "
-                         f"latency ({us(latency)}), i.e. the fixed per-op cost of the engine "
-                         "(hand-off to the engine thread, the negotiation cycle, completion) "
-                         f"dominates; {who} calls the collective directly on the caller's "
-                         "thread. Fix: shorten the engine's per-op path (response-cache hit "
-                         "without a control round trip, busy-poll hand-off).")
+                small.append(cell + ")")
             else:
                 floor = FLOOR_GBS.get(size)
-                line += (f"Bandwidth-bound: busbw {d['perseus']['busbw_gbs']:.2f} GB/s vs "
-                         f"{who} {d[who]['busbw_gbs']:.2f} GB/s"
-                         + (f" (memcpy floor ≈ {floor} GB/s)" if floor else "") +
-                         ". Fix: fewer passes over the data (reduce-scatter + allgather in "
-                         "place in shared memory, non-temporal stores above L3) and both cores "
-                         "reducing.")
-            if coll == "allreduce" and size in py:
-                line += (f" The Python path (perseus-py) takes {us(py[size]['time_us'])} at this "
-                         "size.")
-            out.append(line)
+                large.append(cell + f"; busbw {d['perseus']['busbw_gbs']:.2f} vs "
+                             f"{d[who]['busbw_gbs']:.2f} GB/s"
+                             + (f", floor ≈ {floor}" if floor else "") + ")")
+        if small:
+            out.append(
+                f"- **{coll}, latency-bound sizes**: {', '.join(small)}. Perseus's time there is "
+                f"within 3× of its 4-byte engine latency ({us(latency)}): the fixed per-op cost "
+                "of the engine (hand-off to the engine thread, the negotiation cycle, "
+                "completion) dominates, where the peer calls the collective on the caller's "
+                "thread. Fix: a shorter per-op engine path (a response-cache hit needs no "
+                "control round trip; busy-poll hand-off between caller and engine thread).")
+        if large:
+            out.append(
+                f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. Fix: fewer passes "
+                "over the data (reduce-scatter + allgather in place in shared memory, "
+                "non-temporal stores above L3) with both cores reducing.")
     return out
 
 
