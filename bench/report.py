@@ -16,8 +16,8 @@ from report_shortfalls import shortfalls_section
 from report_training import training_section
 
 # "perseus-py" is Perseus through the same Python script as Horovod: shown, never a peer.
-PEERS = ("perseus", "perseus-py", "openmpi", "torch-gloo", "horovod")
-OTHERS = ("openmpi", "torch-gloo", "horovod")
+PEERS = ("perseus", "perseus-py", "openmpi", "torch-gloo", "horovod", "horovod-mpi")
+OTHERS = ("openmpi", "torch-gloo", "horovod", "horovod-mpi")
 ALLREDUCE_BAR_FROM = 1024  # Perseus ahead of every peer at every allreduce size from 1 KiB
 
 
@@ -97,7 +97,8 @@ def collectives_section(rows):
            "busbw follows nccl-tests. *perseus* is the C API (engine, negotiation and fusion "
            "included); *perseus-py* is Perseus through bench/peers/hvd_collectives_bench.py, the "
            "same Python script and calls (`hvd.allreduce_(x, name=...)`) that measure *horovod*. "
-           "The last column is the best of openmpi, torch-gloo and horovod over perseus (> 1: "
+           "The last column is the best of openmpi, torch-gloo, horovod (and horovod-mpi, Horovod "
+           "over Open MPI, where its wheel has MPI) over perseus (> 1: "
            "Perseus is faster).", ""]
     for coll in ("allreduce", "allgather", "broadcast", "reducescatter"):
         if not any(r["collective"] == coll for r in rows):

@@ -4,7 +4,7 @@ decompositions come from rows of the same run (engine latency, Python vs C API p
 N-rank step), so the reason is measured, not assumed; the fixes name the mechanism."""
 from report_common import human, us
 
-OTHERS = ("openmpi", "torch-gloo", "horovod")
+OTHERS = ("openmpi", "torch-gloo", "horovod", "horovod-mpi")
 # 2-thread memcpy floor on the reference host (perf-anchors.md §5), GB/s busbw.
 FLOOR_GBS = {16 << 20: 8.8, 64 << 20: 7.6, 256 << 20: 9.6}
 

@@ -7,7 +7,8 @@ All in one run, so that ratios compare like with like on this noisy machine:
      Open MPI peer (mpicc);
   2. collectives: allreduce/allgather/broadcast/reducescatter sweeps, 4 B to --max-mib, for
      Perseus (C API, perseusrun), Open MPI, torch.distributed/Gloo and Horovod (horovodrun
-     --gloo, Python API), plus Perseus through the same Python script as Horovod (allreduce);
+     --gloo, Python API; allreduce also with horovodrun --mpi where the wheel has MPI), plus
+     Perseus through the same Python script as Horovod (allreduce);
   3. latency: 4-byte allreduce through the asynchronous engine, C API (Perseus) and Python
      allreduce_async_ + synchronize (Perseus, Horovod); ResNet-50 gradient step (C API);
   4. negotiation: step cost with 1/10/100/1000 small tensors (Perseus, Horovod);
@@ -141,8 +142,15 @@ def horovod_mxnet_status():
     return probe.returncode == 0, "import horovod.mxnet failed: " + last_lines(probe.stderr, 1)
 
 
-def horovodrun(prefix, n):
-    return [prefix, "--gloo", "-np", str(n), "-H", f"localhost:{n}"]
+def horovod_mpi_built():
+    probe = subprocess.run([sys.executable, "-c",
+                            "import horovod.torch as h; print(int(h.mpi_built()))"],
+                           capture_output=True, text=True)
+    return probe.returncode == 0 and probe.stdout.strip() == "1"
+
+
+def horovodrun(prefix, n, controller="gloo"):
+    return [prefix, f"--{controller}", "-np", str(n), "-H", f"localhost:{n}"]
 
 
 def main():
@@ -187,6 +195,14 @@ def main():
               horovodrun(hvd_run, n) + [py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"),
                                         "--library", "horovod", "--max-mib", max_mib],
               dict(env, MIN_SAMPLE_S="0.02" if q else "0.1"))
+        # Horovod over Open MPI (CPU ops through MPI's shared memory), where the wheel has it:
+        # its fastest CPU data path here, so the allreduce comparison is with Horovod's best.
+        if horovod_mpi_built():
+            r.run("horovod-mpi sweep", "horovod-mpi",
+                  horovodrun(hvd_run, n, "mpi") + [
+                      py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"), "--library",
+                      "horovod", "--label", "horovod-mpi", "--collective", "allreduce",
+                      "--max-mib", max_mib], dict(env, MIN_SAMPLE_S="0.02" if q else "0.1"))
     else:
         r.skip("horovod sweep", "horovod", hvd_info)
 
