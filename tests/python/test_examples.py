@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import REPO, run_worker
+from perseus_test_support import REPO, run_worker
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(200)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import job_env, perseusrun
+from perseus_test_support import job_env, perseusrun
 
 pytestmark = pytest.mark.timeout(120)
 PY = sys.executable

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import job_env, perseusrun
+from perseus_test_support import job_env, perseusrun
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")]

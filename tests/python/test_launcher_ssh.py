@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import job_env, perseusrun
+from perseus_test_support import job_env, perseusrun
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("/usr/sbin/sshd") is None or os.geteuid() != 0,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import job_env
+from perseus_test_support import job_env
 
 pytestmark = pytest.mark.timeout(60)
 

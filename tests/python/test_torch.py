@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import run_worker
+from perseus_test_support import run_worker
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(200)
