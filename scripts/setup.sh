@@ -14,6 +14,7 @@ apt_packages=(
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client iproute2 procps psmisc
   dataset-fashion-mnist
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -28,4 +29,4 @@ PYTHON=${PYTHON:-python3}
 # torch's CUDA wheel also runs CPU-only; its nvidia-* dependencies are what `import torch` loads.
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \
-  'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib'
+  'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle'

@@ -37,6 +37,11 @@ if [ $quick = 0 ]; then
   fi
 fi
 
+if [ $quick = 0 ]; then
+  section "Fuzzing every network decoder (${FUZZ_SECONDS:-30} s each)"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi
+
 section "Python package and tests"
 $PYTHON -m pip install -q --disable-pip-version-check --no-build-isolation "$ROOT"
 cd "$ROOT/tests/python"
