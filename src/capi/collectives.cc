@@ -29,18 +29,12 @@ TensorArg toArg(const perseus_tensor* t, const std::string& name, const char* wh
   if (t->ndim > 0 && t->shape == nullptr) {
     throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim << " but a NULL shape"));
   }
-#ifndef PERSEUS_HAVE_CUDA
-  if (t->device != PERSEUS_DEVICE_CPU) {
-    throw UnsupportedError(PERSEUS_STR("'" << name << "': " << what << " is on CUDA device " << t->device
-                                       << ", but this libperseus was built without CUDA; move the "
-                                          "tensor to the CPU or install a CUDA build"));
-  }
-#endif
   TensorArg a;
   a.data = t->data;
   a.dtype = static_cast<DataType>(t->dtype);
   a.shape.assign(t->shape, t->shape + t->ndim);
-  a.device = t->device;
+  a.device = t->device < 0 ? PERSEUS_DEVICE_CPU : t->device;
+  a.cuda_stream = a.device >= 0 ? t->cuda_stream : nullptr;
   return a;
 }
 

@@ -72,11 +72,11 @@ perseus_status perseus_handle_output(perseus_handle handle, int32_t index, perse
                                              << outs.size() << " library-owned outputs, not index " << index));
     }
     const engine::OwnedTensor& t = outs[index];
-    out->data = t.data.get();
+    out->data = t.ptr();
     out->dtype = static_cast<int32_t>(t.dtype);
     out->ndim = static_cast<int32_t>(t.shape.size());
     out->shape = t.shape.data();
-    out->device = PERSEUS_DEVICE_CPU;
+    out->device = t.device >= 0 ? t.device : PERSEUS_DEVICE_CPU;
     out->cuda_stream = nullptr;
   });
 }
@@ -99,16 +99,9 @@ perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
 }
 
 perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stream) {
-  return guarded([&] {
-    auto h = findHandle(handle);
-    // CPU operations have nothing on a stream: once done, there is nothing to wait for.
-    if (h->done()) {
-      if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
-      return;
-    }
-    throw UnsupportedError(PERSEUS_STR("perseus_handle_cuda_stream_wait: '" << h->name()
-                                       << "' is a CPU operation still in flight; use perseus_wait"));
-  });
+  // CUDA ops: `stream` waits for the GPU work without a host block (once the engine enqueued
+  // it). CPU ops have nothing on a stream: this waits for them on the host.
+  return guarded([&] { findHandle(handle)->streamWait(stream); });
 }
 
 perseus_status perseus_release(perseus_handle handle) {

@@ -26,6 +26,20 @@ std::string rankVector(const std::vector<int>& ranks) {
   return shapeString(v);
 }
 
+// One process drives one device per call: a grouped call's tensors share it.
+void addTensor(Entry& e, const TensorArg& t) {
+  if (!e.inputs.empty() && t.device != e.device) {
+    throw InvalidArgumentError(PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name
+                                           << "': tensors on devices " << e.device << " and "
+                                           << t.device << " in one call; submit them separately"));
+  }
+  e.request.tensors.push_back({t.dtype, t.shape});
+  e.inputs.push_back(t.data);
+  e.device = t.device;
+  e.cuda_stream = t.cuda_stream;
+  e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
+
 }  // namespace
 
 Engine::Engine(const rendezvous::Topology& topology, transport::Transport* transport,
@@ -53,6 +67,8 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
   add(kGlobalSet, kGlobalGroup, all);
   add(kLocalSet, kLocalGroup, local);
   add(kCrossSet, kCrossGroup, cross);
+  gpu_ = backends::createGpuBackend({params, rank, topology.hostnames});
+  if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get());
   if (!params.timeline.empty()) {
     timeline_ = std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
   }
@@ -91,11 +107,7 @@ std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
   }
   e->request.name = name;
   e->request.process_set = set;
-  for (const TensorArg& t : in) {
-    e->request.tensors.push_back({t.dtype, t.shape});
-    e->inputs.push_back(t.data);
-    e->device = t.device;
-  }
+  for (const TensorArg& t : in) addTensor(*e, t);
   return submit(std::move(e));
 }
 
@@ -107,10 +119,8 @@ std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set
   e->request.name = name;
   e->request.process_set = set;
   for (const TensorArg& t : in) {
-    e->request.tensors.push_back({t.dtype, t.shape});
-    e->inputs.push_back(t.data);
+    addTensor(*e, t);
     e->outputs.push_back(nullptr);
-    e->device = t.device;
   }
   return e;
 }
@@ -223,11 +233,6 @@ void Engine::validateSet(Entry& e, ProcessSetInfo* info) const {
                                            << " is not a member of process set " << q.process_set
                                            << " (members " << rankVector(info->members) << ")"));
   }
-  if (e.device != -1) {
-    throw UnsupportedError(PERSEUS_STR(what << ": tensors on CUDA device " << e.device
-                                       << " need a build with CUDA (PERSEUS_HAVE_CUDA); this build "
-                                          "is CPU-only: copy the tensor to the CPU or rebuild"));
-  }
   const int n = static_cast<int>(info->members.size());
   for (size_t i = 0; i < q.tensors.size(); ++i) {
     const TensorMeta& t = q.tensors[i];
@@ -271,8 +276,29 @@ void Engine::validateSet(Entry& e, ProcessSetInfo* info) const {
   }
 }
 
+void Engine::prepareDevice(Entry& e) {
+  if (e.device < 0) return;
+  const std::string what = PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "'");
+  if (!gpu_) {
+    throw UnsupportedError(PERSEUS_STR(what << ": tensors on CUDA device " << e.device
+                                       << " need a build with CUDA and NCCL (PERSEUS_WITH_CUDA=ON); "
+                                          "this build is CPU-only: copy the tensor to the CPU or "
+                                          "install a CUDA build"));
+  }
+  int expected = -1;
+  if (!gpu_device_.compare_exchange_strong(expected, e.device) && expected != e.device) {
+    throw InvalidArgumentError(PERSEUS_STR(what << ": tensor on CUDA device " << e.device
+                                           << ", but this process already used device " << expected
+                                           << "; one process drives one GPU (select it per local "
+                                              "rank, e.g. torch.cuda.set_device(local_rank))"));
+  }
+  // Throws UnsupportedError when the machine has no driver or device.
+  e.ready = gpu_->recordReady(e.device, e.cuda_stream);
+}
+
 std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
   e->submitted = Clock::now();
+  prepareDevice(*e);
   StatusCode stop_code;
   std::string stop_message;
   {
@@ -356,7 +382,8 @@ void Engine::idleWait(bool pending) {
     }
     sched_yield();
   } while (Clock::now() < spin_end);
-  auto timeout = std::chrono::microseconds(100000);
+  // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
+  auto timeout = std::chrono::microseconds(gpu_pending_.empty() ? 100000 : 50);
   if (pending) {
     auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
@@ -370,6 +397,8 @@ void Engine::loop() {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
   while (!stopped_.load()) {
+    if (!gpu_pending_.empty()) pollGpu();
+    if (stopped_.load()) break;
     bool fresh = drainQueue();
     bool pending = false;
     for (auto& [group, set] : sets_) pending = pending || set->hasWork();
@@ -401,6 +430,45 @@ void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::strin
   handle->complete(code, message);
 }
 
+void Engine::finishGpu(ProcessSet& set, Entry* e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({set.id, e->request.name});
+  }
+  auto node = set.entries.extract(e->request.name);
+  e->handle->setGpuWork(e->gpu_works);
+  gpu_pending_.push_back({e->handle, std::move(e->gpu_works), e->error, e->error_message});
+}
+
+void Engine::pollGpu() {
+  for (size_t i = 0; i < gpu_pending_.size();) {
+    GpuPending& p = gpu_pending_[i];
+    bool done = true;
+    try {
+      for (auto& w : p.works) done = w->poll() && done;
+    } catch (const Error& err) {
+      // The backend aborted its communicators: a lost peer or a timeout breaks the engine as
+      // on the CPU path; anything else fails this handle only.
+      if (err.code() == StatusCode::kPeerLost || err.code() == StatusCode::kTimeout ||
+          err.code() == StatusCode::kShutDown) {
+        breakEngine(err, PERSEUS_STR("GPU collective '" << p.handle->name() << "'"));
+        return;
+      }
+      p.code = err.code();
+      p.message = PERSEUS_STR("'" << p.handle->name() << "': " << err.what());
+    }
+    if (!done && p.code == StatusCode::kOk) {
+      ++i;
+      continue;
+    }
+    auto handle = std::move(p.handle);
+    StatusCode code = p.code;
+    std::string message = std::move(p.message);
+    gpu_pending_.erase(gpu_pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    handle->complete(code, message);
+  }
+}
+
 void Engine::stopAll(StatusCode code, const std::string& message) {
   std::vector<std::unique_ptr<Entry>> queued;
   {
@@ -416,6 +484,23 @@ void Engine::stopAll(StatusCode code, const std::string& message) {
     return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
   };
   for (auto& e : queued) e->handle->complete(code, describe(*e));
+  if (gpu_) {
+    // Fails the backend's pending work and aborts its communicators, so no NCCL call waits
+    // for a peer that will never come.
+    std::exception_ptr reason;
+    if (code == StatusCode::kPeerLost) {
+      reason = std::make_exception_ptr(PeerLostError(-1, message));
+    } else if (code == StatusCode::kTimeout) {
+      reason = std::make_exception_ptr(TimeoutError(message));
+    } else {
+      reason = std::make_exception_ptr(ShutDownError(message));
+    }
+    gpu_->abort(reason);
+  }
+  for (auto& p : gpu_pending_) {
+    p.handle->complete(code, PERSEUS_STR("'" << p.handle->name() << "' failed: " << message));
+  }
+  gpu_pending_.clear();
   for (auto& [group, set] : sets_) {
     for (auto& [name, e] : set->entries) e->handle->complete(code, describe(*e));
     set->entries.clear();

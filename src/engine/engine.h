@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/gpu_backend.h"
 #include "common/params.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
@@ -50,6 +51,7 @@ struct TensorArg {
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
   int device = -1;
+  void* cuda_stream = nullptr;  // CUDA: the cudaStream_t that produced data (null: default)
 };
 
 struct ProcessSetInfo {
@@ -105,6 +107,8 @@ class Engine {
   bool running() const { return !stopped_.load(); }
 
   const rendezvous::Topology& topology() const { return topology_; }
+  // True when CUDA tensors can be submitted (a CUDA build; the device is checked at use).
+  bool gpuEnabled() const { return gpu_ != nullptr; }
   const Params& params() const { return params_; }
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
   std::string lastStallWarning() const;
@@ -128,6 +132,9 @@ class Engine {
   void addSet(const Response& r, Entry* e);
   void removeSet(const Response& r, Entry* e);
   void finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message);
+  void finishGpu(ProcessSet& set, Entry* e);
+  void pollGpu();
+  void prepareDevice(Entry& e);
   void breakEngine(const Error& cause, const std::string& during);
   void stopAll(StatusCode code, const std::string& message);
   ProcessSet* setById(int32_t id);
@@ -138,6 +145,10 @@ class Engine {
   transport::ShmArena* const arena_;
   const Params params_;
   std::unique_ptr<Executor> cpu_executor_;
+  // Null in a build without CUDA. Declared before the pending list: works die first.
+  std::unique_ptr<backends::GpuBackend> gpu_;
+  std::unique_ptr<Executor> gpu_executor_;
+  std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
   std::unique_ptr<Timeline> timeline_;
 
   // Submission side (any thread), guarded by mu_.
@@ -168,6 +179,14 @@ class Engine {
   bool more_work_ = false;
   bool set_work_[kMaxGroups] = {};  // from the last global negotiation
   std::chrono::steady_clock::time_point next_retry_{};
+  // Handles whose GPU work is enqueued but not done (Note [GPU completion], gpu_executor.cc).
+  struct GpuPending {
+    std::shared_ptr<Handle> handle;
+    std::vector<std::shared_ptr<backends::GpuWork>> works;
+    StatusCode code = StatusCode::kOk;
+    std::string message;
+  };
+  std::vector<GpuPending> gpu_pending_;
 
   std::mutex shutdown_mu_;
   std::thread thread_;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/gpu_backend.h"
 #include "engine/handle.h"
 #include "engine/request.h"
 
@@ -18,6 +19,9 @@ struct Entry {
   std::vector<void*> outputs;
   std::vector<int64_t> splits;  // alltoall, empty for an even split
   int device = -1;              // PERSEUS_DEVICE_CPU or a CUDA ordinal
+  void* cuda_stream = nullptr;  // the producer's stream (CUDA only)
+  // CUDA: "the producer finished writing the inputs", recorded at submission.
+  std::shared_ptr<backends::GpuEvent> ready;
   std::shared_ptr<Handle> handle;
   std::chrono::steady_clock::time_point submitted;
 
@@ -28,6 +32,8 @@ struct Entry {
   size_t tensors_left = 0; // tensors of this cycle's response still to run
   StatusCode error = StatusCode::kOk;
   std::string error_message;
+  // CUDA: the enqueued GPU work of every group that held one of this entry's tensors.
+  std::vector<std::shared_ptr<backends::GpuWork>> gpu_works;
 };
 
 }  // namespace perseus::engine

@@ -41,7 +41,14 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       for (const FusionItem& it : g.items) timeline_->span(responses[it.response].name, "QUEUE", negotiated, Clock::now());
     }
     try {
-      cpu_executor_->run(g, responses, entries, *set.comm, set.fusion, timeline_.get());
+      Executor* executor = cpu_executor_.get();
+      if (first.device_kind == DeviceKind::kCuda) {
+        // Every rank submitted CUDA tensors (negotiated), so this rank's submission found a
+        // backend (Engine::prepareDevice).
+        PERSEUS_CHECK(gpu_executor_ != nullptr, "CUDA response without a GPU backend");
+        executor = gpu_executor_.get();
+      }
+      executor->run(g, responses, entries, *set.comm, set.fusion, timeline_.get());
     } catch (const Error& e) {
       if (e.code() == StatusCode::kPeerLost || e.code() == StatusCode::kTimeout ||
           e.code() == StatusCode::kShutDown) {
@@ -70,7 +77,11 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       Entry* e = entries[it.response];
       if (e == nullptr || --e->tensors_left > 0) continue;
       entries[it.response] = nullptr;
-      finish(set, e, e->error, e->error_message);
+      if (!e->gpu_works.empty()) {
+        finishGpu(set, e);
+      } else {
+        finish(set, e, e->error, e->error_message);
+      }
     }
   }
   if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");

@@ -1,6 +1,8 @@
 // The seam between the engine (what to run, in which order) and a device's data plane (how).
 // The engine picks one Executor per device kind; the CPU one runs the host collectives of
-// collectives.h through a fusion buffer. A CUDA executor plugs in here later.
+// collectives.h through a fusion buffer; the GPU one enqueues the group on the GpuBackend and
+// appends the GpuWork to each entry's gpu_works (the engine completes the handles when the
+// work is done: Note [GPU completion] in gpu_executor.cc).
 //
 // Thread contract: the engine thread only.
 #pragma once
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/gpu_backend.h"
 #include "collectives/communicator.h"
 #include "engine/entry.h"
 #include "engine/fusion.h"
@@ -43,5 +46,7 @@ class Executor {
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();
+// `backend` outlives the executor.
+std::unique_ptr<Executor> makeGpuExecutor(backends::GpuBackend* backend);
 
 }  // namespace perseus::engine

@@ -7,7 +7,7 @@ namespace perseus::engine {
 namespace {
 
 // Tensors with equal keys may share a group.
-using Key = std::tuple<int, int, int, double, double, int>;
+using Key = std::tuple<int, int, int, double, double, int, int>;
 
 bool fusable(const Response& r) {
   if (r.is_error) return false;
@@ -15,16 +15,18 @@ bool fusable(const Response& r) {
          r.op == OpType::kAllgather || r.op == OpType::kBroadcast;
 }
 
+// The last field keeps CPU and CUDA tensors in different groups (different data planes).
 Key keyOf(const Response& r, size_t tensor) {
+  const int dev = static_cast<int>(r.device_kind);
   switch (r.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
       return {static_cast<int>(r.op), static_cast<int>(r.tensors[tensor].dtype),
-              static_cast<int>(r.reduce_op), r.prescale, r.postscale, 0};
+              static_cast<int>(r.reduce_op), r.prescale, r.postscale, 0, dev};
     case OpType::kBroadcast:
-      return {static_cast<int>(r.op), 0, 0, 1.0, 1.0, r.root};
+      return {static_cast<int>(r.op), 0, 0, 1.0, 1.0, r.root, dev};
     default:
-      return {static_cast<int>(r.op), 0, 0, 1.0, 1.0, 0};
+      return {static_cast<int>(r.op), 0, 0, 1.0, 1.0, 0, dev};
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include "backends/gpu_backend.h"
+
 namespace perseus::engine {
 
 void OwnedTensor::allocate(DataType t, std::vector<int64_t> s) {
@@ -65,6 +67,30 @@ void Handle::complete(StatusCode status, const std::string& message) {
   }
   cv_.notify_all();
   if (cb) cb(status, message);
+}
+
+void Handle::setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpu_works_ = std::move(works);
+    has_gpu_work_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Handle::streamWait(void* stream) const {
+  std::vector<std::shared_ptr<backends::GpuWork>> works;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Negotiation may still be running: the work does not exist yet.
+    cv_.wait(lock, [&] { return has_gpu_work_ || done(); });
+    if (done() && status_ != StatusCode::kOk) throw Error(status_, message_);
+    works = gpu_works_;
+    if (!has_gpu_work_) {
+      if (done()) return;  // a CPU op that finished: nothing on any stream to wait for
+    }
+  }
+  for (const auto& w : works) w->streamWait(stream);
 }
 
 void HandleTable::insert(std::shared_ptr<Handle> handle) {

@@ -23,6 +23,10 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
+namespace perseus::backends {
+class GpuWork;
+}
+
 namespace perseus::engine {
 
 // An output that the library allocated (allgather, alltoall, reducescatter); owned by the
@@ -32,8 +36,13 @@ struct OwnedTensor {
   std::vector<int64_t> shape;
   std::unique_ptr<uint8_t[]> data;
   size_t bytes = 0;
+  // CUDA outputs: device memory from GpuBackend::allocate() on CUDA ordinal `device`
+  // (data stays null); device == -1 for host outputs.
+  std::shared_ptr<void> device_data;
+  int device = -1;
 
   void allocate(DataType t, std::vector<int64_t> s);
+  void* ptr() const { return device >= 0 ? device_data.get() : data.get(); }
 };
 
 class Handle {
@@ -66,6 +75,13 @@ class Handle {
   // join: the last rank to join; add process set: the new set's id.
   int32_t intResult() const { return int_result_; }
 
+  // CUDA operations. The engine thread publishes the enqueued GPU work once (before the GPU
+  // finished); streamWait() (any thread) blocks on the host only until that happened or the
+  // handle completed, then makes `stream` wait for the work on the GPU. Throws the handle's
+  // error if it failed, UnsupportedError for a handle that never gets GPU work (CPU ops).
+  void setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works);
+  void streamWait(void* stream) const;
+
  private:
   const int64_t id_;
   const std::string name_;
@@ -75,6 +91,8 @@ class Handle {
   std::vector<OwnedTensor> outputs_;
   std::vector<int64_t> received_splits_;
   int32_t int_result_ = -1;
+  std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
+  bool has_gpu_work_ = false;                                  // guarded by mu_
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

@@ -90,6 +90,7 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   using Check = std::pair<const char*, std::function<std::string(const Request&)>>;
   const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;
   std::vector<Check> checks = {
+      {"devices", [](const Request& q) { return std::string(deviceKindName(q.device_kind)); }},
       {"tensor counts", [](const Request& q) { return std::to_string(q.tensors.size()); }},
       {"data types",
        [](const Request& q) {
@@ -141,6 +142,7 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   r.root = first.root;
   r.set_ranks = first.set_ranks;
   r.set_id = first.set_id;
+  r.device_kind = first.device_kind;
   if (op == OpType::kAllgather) {
     const size_t n = by_rank.size();
     r.first_dims.assign(first.tensors.size() * n, 0);

@@ -19,6 +19,10 @@ const char* opTypeName(OpType op) {
   return "UNKNOWN";
 }
 
+const char* deviceKindName(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "CUDA" : "CPU";
+}
+
 bool isCacheable(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast ||
          op == OpType::kAlltoall || op == OpType::kReducescatter;
@@ -47,7 +51,8 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 bool Request::sameMetadata(const Request& o) const {
   return op == o.op && tensors == o.tensors && reduce_op == o.reduce_op &&
          prescale == o.prescale && postscale == o.postscale && root == o.root &&
-         num_splits == o.num_splits && set_ranks == o.set_ranks && set_id == o.set_id;
+         num_splits == o.num_splits && set_ranks == o.set_ranks && set_id == o.set_id &&
+         device_kind == o.device_kind;
 }
 
 }  // namespace perseus::engine

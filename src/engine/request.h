@@ -25,6 +25,9 @@ enum class OpType : int32_t {
 };
 const char* opTypeName(OpType op);  // "ALLREDUCE", ...
 
+enum class DeviceKind : int32_t { kCpu = 0, kCuda = 1 };
+const char* deviceKindName(DeviceKind kind);  // "CPU", "CUDA"
+
 // Only these ops are ever served from the response cache: their negotiation result depends
 // on nothing but the metadata that the cache compares.
 bool isCacheable(OpType op);
@@ -53,6 +56,9 @@ struct Request {
   int32_t num_splits = 0;          // alltoall: 0 = even split
   std::vector<int32_t> set_ranks;  // add process set: global ranks
   int32_t set_id = 0;              // remove process set
+  // Where the tensors live: every rank must agree (CPU and CUDA collectives use different
+  // data planes). The CUDA ordinal is local and may differ between ranks.
+  DeviceKind device_kind = DeviceKind::kCpu;
 
   // Same negotiation result: everything but the name and the set.
   bool sameMetadata(const Request& o) const;
@@ -75,6 +81,7 @@ struct Response {
   int32_t last_joined_rank = -1;   // join
   std::vector<int32_t> set_ranks;  // add process set
   int32_t set_id = 0;              // remove process set
+  DeviceKind device_kind = DeviceKind::kCpu;
 };
 
 }  // namespace perseus::engine

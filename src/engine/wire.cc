@@ -111,6 +111,7 @@ std::vector<uint8_t> encodeRequests(const std::vector<Request>& requests) {
     w.pod(r.num_splits);
     w.vec(r.set_ranks);
     w.pod(r.set_id);
+    w.pod(r.device_kind);
   }
   return w.take();
 }
@@ -130,6 +131,7 @@ std::vector<Request> decodeRequests(const std::vector<uint8_t>& bytes) {
     r.num_splits = rd.pod<int32_t>();
     r.set_ranks = rd.vec<int32_t>();
     r.set_id = rd.pod<int32_t>();
+    r.device_kind = rd.pod<DeviceKind>();
   }
   PERSEUS_CHECK(rd.done(), "trailing bytes in a request list");
   return out;
@@ -153,6 +155,7 @@ std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses) {
     w.pod(r.last_joined_rank);
     w.vec(r.set_ranks);
     w.pod(r.set_id);
+    w.pod(r.device_kind);
   }
   return w.take();
 }
@@ -175,6 +178,7 @@ std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes) {
     r.last_joined_rank = rd.pod<int32_t>();
     r.set_ranks = rd.vec<int32_t>();
     r.set_id = rd.pod<int32_t>();
+    r.device_kind = rd.pod<DeviceKind>();
   }
   PERSEUS_CHECK(rd.done(), "trailing bytes in a response list");
   return out;
