@@ -1,46 +1,16 @@
 """Gradient compression for DistributedTrainer (Horovod's horovod.mxnet.compression)."""
 
+import numpy as np
 
-class Compressor:
-    """compress(tensor) -> (tensor, ctx); decompress(tensor, ctx) -> tensor."""
+from ..common.compression import (Compressor, NoneCompressor, make_compression,
+                                  make_fp16_compressor)
 
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
+FP16Compressor = make_fp16_compressor(
+    is_wide_float=lambda t: np.dtype(t.dtype).kind == "f" and np.dtype(t.dtype) != np.float16,
+    cast=lambda t, dtype: t.astype(dtype, copy=False),
+    dtype_of=lambda t: t.dtype,
+    half="float16")
 
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Sends floating-point tensors as float16 and casts the result back."""
-
-    @staticmethod
-    def compress(tensor):
-        if "float" in str(tensor.dtype):
-            return tensor.astype("float16", copy=False), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.astype(ctx, copy=False)
-
-
-class Compression:
-    """Compression.none and Compression.fp16, as in Horovod."""
-    none = NoneCompressor
-    fp16 = FP16Compressor
-
+Compression = make_compression(FP16Compressor)
 
 __all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor"]

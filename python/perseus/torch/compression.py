@@ -2,42 +2,15 @@
 
 import torch
 
+from ..common.compression import (Compressor, NoneCompressor, make_compression,
+                                  make_fp16_compressor)
 
-class Compressor:
-    @staticmethod
-    def compress(tensor):
-        """Returns (compressed tensor, context for decompress)."""
-        raise NotImplementedError
+FP16Compressor = make_fp16_compressor(
+    is_wide_float=lambda t: t.dtype.is_floating_point and t.dtype != torch.float16,
+    cast=lambda t, dtype: t.type(dtype),
+    dtype_of=lambda t: t.dtype,
+    half=torch.float16)
 
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+Compression = make_compression(FP16Compressor)
 
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Floating-point tensors travel as float16 and come back in their dtype."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.type(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.type(ctx)
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
+__all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor"]
