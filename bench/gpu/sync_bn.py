@@ -1,0 +1,58 @@
+"""Step (d), and the 2-GPU SyncBatchNorm figure of step (e): perseus.torch SyncBatchNorm
+forward+backward vs torch.nn.BatchNorm2d on a ResNet-sized activation.
+
+At world size 1 the module falls back to plain batch norm (Horovod does the same), so the
+synchronized path is also timed by calling its autograd function directly ("forced"): that is
+the per-step cost the statistics exchange adds, measured without a second GPU."""
+
+import torch
+
+import common
+import perseus.torch as hvd
+from perseus.torch.sync_batch_norm import _SyncBatchNormFunction
+
+
+def main():
+    args = common.parse(__doc__)
+    hvd.init()
+    dev = common.device_for(args, hvd.local_rank())
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    shape = (4, 16, 8, 8) if args.cpu else (32, 256, 56, 56)
+    c = shape[1]
+    torch.manual_seed(7 + hvd.rank())
+    x = torch.randn(*shape, device=dev, requires_grad=True)
+    g = torch.randn(*shape, device=dev)
+    plain = torch.nn.BatchNorm2d(c).to(dev)
+    sync = hvd.SyncBatchNorm(c).to(dev)
+
+    def step(fn):
+        def run():
+            x.grad = None
+            fn(x).backward(g)
+        return run
+
+    def forced(inp):
+        return _SyncBatchNormFunction.apply(inp, sync.weight, sync.bias, sync.running_mean,
+                                            sync.running_var, sync.eps, 0.1, sync.process_set,
+                                            "bench.sync_bn.forced")
+
+    # Correctness: the synchronized function at world size 1 must match plain batch norm.
+    if hvd.size() == 1:
+        ya, yb = plain(x), forced(x)
+        err = (ya - yb).abs().max().item()
+        if err > 1e-3:
+            common.fail("forced SyncBatchNorm differs from BatchNorm2d by %g" % err)
+    reps = 5 if args.cpu else 20
+    t_plain = common.median_us(step(plain), dev, reps)
+    t_sync = common.median_us(step(sync), dev, reps)
+    t_forced = common.median_us(step(forced), dev, reps)
+    if hvd.rank() == 0:
+        common.result("d_sync_bn" if hvd.size() == 1 else "e_sync_bn", ranks=hvd.size(),
+                      shape="x".join(map(str, shape)), bn2d_us=t_plain, module_us=t_sync,
+                      sync_path_us=t_forced, overhead_pct=100.0 * (t_forced / t_plain - 1))
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
