@@ -176,6 +176,9 @@ class Engine {
   // Engine thread only.
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
   int32_t next_set_id_ = 1;
+  // Group ids are never reused: a group's arena barrier counters and small-message lines carry
+  // the history of its members, which a new set with other members must not inherit.
+  int next_group_ = kFirstUserGroup;
   bool more_work_ = false;
   bool set_work_[kMaxGroups] = {};  // from the last global negotiation
   std::chrono::steady_clock::time_point next_retry_{};

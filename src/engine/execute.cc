@@ -111,18 +111,16 @@ void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
 
 void Engine::addSet(const Response& r, Entry* e) {
   ProcessSet& global = *sets_.at(kGlobalGroup);
-  int group = -1;
-  for (int g = kFirstUserGroup; g < kMaxGroups && group < 0; ++g) {
-    if (!sets_.count(g)) group = g;
-  }
-  if (group < 0) {
+  if (next_group_ >= kMaxGroups) {
     if (e) {
       finish(global, e, StatusCode::kInvalidArgument,
-             PERSEUS_STR("add_process_set: " << kMaxGroups - kFirstUserGroup
-                         << " process sets exist already; remove one first"));
+             PERSEUS_STR("add_process_set: a job can create at most "
+                         << kMaxGroups - kFirstUserGroup
+                         << " process sets in its lifetime; reuse the sets you have"));
     }
     return;
   }
+  const int group = next_group_++;
   const int32_t id = next_set_id_++;
   std::vector<int> members(r.set_ranks.begin(), r.set_ranks.end());
   auto set = std::make_unique<ProcessSet>(id, group, members, transport_->rank(),
