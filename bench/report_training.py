@@ -29,7 +29,10 @@ def training_section(rows, ranks):
            "Throughput is samples/s over all ranks from the median of timed windows; scaling "
            "efficiency = throughput at N ranks / (N × throughput at 1 rank of the same "
            "library). *overhead* = step time at N ranks − step time at 1 rank: the per-step cost "
-           "of distribution (communication not hidden behind backward, plus contention).", ""]
+           "of distribution (communication not hidden behind backward, plus contention). "
+           "*wrapper cost* = step time at 1 rank − the compute-only step (plain optimizer, no "
+           "library, one process: the *none* row): what the library costs when there is nobody "
+           "to talk to.", ""]
     if train:
         r0 = train[0]
         out += [f"Model `{r0['model']}`: {r0['params']:,} parameters in {r0['tensors']} "
@@ -42,7 +45,12 @@ def training_section(rows, ranks):
             continue
         out += [f"### {'PyTorch' if fw == 'torch' else 'MXNet'}", "",
                 f"| library | 1 rank samples/s (step ms) | {ranks} ranks samples/s (step ms) "
-                f"| scaling efficiency | overhead ms/step |", "|---|---|---|---|---|"]
+                f"| scaling efficiency | overhead ms/step | wrapper cost ms/step |",
+                "|---|---|---|---|---|---|"]
+        none = by.get(("none", 1))
+        if none:
+            out.append(f"| compute only (none) | {none['samples_per_s']:.0f} "
+                       f"({none['step_ms']:.1f}) | — | — | — | — |")
         best_peer, best_perseus = None, None
         for lib in libs:
             one, many = by.get((lib, 1)), by.get((lib, ranks))
@@ -52,8 +60,9 @@ def training_section(rows, ranks):
                    if one and many else "—")
             over = f"{many['step_ms'] - one['step_ms']:.1f}" if one and many else "—"
             cell = (lambda r: f"{r['samples_per_s']:.0f} ({r['step_ms']:.1f})" if r else "—")
+            wrap = f"{one['step_ms'] - none['step_ms']:.1f}" if one and none else "—"
             out.append(f"| {DESCRIBE.get((fw, lib), lib)} | {cell(one)} | **{cell(many)}** | "
-                       f"{eff} | {over} |")
+                       f"{eff} | {over} | {wrap} |")
             plot_data.setdefault(fw, []).append((lib, one, many))
             if many:
                 slot = "perseus" if is_perseus(lib) else "peer"

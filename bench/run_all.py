@@ -230,6 +230,10 @@ def main():
     # 5. training, 1 rank and n ranks
     steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if q else \
         ["--steps", "10", "--iters", "5", "--warmup", "5"]
+    for fw, script in (("torch", "torch_train_bench.py"), ("mxnet", "mxnet_train_bench.py")):
+        if f"train-{fw}" not in skip:  # the compute-only step, no library: the reference
+            r.run(f"{fw} none x1", "none",
+                  [py, os.path.join(TRAIN_DIR, script)] + steps + ["--library", "none"])
     for ranks in sorted({1, n}):
         if "train-torch" not in skip:
             script = [py, os.path.join(TRAIN_DIR, "torch_train_bench.py")] + steps

@@ -52,6 +52,9 @@ def train_rows(perseus_rate, peer_rate):
                              "batch_per_rank": 32, "step_ms": 32 * n / sps * 1e3,
                              "samples_per_s": sps, "tensors": 38, "params": 1000,
                              "model": "m"})
+        rows.append({"library": "none", "framework": fw, "collective": "train", "ranks": 1,
+                     "batch_per_rank": 32, "step_ms": 100.0, "samples_per_s": 320.0,
+                     "tensors": 38, "params": 1000, "model": "m"})
     return rows
 
 
@@ -92,6 +95,7 @@ def test_shortfalls_and_skips_are_reported(doc):
     text = doc.read_text()
     assert text.count("<!-- BEGIN training -->") == 1
     assert "torch training at 2 ranks" in text and "mxnet training at 2 ranks" in text
+    assert "| compute only (none) | 320 (100.0) |" in text and "wrapper costs" in text
     assert "| horovod sweep | import horovod.torch failed |" in text
     bar = text.split("<!-- BEGIN bar -->")[1].split("<!-- END bar -->")[0]
     assert "| ➖" in bar and "| ❌" in bar

@@ -6,6 +6,8 @@ data and step count through
   horovod          horovod.mxnet.DistributedTrainer
   mxnet-ps         gluon.Trainer(kvstore='dist_sync'): MXNet's parameter servers (a scheduler,
                    --servers server processes and the workers, all on localhost)
+  none             gluon.Trainer(kvstore=None), one process: the compute-only step, the
+                   reference the others' per-step overhead is measured from
 
     perseusrun -np 2 python bench/training/mxnet_train_bench.py --library perseus-trainer
     horovodrun --gloo -np 2 -H localhost:2 python bench/training/mxnet_train_bench.py --library horovod
@@ -31,7 +33,7 @@ for _var in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_spec import ModelSpec  # noqa: E402
 
-LIBRARIES = ("perseus-trainer", "perseus-kvstore", "horovod", "mxnet-ps")
+LIBRARIES = ("perseus-trainer", "perseus-kvstore", "horovod", "mxnet-ps", "none")
 
 
 def build_net(spec, mx, gluon):
@@ -62,6 +64,8 @@ def make_trainer(library, net, gluon):
         hvd.init()
         hvd.broadcast_parameters(params, root_rank=0)
         return hvd.DistributedTrainer(params, "sgd", opts), hvd.rank(), hvd.size()
+    if library == "none":
+        return gluon.Trainer(params, "sgd", opts, kvstore=None), 0, 1
     if library == "perseus-kvstore":
         import perseus.mxnet
         kv = perseus.mxnet.create("dist_sync_perseus")

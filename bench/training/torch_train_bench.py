@@ -4,6 +4,7 @@ Perseus's DistributedOptimizer, Horovod's, and torch DDP over Gloo.
     perseusrun -np 2 python bench/training/torch_train_bench.py --library perseus
     horovodrun --gloo -np 2 -H localhost:2 python bench/training/torch_train_bench.py --library horovod
     python bench/training/torch_train_bench.py --library ddp --ranks 2      # spawns its ranks
+    python bench/training/torch_train_bench.py --library none   # compute only, one process
 
 Every rank computes with one thread (torch.set_num_threads(1)): on the 2-core bench host two
 ranks then use the two cores, and the 1-rank run is the per-core baseline of the scaling
@@ -125,7 +126,7 @@ def ddp_worker(rank, args, port):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--library", required=True, choices=("perseus", "horovod", "ddp"))
+    p.add_argument("--library", required=True, choices=("perseus", "horovod", "ddp", "none"))
     p.add_argument("--label", default=None)
     p.add_argument("--ranks", type=int, default=1, help="ddp only: ranks to spawn")
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -136,6 +137,9 @@ def main():
     args = p.parse_args()
     args.spec = ModelSpec.from_args(args)
     torch.set_num_threads(1)
+    if args.library == "none":
+        step_s, model = train(args, 0, 1, lambda opt: opt, Net(args.spec))
+        return report(args, 0, 1, step_s, model, lambda v: v)
     if args.library != "ddp":
         return run_hvd(args)
     import torch.multiprocessing as mp
