@@ -10,21 +10,34 @@ FLAT_GROWTH = 3.0  # engine time per step from 10 to 1000 tensors, at most, to c
 def latency_section(rows):
     """Returns (markdown, verdict dict)."""
     c_api = next((r for r in rows if r["collective"] == "allreduce-latency"), None)
+    c_wait = next((r for r in rows if r["collective"] == "allreduce-latency-wait"), None)
     py = {r["library"]: r for r in rows if r["collective"] == "async-latency"}
     out = ["## Small-tensor latency through the asynchronous path", "",
            "A 4-byte allreduce, one at a time: submit, then wait for completion. Python: "
            "`hvd.synchronize(hvd.allreduce_async_(x, name='lat'))` in a loop, the same code for "
            "both libraries (bench/peers/hvd_async_bench.py); per-op median of 50-op batches, max "
-           "over ranks. C API: `perseus_allreduce` + poll + wait "
-           "(bench/perseus_collectives_bench.cc `latency`).", "",
+           "over ranks. C API, two ways of waiting: `perseus_allreduce` + `perseus_wait` "
+           "(bench/engine_latency_bench.cc; the framework layers wait this way: spin "
+           "PERSEUS_SPIN_US, then block) and `perseus_allreduce` + a busy `perseus_poll` loop + "
+           "wait (bench/perseus_collectives_bench.cc `latency`).", "",
            "| path | median | p90/p99 |", "|---|---|---|"]
+    if c_wait:
+        out.append(f"| Perseus, C API, perseus_wait | **{us(c_wait['time_us'])}** | "
+                   f"p90 {us(c_wait['p90_us'])} |")
     if c_api:
-        out.append(f"| Perseus, C API | **{us(c_api['time_us'])}** | p99 {us(c_api['p99_us'])} |")
+        out.append(f"| Perseus, C API, busy perseus_poll loop | **{us(c_api['time_us'])}** | "
+                   f"p99 {us(c_api['p99_us'])} |")
     for lib in ("perseus", "horovod"):
         r = py.get(lib)
         if r:
             out.append(f"| {lib}, Python allreduce_async_ + synchronize | **{us(r['time_us'])}** "
                        f"| p90 {us(r['p90_us'])} |")
+    if c_api and c_wait and c_api["time_us"] > 5 * c_wait["time_us"]:
+        out += ["", f"The busy-poll loop is {c_api['time_us'] / c_wait['time_us']:.0f}× slower "
+                "than perseus_wait: with 2 ranks on 2 cores, each caller spinning in "
+                "perseus_poll holds a core its own engine thread needs, so every op waits for "
+                "the scheduler to preempt the spinner. Waiting callers should block "
+                "(perseus_wait), as the framework layers do."]
     verdict = None
     if "perseus" in py and "horovod" in py:
         ratio = py["horovod"]["time_us"] / py["perseus"]["time_us"]

@@ -11,7 +11,11 @@ FLOOR_GBS = {16 << 20: 8.8, 64 << 20: 7.6, 256 << 20: 9.6}
 
 def collective_shortfalls(rows):
     """One line per collective and regime: the sizes a peer wins, and why."""
-    latency = next((r["time_us"] for r in rows if r["collective"] == "allreduce-latency"), None)
+    latency = next((r["time_us"] for r in rows if r["collective"] == "allreduce-latency-wait"),
+                   None)
+    if latency is None:
+        latency = next((r["time_us"] for r in rows if r["collective"] == "allreduce-latency"),
+                       None)
     py = {r["bytes"]: r for r in rows
           if r["library"] == "perseus-py" and r["collective"] == "allreduce"}
     out = []
@@ -59,7 +63,8 @@ def collective_shortfalls(rows):
 def latency_shortfall(rows, verdict):
     if not verdict or verdict["ok"]:
         return []
-    c_api = next((r for r in rows if r["collective"] == "allreduce-latency"), None)
+    c_api = next((r for r in rows if r["collective"] == "allreduce-latency-wait"), None) or \
+        next((r for r in rows if r["collective"] == "allreduce-latency"), None)
     py = next((r for r in rows if r["collective"] == "async-latency"
                and r["library"] == "perseus"), None)
     line = f"- **small-tensor latency**: {verdict['text']}."

@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -108,12 +109,31 @@ def build(build_dir):
     subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
                     "-DCMAKE_BUILD_TYPE=Release", "-DPERSEUS_BUILD_TESTS=OFF",
                     "-DPERSEUS_BUILD_PYTHON=ON"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["ninja", "-C", build_dir, "-j2", "perseus_collectives_bench", "_core"],
-                   check=True)
+    subprocess.run(["ninja", "-C", build_dir, "-j2", "perseus_collectives_bench",
+                    "engine_latency_bench", "_core"], check=True)
     mpi_bin = os.path.join(build_dir, "mpi_collectives_bench")
     subprocess.run(["mpicc", "-O2", "-o", mpi_bin,
                     os.path.join(PEERS_DIR, "mpi_collectives_bench.c")], check=True)
     return os.path.join(build_dir, "bench", "perseus_collectives_bench"), mpi_bin
+
+
+def engine_latency_row(build_dir, ranks, iterations):
+    """engine_latency_bench (forks its ranks; perseus_allreduce + perseus_wait, the path the
+    framework layers take) as a JSON row: the max over ranks of the per-rank medians."""
+    exe = os.path.join(build_dir, "bench", "engine_latency_bench")
+    cmd = [exe, str(ranks), str(iterations), "4"]
+    log("perseus C API latency (wait): " + " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None, "timed out after 600 s"
+    pat = re.compile(r"median ([0-9.]+) us/op \(p10 ([0-9.]+), p90 ([0-9.]+)\)")
+    found = [m for m in map(pat.search, proc.stdout.splitlines()) if m]
+    if proc.returncode != 0 or len(found) != ranks:
+        return None, f"exit {proc.returncode}: {last_lines(proc.stderr) or proc.stdout[-300:]}"
+    return {"library": "perseus", "collective": "allreduce-latency-wait", "ranks": ranks,
+            "bytes": 4, "time_us": max(float(m.group(1)) for m in found),
+            "p90_us": max(float(m.group(3)) for m in found), "iters": iterations}, None
 
 
 def perseusrun(n):
@@ -210,7 +230,13 @@ def main():
     async_env = {"BENCH_SECONDS": "0.5" if q else "3"}
     async_script = os.path.join(PEERS_DIR, "hvd_async_bench.py")
     if "latency" not in skip:
-        r.run("perseus C API latency", "perseus", perseusrun(n) + [perseus_bin, "latency"],
+        row, why = engine_latency_row(r.build_dir, n, 2000 if q else 20000)
+        if row:
+            r.rows.append(row)
+        else:
+            r.skip("perseus C API latency (wait)", "perseus", why)
+        r.run("perseus C API latency (poll loop)", "perseus",
+              perseusrun(n) + [perseus_bin, "latency"],
               dict(env, LATENCY_ITERS="500" if q else "20000"))
     modes = [m for m in ("latency", "negotiation") if m not in skip]
     if modes:
