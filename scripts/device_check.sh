@@ -1,105 +1,173 @@
 #!/usr/bin/env bash
-# One-call GPU verification for the device machine (see docs/perf/gpu.md):
-#   1. records the device, driver, toolkit and NCCL;
-#   2. runs every GPU test binary (tests/cpp/gpu_*_test), plus compute-sanitizer memcheck on
-#      the kernel tests;
-#   3. times (a) the fusion copy/cast kernels against cudaMemcpy D2D of the same bytes (in
-#      gpu_fusion_bandwidth_test), (b) the NCCL backend at world size 1 next to
-#      torch.distributed NCCL world size 1 at 4 B / 1 MiB / 256 MiB, (c) 2 ranks on one GPU
-#      through the host-staged path (gpu_host_staged_test);
-#   4. prints a summary table last; full logs go to $OUT.
+# One-call GPU verification on the device machine (docs/perf/gpu.md has the figures it gives).
 #
-# Usage: scripts/device_check.sh [BIN_DIR]
-#   BIN_DIR holds test binaries built elsewhere (carried; default .devbin). When it has none,
-#   the script builds here into build-device (needs GTest on the machine).
-# Prepare a carried build on a machine without a GPU:
-#   cmake -S . -B build-gpu -G Ninja -DPERSEUS_WITH_CUDA=ON -DPERSEUS_WITH_MPI=OFF
-#   ninja -C build-gpu && mkdir -p .devbin && cp build-gpu/tests/cpp/gpu_*_test .devbin/
+# THE CALL (the lead makes it once; nothing else needs the device):
+#   0. here, first: scripts/device_check.sh --prepare build-devcheck   (fills .devbin, ~25 MiB)
+#      then:        scripts/device_check.sh --dry-run                  (must end "DRY RUN OK")
+#   1. status: if `kinds` lists nvidia-h200-x2 use it (step (e) runs), else nvidia-h200.
+#   2. run(command="bash scripts/device_check.sh", carry=[".devbin"],
+#          kind="nvidia-h200-x2" (or "nvidia-h200"), timeout_s=420)
+#   The command itself ends in < 5 min (a global deadline of DEADLINE_S=285 s bounds the steps,
+#   each step also has its own `timeout`); timeout_s=420 leaves room for a stuck step's kill.
+#   What comes back under $OUT (3 files): device_check.log (everything), summary.md (the
+#   table, also printed last, so the reply's output_tail holds it), results.txt (RESULT lines).
+#
+# Steps, in order (each bounded by `timeout`, all logged to $OUT/device_check.log):
+#   env  nvidia-smi, nvcc, torch/NCCL versions, GPU count; libnccl from torch's wheels.
+#   py   import perseus._core (carried cp312 extension); if it fails, build _core+perseus there
+#        from source with CMake (-j16) and say how long it took.
+#   (a)  C++ GPU tests: gpu_kernels, gpu_nccl (world 1), gpu_host_staged, engine_gpu_routing,
+#        gpu_fusion_plan, gpu_fusion_bandwidth, gpu_no_driver (skips on a GPU).
+#   (b)  bench/gpu/allreduce_world1.py: perseus.torch vs torch.distributed NCCL, world size 1,
+#        4 B / 1 MiB / 256 MiB, medians.
+#   (c)  perseusrun -np 2 bench/gpu/staged_two_ranks.py: 2 ranks on GPU 0 (host-staged path),
+#        results checked, 4 B and 64 MiB.
+#   (d)  bench/gpu/sync_bn.py: SyncBatchNorm fwd+bwd vs BatchNorm2d, 32x256x56x56, 1 rank.
+#   (e)  only with >= 2 GPUs: perseusrun -np 2 bench/gpu/two_gpu.py check (5 ops x 4 dtypes +
+#        a process set), then ... bench (busbw vs torch NCCL, 1 MiB..1 GiB, 4 B latency),
+#        then sync_bn.py on 2 ranks.
+#   mc   compute-sanitizer memcheck of gpu_kernels_test, only if >= 70 s of the deadline is left.
+#
+# Modes:
+#   --prepare BUILD_DIR  (here) copy the carried binaries from a CUDA=ON, MPI=OFF, Release build
+#                        with -DPERSEUS_BUILD_PYTHON=ON for Python 3.12 into .devbin, and build a
+#                        cp311 _core beside it for the rehearsal (see docs/perf/gpu.md).
+#   --dry-run            (here, no GPU) every step with the same paths and launches: C++ tests
+#                        run and skip, Python steps run their --cpu rehearsal (gloo, tiny sizes).
+#   (none)               the device run; without a GPU every GPU step says "skipped: no GPU".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 # NVLink multicast stays off in everything started from here (shared machines).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
+BIN=$ROOT/.devbin
+MODE=device
+case "${1:-}" in
+  --prepare) MODE=prepare ;;
+  --dry-run) MODE=dry ;;
+  "") ;;
+  *) echo "usage: $0 [--dry-run | --prepare BUILD_DIR]" >&2; exit 2 ;;
+esac
+
+if [ $MODE = prepare ]; then
+  B=${2:?"--prepare needs the build dir (CUDA=ON, MPI=OFF, PYTHON=ON for 3.12)"}
+  rm -rf "$BIN" && mkdir -p "$BIN" || exit 1
+  cp "$B"/tests/cpp/gpu_*_test "$B"/tests/cpp/engine_gpu_routing_test "$B"/libperseus.so \
+    "$B"/_core.cpython-312-x86_64-linux-gnu.so "$BIN"/ || exit 1
+  # The rehearsal's interpreter (3.11) gets its own _core over the same libperseus.so;
+  # Python picks the one whose ABI tag matches.
+  py=python3
+  g++ -O2 -std=c++17 -fPIC -shared -fvisibility=hidden -Iinclude -Isrc \
+    -I"$($py -c 'import pybind11; print(pybind11.get_include())')" $($py-config --includes) \
+    src/python/*.cc -L"$BIN" -lperseus -o "$BIN/_core$($py-config --extension-suffix)" || exit 1
+  strip --strip-unneeded "$BIN"/* 2>/dev/null
+  du -sh "$BIN"; ls -la "$BIN"
+  exit 0
+fi
+
 OUT=${OUT:-/tmp/perseus-device-check}
 mkdir -p "$OUT"
-BIN=${1:-.devbin}
 LOG=$OUT/device_check.log
-SUMMARY=$OUT/summary.txt
 : >"$LOG"
-: >"$SUMMARY"
 say() { echo "$*" | tee -a "$LOG"; }
 t_start=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-285}
+left() { echo $(( DEADLINE_S - ($(date +%s) - t_start) )); }
+# cap SECONDS: the step's own limit, cut to what the global deadline leaves (0: no time).
+cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $(( l > 0 ? l : 0 )); }
+step_line() { echo "STEP $*" | tee -a "$LOG"; }
+# run_step NAME LIMIT CMD...: runs CMD under timeout, output into the log; writes one STEP line.
+run_step() {
+  local name=$1 lim; lim=$(cap "$2"); shift 2
+  if [ "$lim" -lt 5 ]; then step_line "$name skipped: deadline reached"; return 1; fi
+  say "==== $name (limit ${lim}s): $*"
+  local t0; t0=$(date +%s)
+  timeout -k 5 "$lim" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  local st=PASS; [ $rc = 0 ] || st="FAIL(rc=$rc$([ $rc = 124 ] && echo ' timeout'))"
+  step_line "$name $st $(( $(date +%s) - t0 ))s"
+  [ $rc = 0 ] || { grep -E "CHECK FAILED|Error|error:|FAILED|what\(\)" "$LOG" | tail -5 | sed 's/^/  /' | tee -a "$LOG"; }
+  return $rc
+}
 
-say "==== device ($(date -u +%Y-%m-%dT%H:%MZ))"
+say "==== device check mode=$MODE ($(date -u +%Y-%m-%dT%H:%M:%SZ)) root=$ROOT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
-(nvcc --version 2>&1 | tail -2; uname -r; nproc) | tee -a "$LOG"
+(nvcc --version 2>&1 | tail -1; uname -r; nproc; python3 --version) 2>&1 | tee -a "$LOG"
+NGPU=$(timeout 60 python3 -c 'import torch; print(torch.cuda.device_count())' 2>>"$LOG" | tail -1)
+NGPU=${NGPU:-0}
+say "torch: $(python3 -c 'import torch; print(torch.__version__, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1 | tail -1); GPUs: $NGPU"
 
-# libnccl.so.2: the system's, else the one PyTorch's wheels carry.
+# libnccl.so.2 (dlopen'ed by libperseus): the system's, else the one PyTorch's wheels carry.
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2'; then
-  nccl_dir=$(python3 - <<'EOF' 2>/dev/null
-import glob, site
+  nccl_dir=$(python3 -c 'import glob, site
 for d in site.getsitepackages():
     for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so.2"):
-        print(f.rsplit("/", 1)[0]); raise SystemExit
-EOF
-)
-  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$nccl_dir:${LD_LIBRARY_PATH:-}"
+        print(f.rsplit("/", 1)[0]); raise SystemExit' 2>/dev/null)
+  [ -n "${nccl_dir:-}" ] && export LD_LIBRARY_PATH="$nccl_dir:${LD_LIBRARY_PATH:-}"
 fi
-say "libnccl: ${nccl_dir:-system} $(python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1 | tail -1)"
+say "libnccl: ${nccl_dir:-system}"
+export LD_LIBRARY_PATH="$BIN:${LD_LIBRARY_PATH:-}"
+export PYTHONPATH="$ROOT/python:$ROOT/bench/gpu:${PYTHONPATH:-}" PERSEUS_BUILD_DIR=$BIN
+CPU=(); [ $MODE = dry ] && CPU=(--cpu)
+RUN=(python3 -m perseus.runner -np 2)
 
-if ! ls "$BIN"/gpu_*_test >/dev/null 2>&1; then
-  say "==== no carried binaries in $BIN: building here"
-  cmake -S . -B build-device -G Ninja -DPERSEUS_WITH_CUDA=ON -DPERSEUS_WITH_MPI=OFF \
-    -DPERSEUS_BUILD_BENCH=OFF >>"$LOG" 2>&1 && ninja -C build-device -j "$(nproc)" >>"$LOG" 2>&1 \
-    || { say "BUILD FAILED (see log)"; tail -30 "$LOG"; exit 1; }
-  BIN=build-device/tests/cpp
+# ---- py: the Python extension --------------------------------------------------------------
+if ! run_step "py import perseus._core" 60 python3 -c 'import perseus.torch as hvd, perseus._core as c; print("perseus", c.__file__, "cuda_built", hvd.cuda_built(), "nccl_built", hvd.nccl_built())'; then
+  PB=$ROOT/build-device-py
+  nccl_inc=${nccl_dir:+-DNCCL_INCLUDE_DIR=${nccl_dir%/lib}/include -DNCCL_LIBRARY=$nccl_dir/libnccl.so.2}
+  run_step "py build _core there" 170 bash -c "cmake -S . -B $PB -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPERSEUS_BUILD_PYTHON=ON -DPERSEUS_BUILD_TESTS=OFF -DPERSEUS_BUILD_BENCH=OFF \
+    -DPERSEUS_WITH_MPI=OFF -DPERSEUS_WITH_CUDA=AUTO $nccl_inc \
+    -Dpybind11_DIR=\$(python3 -m pybind11 --cmakedir) && ninja -C $PB -j16 _core perseus" \
+    && export PERSEUS_BUILD_DIR=$PB LD_LIBRARY_PATH="$PB:$LD_LIBRARY_PATH" \
+    && run_step "py import (built there)" 30 python3 -c 'import perseus._core as c; print(c.__file__)'
 fi
-say "==== sm_90 code in the kernels"
-(cuobjdump --list-elf "$BIN/gpu_kernels_test" 2>&1 | head -5) | tee -a "$LOG"
 
-failed=0
-for t in "$BIN"/gpu_*_test; do
-  name=$(basename "$t")
-  say "==== $name"
-  timeout 240 "$t" --gtest_color=no >"$OUT/one.log" 2>&1
-  rc=$?
-  cat "$OUT/one.log" >>"$LOG"
-  status=$([ $rc = 0 ] && echo PASS || echo "FAIL(rc=$rc)")
-  echo "TEST $name $status" | tee -a "$LOG" >>"$SUMMARY"
-  if [ $rc != 0 ]; then
-    failed=1
-    grep -E "Failure|FAILED|what\(\)|error|Expected|Which is|rror:" "$OUT/one.log" | head -40 >>"$SUMMARY"
+# ---- (a) C++ GPU tests ------------------------------------------------------------------------
+for t in gpu_kernels_test gpu_nccl_test gpu_host_staged_test engine_gpu_routing_test \
+         gpu_fusion_plan_test gpu_fusion_bandwidth_test gpu_no_driver_test; do
+  if [ -x "$BIN/$t" ]; then
+    run_step "a $t" 40 "$BIN/$t" --gtest_color=no
+  else
+    step_line "a $t FAIL(missing from $BIN: run --prepare here)"
   fi
 done
 
-say "==== compute-sanitizer memcheck on gpu_kernels_test"
-if command -v compute-sanitizer >/dev/null; then
-  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpu_kernels_test" \
-    --gtest_color=no >>"$LOG" 2>&1
-  echo "MEMCHECK gpu_kernels_test rc=$?" | tee -a "$LOG" >>"$SUMMARY"
+# ---- (b)..(e) Python steps ----------------------------------------------------------------------
+gpu_or_dry() { [ $MODE = dry ] || [ "$NGPU" -ge "$1" ]; }
+if gpu_or_dry 1; then
+  run_step "b allreduce world1 vs torch nccl" 45 python3 bench/gpu/allreduce_world1.py "${CPU[@]}"
+  run_step "c 2 ranks 1 GPU host-staged" 45 "${RUN[@]}" python3 bench/gpu/staged_two_ranks.py "${CPU[@]}"
+  run_step "d sync_bn 1 rank" 35 python3 bench/gpu/sync_bn.py "${CPU[@]}"
+else
+  for s in "b allreduce world1" "c 2 ranks 1 GPU" "d sync_bn"; do step_line "$s skipped: no GPU"; done
+fi
+if gpu_or_dry 2; then
+  run_step "e 2 GPUs check" 40 "${RUN[@]}" python3 bench/gpu/two_gpu.py check "${CPU[@]}"
+  run_step "e 2 GPUs bench" 70 "${RUN[@]}" python3 bench/gpu/two_gpu.py bench "${CPU[@]}"
+  run_step "e sync_bn 2 ranks" 30 "${RUN[@]}" python3 bench/gpu/sync_bn.py "${CPU[@]}"
+else
+  step_line "e skipped: $NGPU GPU(s) visible, needs 2"
 fi
 
-say "==== torch.distributed NCCL world size 1 (baseline for (b))"
-timeout 180 python3 - >>"$LOG" 2>&1 <<'EOF'
-import os, time, torch, torch.distributed as dist
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29533")
-dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
-for nbytes in (4, 1 << 20, 256 << 20):
-    x = torch.zeros(nbytes // 4, device="cuda")
-    reps = 20 if nbytes > (1 << 20) else 200
-    ts = []
-    for i in range(reps + 5):
-        t0 = time.perf_counter(); dist.all_reduce(x); torch.cuda.synchronize(); t1 = time.perf_counter()
-        if i >= 5: ts.append((t1 - t0) * 1e6)
-    ts.sort()
-    print(f"TORCHNCCL allreduce world1 bytes={nbytes} median_us={ts[len(ts)//2]:.1f}")
-dist.destroy_process_group()
-EOF
-echo "torch baseline rc=$?" >>"$LOG"
+# ---- mc: memcheck last, only with time to spare -------------------------------------------------
+if [ "$NGPU" -ge 1 ] && command -v compute-sanitizer >/dev/null && [ "$(left)" -ge 70 ]; then
+  run_step "mc memcheck gpu_kernels_test" 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BIN/gpu_kernels_test" --gtest_color=no
+else
+  step_line "mc memcheck skipped (no GPU, no compute-sanitizer or < 70 s left)"
+fi
 
-grep -h "^GPUBW\|^GPUSTAGED\|^GPUNCCL\|^TORCHNCCL" "$LOG" >>"$SUMMARY"
-echo "elapsed_s=$(( $(date +%s) - t_start ))" >>"$SUMMARY"
-rm -f "$OUT/one.log"
-say "==== summary"
-cat "$SUMMARY"
-exit $failed
+# ---- summary ----------------------------------------------------------------------------------------
+# results.txt: the timing scripts' RESULT lines and the C++ tests' GPUBW/GPUSTAGED/GPUNCCL lines.
+(grep -o "RESULT .*" "$LOG"; grep -E "^GPU(BW|STAGED|NCCL) " "$LOG") >"$OUT/results.txt"
+elapsed=$(( $(date +%s) - t_start ))
+step_line "total elapsed ${elapsed}s mode=$MODE gpus=$NGPU" >/dev/null
+python3 bench/gpu/summarize.py "$LOG" >"$OUT/summary.md"
+cat "$OUT/summary.md"
+failed=$(grep -c "^STEP .* FAIL" "$LOG")
+if [ $MODE = dry ]; then
+  [ "$failed" = 0 ] && echo "DRY RUN OK (${elapsed}s)" || echo "DRY RUN: $failed step(s) failed"
+fi
+[ "$failed" = 0 ]
