@@ -83,17 +83,22 @@ run_step() {
   if [ "$lim" -lt 5 ]; then step_line "$name skipped: deadline reached"; return 1; fi
   say "==== $name (limit ${lim}s): $*"
   local t0; t0=$(date +%s)
-  timeout -k 5 "$lim" "$@" >>"$LOG" 2>&1
+  timeout -k 5 "$lim" "$@" >"$OUT/step.tmp" 2>&1
   local rc=$?
+  cat "$OUT/step.tmp" >>"$LOG"
   local st=PASS; [ $rc = 0 ] || st="FAIL(rc=$rc$([ $rc = 124 ] && echo ' timeout'))"
-  step_line "$name $st $(( $(date +%s) - t0 ))s"
+  # gtest binaries: a PASS that only skipped must not read as a pass on the GPU machine.
+  local gt=""
+  grep -q "^\[==========\]" "$OUT/step.tmp" && gt=" ($(grep -c '^\[       OK \]' "$OUT/step.tmp") ok, $(grep -c '^\[  SKIPPED \]' "$OUT/step.tmp") skipped, $(grep -c '^\[  FAILED  \]' "$OUT/step.tmp") failed)"
+  rm -f "$OUT/step.tmp"
+  step_line "$name $st $(( $(date +%s) - t0 ))s$gt"
   [ $rc = 0 ] || { grep -E "CHECK FAILED|Error|error:|FAILED|what\(\)" "$LOG" | tail -5 | sed 's/^/  /' | tee -a "$LOG"; }
   return $rc
 }
 
 say "==== device check mode=$MODE ($(date -u +%Y-%m-%dT%H:%M:%SZ)) root=$ROOT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
-(nvcc --version 2>&1 | tail -1; uname -r; nproc; python3 --version) 2>&1 | tee -a "$LOG"
+(nvcc --version 2>&1 | grep release; uname -r; nproc; python3 --version) 2>&1 | tee -a "$LOG"
 NGPU=$(timeout 60 python3 -c 'import torch; print(torch.cuda.device_count())' 2>>"$LOG" | tail -1)
 NGPU=${NGPU:-0}
 say "torch: $(python3 -c 'import torch; print(torch.__version__, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")' 2>&1 | tail -1); GPUs: $NGPU"
@@ -102,7 +107,7 @@ say "torch: $(python3 -c 'import torch; print(torch.__version__, "nccl", torch.c
 if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2'; then
   nccl_dir=$(python3 -c 'import glob, site
 for d in site.getsitepackages():
-    for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so.2"):
+    for f in glob.glob(d + "/nvidia/**/libnccl.so.2", recursive=True):
         print(f.rsplit("/", 1)[0]); raise SystemExit' 2>/dev/null)
   [ -n "${nccl_dir:-}" ] && export LD_LIBRARY_PATH="$nccl_dir:${LD_LIBRARY_PATH:-}"
 fi

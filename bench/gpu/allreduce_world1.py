@@ -26,7 +26,7 @@ def main():
             common.fail("perseus allreduce world 1 changed the tensor (%d bytes)" % nbytes)
         t_us = common.median_us(lambda: dist.all_reduce(x), dev, reps)
         common.result("b_allreduce_w1", bytes=nbytes, perseus_us=p_us, torch_us=t_us,
-                      ratio=p_us / t_us)
+                      time_ratio=p_us / t_us)
     dist.destroy_process_group()
     hvd.shutdown()
 

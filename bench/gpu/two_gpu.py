@@ -80,14 +80,14 @@ def bench(args, dev, rank, size):
             if rank == 0:
                 common.result("e_busbw", op=op, bytes=nbytes,
                               perseus_GBps=factor * nbytes / p_us / 1e3,
-                              nccl_GBps=factor * nbytes / t_us / 1e3, ratio=t_us / p_us)
+                              nccl_GBps=factor * nbytes / t_us / 1e3, bw_ratio=t_us / p_us)
         del x, part, gathered, scattered
     y = torch.ones(1, device=dev)
     reps = 20 if args.cpu else 300
     p_us = common.median_us(lambda: hvd.allreduce_(y, op=hvd.Sum, name="lat.ar"), dev, reps)
     t_us = common.median_us(lambda: dist.all_reduce(y), dev, reps)
     if rank == 0:
-        common.result("e_latency_4B", perseus_us=p_us, nccl_us=t_us, ratio=p_us / t_us)
+        common.result("e_latency_4B", perseus_us=p_us, nccl_us=t_us, time_ratio=p_us / t_us)
     dist.destroy_process_group()
 
 
