@@ -31,14 +31,17 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
   const int rem = size - pof2;
 
   // Fold: among the first 2*rem ranks, even ones hand their bits to the next odd one and sit
-  // out the doubling rounds.
+  // out the doubling rounds. Both directions move (the odd rank's bits are unused) because a
+  // rank must send to a peer before it waits on it: the peer may be idle in waitIncoming() and
+  // starts its cycle only when bytes arrive. A bare receive here left 3 ranks waiting for
+  // the idle rank's 100 ms timeout.
   int vrank;
   if (rank < 2 * rem) {
+    const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
+    comm.exchange({{partner, words, bytes}}, {{partner, tmp.data(), bytes}});
     if (rank % 2 == 0) {
-      send(rank + 1, words);
       vrank = -1;
     } else {
-      recv(rank - 1, tmp.data());
       absorb();
       vrank = rank / 2;
     }
