@@ -31,6 +31,9 @@ class Doorbell {
   virtual void wait(uint32_t ticket, std::chrono::microseconds timeout) = 0;
   virtual void disarm() = 0;
   virtual void ring() = 0;
+  // True when the processes that ring each other share fewer cores than they number: waiters
+  // then yield the core on every idle pass instead of busy-polling (shm/cpu_budget.h).
+  virtual bool oversubscribed() const { return false; }
 };
 
 // A process-local Doorbell (mutex + condition variable) for when no channel provides one.
@@ -94,6 +97,7 @@ class ChannelTransport : public Transport {
   const std::chrono::duration<double> timeout_;
   const bool doorbell_is_external_;  // rung by channels, so sleeps need no short slices
   std::shared_ptr<Doorbell> doorbell_;
+  const bool yield_when_idle_;  // doorbell_->oversubscribed(): busy-polls yield the core
   bool any_fd_channel_ = false;
   bool any_fdless_channel_ = false;
   int event_fd_ = -1;  // wake() makes poll() return; only when some channel has a pollFd

@@ -26,6 +26,7 @@ ShmArenaImpl::ShmArenaImpl(std::shared_ptr<ShmSegmentSet> set,
       doorbell_(std::move(doorbell)),
       spin_(std::max<int64_t>(0, params.spin_us)),
       timeout_(params.timeout_s),
+      yield_when_idle_(doorbell_->oversubscribed()),
       epochs_(kMaxGroups, 0) {
   for (int g = 0; g < kMaxGroups; ++g) {
     epochs_[g] = set_->epoch(set_->localRank(), g)->load(std::memory_order_relaxed);
@@ -86,11 +87,11 @@ void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
   for (uint32_t i = 1;; ++i) {
     missing = firstMissing(group_id, members, target);
     if (missing < 0) return;
-    if ((i & 63u) != 0) continue;
+    if (!yield_when_idle_ && (i & 63u) != 0) continue;
     checkAborted();
     const Clock::time_point now = Clock::now();
     const auto waited = now - start;
-    if (waited < spin_) continue;
+    if (waited < spin_ && !yield_when_idle_) continue;
     if (now - last_check >= kCheckPeerInterval) {
       last_check = now;
       for (int m : members) {
@@ -111,7 +112,9 @@ void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
                     << "different collective"));
       }
     }
-    if (waited < spin_ + kYieldPhase) {
+    // Oversubscribed, a busy-poll that keeps the core delays the member we wait for by a
+    // time slice: yield from the start.
+    if (waited < spin_ + kYieldPhase && (yield_when_idle_ || waited >= spin_)) {
       sched_yield();
       continue;
     }

@@ -12,14 +12,17 @@ namespace perseus::transport::shm {
 
 class ShmDoorbell : public Doorbell {
  public:
-  explicit ShmDoorbell(std::shared_ptr<ShmSegmentSet> set) : set_(std::move(set)) {}
+  explicit ShmDoorbell(std::shared_ptr<ShmSegmentSet> set);
   uint32_t arm() override;
   void wait(uint32_t ticket, std::chrono::microseconds timeout) override;
   void disarm() override;
   void ring() override;
+  // More local ranks than usable cores (decided once, at construction).
+  bool oversubscribed() const override { return oversubscribed_; }
 
  private:
   std::shared_ptr<ShmSegmentSet> set_;
+  bool oversubscribed_;
 };
 
 }  // namespace perseus::transport::shm
