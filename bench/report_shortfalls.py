@@ -7,6 +7,7 @@ from report_common import human, us
 OTHERS = ("openmpi", "torch-gloo", "horovod", "horovod-mpi")
 # 2-thread memcpy floor on the reference host (perf-anchors.md §5), GB/s busbw.
 FLOOR_GBS = {16 << 20: 8.8, 64 << 20: 7.6, 256 << 20: 9.6}
+SMALL_BELOW = 64 << 10  # below: latency-bound on this host (perf-anchors.md §5)
 
 
 def collective_shortfalls(rows):
@@ -37,7 +38,7 @@ def collective_shortfalls(rows):
             cell = f"{human(size)} ({who} {us(best)} vs {us(mine)}"
             if coll == "allreduce" and size in py:
                 cell += f"; perseus-py {us(py[size]['time_us'])}"
-            if latency is not None and mine < 3 * latency:
+            if size < SMALL_BELOW:
                 small.append(cell + ")")
             else:
                 floor = FLOOR_GBS.get(size)
@@ -45,13 +46,17 @@ def collective_shortfalls(rows):
                              f"{d[who]['busbw_gbs']:.2f} GB/s"
                              + (f", floor ≈ {floor}" if floor else "") + ")")
         if small:
+            lat = (f"Perseus's 4-byte op through the engine takes {us(latency)} in this run "
+                   "(C API, perseus_wait); " if latency is not None else "")
             out.append(
-                f"- **{coll}, latency-bound sizes**: {', '.join(small)}. Perseus's time there is "
-                f"within 3× of its 4-byte engine latency ({us(latency)}): the fixed per-op cost "
-                "of the engine (hand-off to the engine thread, the negotiation cycle, "
-                "completion) dominates, where the peer calls the collective on the caller's "
-                "thread. Fix: a shorter per-op engine path (a response-cache hit needs no "
-                "control round trip; busy-poll hand-off between caller and engine thread).")
+                f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
+                "at these sizes the time is the fixed per-op cost: every Perseus op is handed "
+                "to the engine thread, negotiated (a response-cache hit) and completed back, "
+                "where the peer runs the collective on the caller's thread. Where the sweep "
+                "time is far above the engine latency, the ranks were descheduled (2 ranks × "
+                "caller + engine thread on 2 cores). Fix: a shorter per-op engine path (no "
+                "control round trip on a cache hit, caller–engine hand-off without a "
+                "wake-up) and blocking instead of spinning when the cores are oversubscribed.")
         if large:
             out.append(
                 f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. Fix: fewer passes "

@@ -9,7 +9,8 @@ DESCRIBE = {
     ("torch", "horovod"): "horovod.torch.DistributedOptimizer (horovodrun --gloo)",
     ("torch", "ddp"): "torch DistributedDataParallel, Gloo",
     ("mxnet", "perseus-trainer"): "perseus.mxnet.DistributedTrainer",
-    ("mxnet", "perseus-kvstore"): "gluon.Trainer(kvstore=perseus.mxnet.create('dist_sync_perseus'))",
+    ("mxnet", "perseus-kvstore"):
+        "gluon.Trainer(kvstore=perseus.mxnet.create('dist_sync_perseus'))",
     ("mxnet", "horovod"): "horovod.mxnet.DistributedTrainer (horovodrun --gloo)",
     ("mxnet", "mxnet-ps"): "gluon.Trainer(kvstore='dist_sync'), 1 server + scheduler",
 }
