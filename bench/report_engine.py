@@ -102,12 +102,12 @@ def plot(data, libs):
     if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for l in libs:
+    for i, l in enumerate(libs):
         pts = sorted(data[l].items())
         ax.plot([t for t, _ in pts], [r["time_us"] for _, r in pts], marker="o",
-                label=f"{l} step")
+                color=f"C{i}", label=f"{l} step")
         ax.plot([t for t, _ in pts], [max(r["engine_us"], 1e-2) for _, r in pts], marker="x",
-                linestyle="--", label=f"{l} engine (step − submit)")
+                color=f"C{i}", linestyle="--", label=f"{l} engine (step − submit)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tensors per step (16 B each)")
