@@ -75,9 +75,13 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   const auto now = Clock::now();
 
   ControlVector cv(set.cache.numBits());
+  std::vector<Request> announced;  // other sets' new requests, for the cross-set check
+  if (global) announced = announceNewRequests();
   bool stall_check_due = set.coordinator && set.coordinator->numWaiting() > 0 &&
                          now >= set.next_stall_check;
-  if (!set.uncached.empty() || stall_check_due) cv.setFlag(ControlFlag::kUncached);
+  if (!set.uncached.empty() || stall_check_due || !announced.empty()) {
+    cv.setFlag(ControlFlag::kUncached);
+  }
   if (global && shutdown_requested_.load()) cv.setFlag(ControlFlag::kShutdown);
   if (set.joined) cv.setFlag(ControlFlag::kJoined);
   if (!invalid_bits.empty()) cv.setFlag(ControlFlag::kInvalid);
@@ -150,7 +154,9 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
       e->sent = true;
     }
     set.uncached.clear();
+    requests.insert(requests.end(), announced.begin(), announced.end());
     std::vector<Response> fresh = coordinate(set, requests);
+    if (global) failCrossSet(&fresh);
     for (const Response& r : fresh) {
       auto it = set.entries.find(r.name);
       const Request* own = it == set.entries.end() ? nullptr : &it->second->request;
@@ -203,12 +209,18 @@ std::vector<Response> Engine::coordinate(ProcessSet& set, const std::vector<Requ
 
   Coordinator& coord = *set.coordinator;
   const auto now = Clock::now();
-  coord.add(0, requests, now);
-  for (int r = 1; r < n; ++r) coord.add(r, decodeRequests(lists[r]), now);
+  coord.add(0, checkCrossSet(set, 0, requests), now);
+  for (int r = 1; r < n; ++r) coord.add(r, checkCrossSet(set, r, decodeRequests(lists[r])), now);
   std::vector<Response> responses = coord.takeReady();
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": coordinator has " << responses.size()
                               << " responses, " << coord.numWaiting() << " waiting";
   inspectStalls(set, &responses);
+  if (set_conflicts_ && set.group_id == kGlobalGroup) {
+    for (Response& c : set_conflicts_->takeConflicts()) {
+      coord.erase(c.name);
+      responses.push_back(std::move(c));
+    }
+  }
 
   std::vector<uint8_t> out = encodeResponses(responses);
   uint64_t out_len = out.size();

@@ -38,6 +38,7 @@
 #include "engine/executor.h"
 #include "engine/handle.h"
 #include "engine/process_set.h"
+#include "engine/set_conflict.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
 #include "transport/shm/shm_arena.h"
@@ -127,6 +128,14 @@ class Engine {
   void classifyFresh(ProcessSet& set, std::vector<int>* invalid_bits);
   std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
   void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
+  // Cross-set name check (set_conflict.h, cross_set.cc). announceNewRequests: this rank's
+  // new uncached requests of the other sets, to send with the global negotiation.
+  // checkCrossSet: global rank 0 feeds every rank's list to the check, keeps the requests of
+  // `set` and appends the conflicts. failCrossSet: every rank fails and drops the names of the
+  // cross-set responses in `responses` (removing them from it).
+  std::vector<Request> announceNewRequests();
+  std::vector<Request> checkCrossSet(ProcessSet& set, int set_rank, std::vector<Request> list);
+  void failCrossSet(std::vector<Response>* responses);
   void execute(ProcessSet& set, std::vector<Response>& responses);
   void executeControl(ProcessSet& set, const Response& r, Entry* e);
   void addSet(const Response& r, Entry* e);
@@ -181,6 +190,7 @@ class Engine {
   int next_group_ = kFirstUserGroup;
   bool more_work_ = false;
   bool set_work_[kMaxGroups] = {};  // from the last global negotiation
+  std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
   std::chrono::steady_clock::time_point next_retry_{};
   // Handles whose GPU work is enqueued but not done (Note [GPU completion], gpu_executor.cc).
   struct GpuPending {

@@ -28,6 +28,7 @@ struct Entry {
   // Engine-thread bookkeeping.
   int cache_bit = -1;      // >= 0 while waiting as a cache hit
   bool sent = false;       // sent to the coordinator, waiting for its response
+  bool announced = false;  // non-global set: reported to the global cross-set check
   bool stall_reported = false;
   size_t tensors_left = 0; // tensors of this cycle's response still to run
   StatusCode error = StatusCode::kOk;

@@ -52,6 +52,8 @@ class Coordinator {
   std::vector<Response> failStalled(Clock::time_point now, double older_than_s,
                                     StatusCode code, const std::string& why);
 
+  // Forgets `name` (the global check failed it on every rank); false if it was not waiting.
+  bool erase(const std::string& name) { return table_.erase(name) > 0; }
   size_t numWaiting() const { return table_.size(); }
   int numJoined() const { return num_joined_; }
 

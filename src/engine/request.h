@@ -82,6 +82,9 @@ struct Response {
   std::vector<int32_t> set_ranks;  // add process set
   int32_t set_id = 0;              // remove process set
   DeviceKind device_kind = DeviceKind::kCpu;
+  // An error from the global coordinator's cross-set check (set_conflict.h): it fails the
+  // name in whichever sets this rank has it in flight, not in the global set only.
+  bool cross_set = false;
 };
 
 }  // namespace perseus::engine

@@ -156,6 +156,7 @@ std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses) {
     w.vec(r.set_ranks);
     w.pod(r.set_id);
     w.pod(r.device_kind);
+    w.pod<uint8_t>(r.cross_set ? 1 : 0);
   }
   return w.take();
 }
@@ -179,6 +180,7 @@ std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes) {
     r.set_ranks = rd.vec<int32_t>();
     r.set_id = rd.pod<int32_t>();
     r.device_kind = rd.pod<DeviceKind>();
+    r.cross_set = rd.pod<uint8_t>() != 0;
   }
   PERSEUS_CHECK(rd.done(), "trailing bytes in a response list");
   return out;

@@ -1,0 +1,69 @@
+// The engine's side of the cross-set name check (set_conflict.h): new requests of every
+// process set travel with the global negotiation to global rank 0, whose conflicts fail the
+// name on every rank in whichever set it is in flight. Engine thread only.
+#include <algorithm>
+
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace perseus::engine {
+
+std::vector<Request> Engine::announceNewRequests() {
+  std::vector<Request> out;
+  for (auto& [group, set] : sets_) {
+    // LOCAL and CROSS (negative ids) have other members on other hosts: the check, which
+    // sees only global rank 0's view of a set, would misjudge them.
+    if (group == kGlobalGroup || !set->member() || set->id < 0) continue;
+    for (Entry* e : set->fresh) {
+      if (e->announced) continue;
+      e->announced = true;
+      // A cache hit was negotiated in this set before: reporting it would cost every step.
+      if (set->cache.lookup(e->request).state == ResponseCache::Lookup::kHit) continue;
+      out.push_back(e->request);
+    }
+  }
+  return out;
+}
+
+std::vector<Request> Engine::checkCrossSet(ProcessSet& set, int set_rank,
+                                           std::vector<Request> list) {
+  if (set.group_id != kGlobalGroup) return list;
+  if (!set_conflicts_) {
+    set_conflicts_ = std::make_unique<SetConflictCheck>([this](int32_t id) -> const std::vector<int>* {
+      const ProcessSet* s = setById(id);
+      return s == nullptr ? nullptr : &s->members;
+    });
+  }
+  std::vector<Request> own;
+  for (Request& q : list) {
+    set_conflicts_->add(set.members[set_rank], q);
+    if (q.process_set == set.id) own.push_back(std::move(q));
+  }
+  return own;
+}
+
+void Engine::failCrossSet(std::vector<Response>* responses) {
+  auto first = std::stable_partition(responses->begin(), responses->end(),
+                                     [](const Response& r) { return !r.cross_set; });
+  for (auto it = first; it != responses->end(); ++it) {
+    const Response& r = *it;
+    PERSEUS_LOG(WARNING, kEngine) << r.error_message;
+    for (auto& [group, set] : sets_) {
+      if (!set->member()) continue;
+      // A stale copy may wait in this set's coordinator (sent in an earlier cycle).
+      if (set->coordinator) set->coordinator->erase(r.name);
+      auto found = set->entries.find(r.name);
+      if (found == set->entries.end()) continue;
+      Entry* e = found->second.get();
+      auto drop = [e](std::vector<Entry*>& v) { v.erase(std::remove(v.begin(), v.end(), e), v.end()); };
+      drop(set->fresh);
+      drop(set->uncached);
+      finish(*set, e, StatusCode::kMismatch,
+             PERSEUS_STR(opTypeName(e->request.op) << " '" << r.name << "' in process set "
+                         << set->id << " on rank " << topology_.rank << ": " << r.error_message));
+    }
+  }
+  responses->erase(first, responses->end());
+}
+
+}  // namespace perseus::engine
