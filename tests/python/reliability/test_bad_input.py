@@ -35,9 +35,6 @@ def test_mxnet_bad_input(tmp_path):
     _run(tmp_path, "mx_bad_input.py")
 
 
-@pytest.mark.xfail(strict=True, reason="engine: the same name submitted on different process "
-                   "sets is negotiated separately per set and waits forever (no MismatchError); "
-                   "only the stall warning reports it. See docs/RELIABILITY.md")
 def test_torch_same_name_on_different_process_sets(tmp_path):
     pytest.importorskip("torch")
     _run(tmp_path, "torch_bad_input.py", "--psmix")
