@@ -469,7 +469,7 @@ void Engine::pollGpu() {
   }
 }
 
-void Engine::stopAll(StatusCode code, const std::string& message) {
+void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank) {
   std::vector<std::unique_ptr<Entry>> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -489,7 +489,7 @@ void Engine::stopAll(StatusCode code, const std::string& message) {
     // for a peer that will never come.
     std::exception_ptr reason;
     if (code == StatusCode::kPeerLost) {
-      reason = std::make_exception_ptr(PeerLostError(-1, message));
+      reason = std::make_exception_ptr(PeerLostError(lost_rank, message));
     } else if (code == StatusCode::kTimeout) {
       reason = std::make_exception_ptr(TimeoutError(message));
     } else {
@@ -512,7 +512,13 @@ void Engine::stopAll(StatusCode code, const std::string& message) {
 
 void Engine::breakEngine(const Error& cause, const std::string& during) {
   PERSEUS_LOG(ERROR, kEngine) << "engine stopped during " << during << ": " << cause.what();
-  stopAll(cause.code(), PERSEUS_STR(cause.what() << " (during " << during << ")"));
+  int lost_rank = -1;
+  if (cause.code() == StatusCode::kPeerLost) {
+    lost_rank = static_cast<const PeerLostError&>(cause).rank();
+    // Local peers that see this rank go next then name the rank that was lost first.
+    if (arena_ != nullptr) arena_->recordLostPeer(lost_rank, cause.what());
+  }
+  stopAll(cause.code(), PERSEUS_STR(cause.what() << " (during " << during << ")"), lost_rank);
 }
 
 void Engine::shutdown() {

@@ -145,7 +145,8 @@ class Engine {
   void pollGpu();
   void prepareDevice(Entry& e);
   void breakEngine(const Error& cause, const std::string& during);
-  void stopAll(StatusCode code, const std::string& message);
+  // `lost_rank`: the global rank whose loss stops the engine (kPeerLost), else -1.
+  void stopAll(StatusCode code, const std::string& message, int lost_rank = -1);
   ProcessSet* setById(int32_t id);
   std::unique_ptr<collectives::Communicator> makeComm(const ProcessSet& set);
 

@@ -257,20 +257,17 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWithItsRank) {
             fprintf(stderr, "rank %d: after %.2f s: status %d: %s\n", r, took, s, msg.c_str());
             CHILD_CHECK(s == PERSEUS_ERR_PEER_LOST || s == PERSEUS_ERR_TIMEOUT);
             CHILD_CHECK(msg.find("'big'") != std::string::npos);
-            // The killed rank is named, unless this rank was not talking to it: then the
-            // survivor that was (and stopped because of it) is the one this rank lost.
+            // The killed rank is named, also when this rank was not talking to it and saw the
+            // other survivor go first (it publishes the rank it lost: a cascade names rank 2).
             if (s == PERSEUS_ERR_PEER_LOST) {
-              CHILD_CHECK(msg.find("rank 2 ") != std::string::npos ||
-                          msg.find("rank " + std::to_string(1 - r) + " ") != std::string::npos);
+              CHILD_CHECK(msg.find("rank 2 ") != std::string::npos);
             }
             CHILD_CHECK(took < 30);
             // Later requests fail at once with the same cause.
             perseus_handle h2;
             CHILD_CHECK(perseus_allreduce("next", &tb, &tb, PERSEUS_SUM, 1, 1, 0, &h2) == PERSEUS_OK);
             CHILD_CHECK(perseus_wait(h2, 1) == s);
-            // Stay a moment before closing the transport: a survivor that exits at once makes
-            // a slower survivor see *its* departure first (a cascade), naming the wrong rank.
-            std::this_thread::sleep_for(std::chrono::seconds(1));
+            // Exit at once: a slower survivor may see this rank go before rank 2 (the cascade).
             perseus_shutdown();
             return 0;
           }

@@ -34,6 +34,13 @@ class ShmArena {
   // process died, TimeoutError after PERSEUS_TIMEOUT, ShutDownError after abort().
   virtual void barrier(int group_id, const std::vector<int>& members) = 0;
   virtual void abort(const std::string& reason) = 0;
+  // This rank stops because global rank `lost_rank` was lost (`reason`): published where the
+  // other local ranks read it when they see this rank go, so that they name `lost_rank`, not
+  // this rank. Call before closing; a no-op where no peer could read it.
+  virtual void recordLostPeer(int lost_rank, const std::string& reason) {
+    (void)lost_rank;
+    (void)reason;
+  }
 };
 
 }  // namespace perseus::transport

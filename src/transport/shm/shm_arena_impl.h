@@ -36,6 +36,9 @@ class ShmArenaImpl : public ShmArena {
   // for the next barrier (counter ahead) still counts as arrived.
   void barrier(int group_id, const std::vector<int>& members) override;
   void abort(const std::string& reason) override;
+  void recordLostPeer(int lost_rank, const std::string& reason) override {
+    set_->recordCause(lost_rank, reason);
+  }
 
  private:
   void validateMembers(int group_id, const std::vector<int>& members) const;

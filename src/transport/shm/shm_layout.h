@@ -18,8 +18,9 @@ namespace perseus::transport::shm {
 
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
+constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared 64-bit atomics must be lock-free");
 
@@ -40,6 +41,11 @@ struct SegmentHeader {
   // anyone who makes progress possible for it bumps `doorbell` and wakes it (see ShmDoorbell).
   alignas(kCacheLine) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleepers;
+  // Why the owner stopped, when a lost peer stopped it: `cause_rank` is that peer's global
+  // rank + 1 (0: none), stored (release) after `cause`, before `closed`. Peers that see the
+  // owner go report the rank that was lost first instead of the owner (a cascade).
+  alignas(kCacheLine) std::atomic<int32_t> cause_rank;
+  char cause[kCauseBytes];
 };
 
 // One arena-barrier counter per group, written only by the owner (see ShmArenaImpl::barrier).

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "common/status.h"
@@ -115,9 +117,29 @@ bool ShmSegmentSet::peerGone(int lr, std::string* why) const {
   return false;
 }
 
+void ShmSegmentSet::recordCause(int lost_rank, const std::string& reason) const {
+  SegmentHeader* h = header(local_rank_);
+  if (lost_rank < 0 || h->cause_rank.load(std::memory_order_relaxed) != 0) return;
+  const size_t n = std::min(reason.size(), kCauseBytes - 1);
+  std::memcpy(h->cause, reason.data(), n);
+  h->cause[n] = '\0';
+  h->cause_rank.store(lost_rank + 1, std::memory_order_release);
+}
+
 void ShmSegmentSet::throwPeerLost(int lr, const std::string& why,
                                   const std::string& waiting_for) const {
   const int g = global_ranks_[lr];
+  const SegmentHeader* h = header(lr);
+  const int cause = h->cause_rank.load(std::memory_order_acquire) - 1;
+  if (cause >= 0) {
+    // A cascade: lr stopped because it lost `cause`; that is the rank to look at.
+    const std::string reason(h->cause, strnlen(h->cause, kCauseBytes));
+    throw PeerLostError(cause, PERSEUS_STR(
+        "rank " << cause << " was lost first (as rank " << g << " reported: " << reason
+                << "); rank " << g << " (local rank " << lr << " on this host) stopped because of it and "
+                << why << " while rank " << global_ranks_[local_rank_] << " was " << waiting_for
+                << "; see rank " << cause << "'s log or exit status for the cause"));
+  }
   throw PeerLostError(g, PERSEUS_STR("rank " << g << " (local rank " << lr << " on this host) "
                                              << why << " while rank " << global_ranks_[local_rank_]
                                              << " was " << waiting_for

@@ -54,7 +54,11 @@ class ShmSegmentSet {
   void notify(int lr) const;
   // True (with a reason) when local rank `lr` closed its transport or its process exited.
   bool peerGone(int lr, std::string* why) const;
-  // Throws PeerLostError naming lr's global rank; `waiting_for` says what this rank was doing.
+  // Publishes in this rank's header that it stops because global rank `lost_rank` was lost
+  // (first call wins), so that peers name that rank when they see this one go.
+  void recordCause(int lost_rank, const std::string& reason) const;
+  // Throws PeerLostError naming lr's global rank, or the rank whose loss stopped lr when lr
+  // recorded one (recordCause); `waiting_for` says what this rank was doing.
   [[noreturn]] void throwPeerLost(int lr, const std::string& why, const std::string& waiting_for) const;
 
  private:
