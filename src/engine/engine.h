@@ -15,6 +15,9 @@
 //    to set rank 0 (the coordinator, negotiation.h) only when some rank has any, and the
 //    coordinator broadcasts the new responses. Responses run through fusion (fusion.h) and
 //    the device's Executor.
+//  - New requests of the other sets also travel with the global negotiation to global rank
+//    0, whose SetConflictCheck fails a name that ranks submitted on different sets which wait
+//    for each other (set_conflict.h), on every rank, with MismatchError.
 //  - Failures: a collective or negotiation that throws PeerLostError, TimeoutError or
 //    ShutDownError breaks the engine: every pending and later request fails at once with a
 //    message naming the tensor, the op and the cause (which names the lost rank).
