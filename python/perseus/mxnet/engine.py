@@ -166,19 +166,28 @@ class EngineBridge:
         self._lock = threading.Lock()
         self._pending = {}  # id -> PendingOp; guarded by _lock
         self._async_func = _ASYNC_FUNC(self._on_start)  # kept alive for the process lifetime
+        # Arguments of every push that do not change (built once: ctypes objects are slow).
+        self._async_func_ref = self._async_func
+        self._ctx_ref = ctypes.byref(self._ctx)
+        self._prop_ref = ctypes.byref(self._prop)
+        self._complete_fns = {}  # MXNet on_complete function pointer -> ctypes wrapper
 
     # -- pushing (framework thread) --------------------------------------------------------
     def push(self, start, inputs, outputs, priority=0, name="perseus", after=()):
         """``after``: more arrays the op writes in the engine's eyes only (not passed to
         ``start``), to serialise it after earlier ops on them."""
         inputs, outputs = list(inputs), list(outputs)
-        out_handles = {o.handle.value for o in outputs}
-        mutable = outputs + [a for a in after if a.handle.value not in out_handles]
-        out_handles = {o.handle.value for o in mutable}
+        if after:
+            out_handles = {o.handle.value for o in outputs}
+            mutable = outputs + [a for a in after if a.handle.value not in out_handles]
+        else:
+            mutable = outputs
+        seen = {o.handle.value for o in mutable}
         const = []
         for a in inputs:  # the engine must not see one var twice (CheckDuplicate is fatal)
-            if a.handle.value not in out_handles and all(a.handle.value != c.handle.value
-                                                         for c in const):
+            h = a.handle.value
+            if h not in seen:
+                seen.add(h)
                 const.append(a)
         op = PendingOp(name, inputs, outputs, start)
         if not self.use_engine:
@@ -188,11 +197,10 @@ class EngineBridge:
         with self._lock:
             self._pending[op_id] = op
         check_call(_LIB.MXEnginePushAsyncND(
-            self._async_func, ctypes.c_void_p(op_id), None, ctypes.byref(self._ctx),
-            c_handle_array(const) if const else None, ctypes.c_int(len(const)),
-            c_handle_array(mutable) if mutable else None, ctypes.c_int(len(mutable)),
-            ctypes.byref(self._prop), ctypes.c_int(int(priority)),
-            ctypes.c_char_p(("perseus:" + str(name)).encode()), ctypes.c_bool(False)))
+            self._async_func_ref, ctypes.c_void_p(op_id), None, self._ctx_ref,
+            c_handle_array(const) if const else None, len(const),
+            c_handle_array(mutable) if mutable else None, len(mutable),
+            self._prop_ref, int(priority), ("perseus:" + str(name)).encode(), False))
         if self.naive:  # NaiveEngine ran it inline and dropped the error: raise it here
             op.wait()
         return op
@@ -248,7 +256,9 @@ class EngineBridge:
     def _complete(self, op, err):
         cb = op._callback
         op._callback = None
-        fn = _MX_COMPLETE(cb.callback)
+        fn = self._complete_fns.get(cb.callback)
+        if fn is None:  # MXNet passes one function for every op: build its wrapper once
+            fn = self._complete_fns[cb.callback] = _MX_COMPLETE(cb.callback)
         if err is None or _RT_CTOR is None:
             fn(cb.engine, cb.param, None)
             return
