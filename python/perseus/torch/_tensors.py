@@ -6,7 +6,6 @@ contiguous first (a copy; in-place ops copy the result back). Library-owned outp
 memory and keep its handle alive."""
 
 import itertools
-import threading
 
 import torch
 from torch.utils import dlpack as _dlpack
@@ -77,7 +76,8 @@ class Pending:
         self.device_tensor = device_tensor
 
 
-_lock = threading.Lock()
+# No lock: next() on itertools.count and single dict operations are atomic under the GIL,
+# and these sit on every collective's path.
 _pending = {}
 _ids = itertools.count(1)
 
@@ -85,22 +85,19 @@ _ids = itertools.count(1)
 def register(core_handle, finish, tensor):
     """Stores a submitted op and returns the integer handle the user sees (Horovod style)."""
     handle = next(_ids)
-    with _lock:
-        _pending[handle] = Pending(core_handle, finish, tensor)
+    _pending[handle] = Pending(core_handle, finish, tensor)
     return handle
 
 
 def lookup(handle):
-    with _lock:
-        p = _pending.get(handle)
+    p = _pending.get(handle)
     if p is None:
         raise InvalidArgumentError("handle %r is unknown or was already synchronized" % (handle,))
     return p
 
 
 def take(handle):
-    with _lock:
-        p = _pending.pop(handle, None)
+    p = _pending.pop(handle, None)
     if p is None:
         raise InvalidArgumentError("handle %r is unknown or was already synchronized" % (handle,))
     return p
