@@ -8,7 +8,9 @@
 
 #define PERSEUS_KERNEL_OPTIMIZE _Pragma("GCC optimize(\"O3\", \"vect-cost-model=dynamic\")")
 
-#if defined(__x86_64__) && !defined(__clang__)
+// Not under ThreadSanitizer: ifunc resolvers run during relocation, before the TSan runtime is
+// up, and their instrumented code crashes the process at load time.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define PERSEUS_SIMD_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
