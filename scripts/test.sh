@@ -12,11 +12,11 @@ quick=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
-build_and_test() {  # dir, extra cmake args...; $TEST_PREFIX runs before ctest
+build_and_test() {  # dir, extra cmake args...; $CTEST_ARGS are passed to ctest
   local dir=$1; shift
   cmake -S "$ROOT" -B "$dir" -G Ninja -DPERSEUS_WITH_CUDA=AUTO "$@" >/dev/null
   ninja -C "$dir" -j "$JOBS"
-  (cd "$dir" && ${TEST_PREFIX:-} ctest --output-on-failure -j 1 --timeout 180)
+  (cd "$dir" && ctest --output-on-failure -j 1 --timeout 180 ${CTEST_ARGS:-})
 }
 
 section "C++ build and tests"
@@ -27,7 +27,10 @@ if [ $quick = 0 ]; then
   ASAN_OPTIONS=detect_leaks=1 build_and_test build/asan -DCMAKE_BUILD_TYPE=Debug \
     -DPERSEUS_SANITIZE=address,undefined -DPERSEUS_WITH_CUDA=OFF -DPERSEUS_BUILD_BENCH=OFF
   section "C++ tests under ThreadSanitizer"
-  TSAN_OPTIONS="halt_on_error=1" build_and_test build/tsan \
+  # ThreadSanitizer cannot follow a process that forks after it has started threads, nor
+  # Open MPI's runtime: those tests (the C API's forked ranks, mpirun) run in the two builds
+  # above and are left out here.
+  TSAN_OPTIONS="halt_on_error=1" CTEST_ARGS="-E ^(CapiTest|TransportMpi)\\." build_and_test build/tsan \
     -DCMAKE_BUILD_TYPE=Debug -DPERSEUS_SANITIZE=thread -DPERSEUS_WITH_CUDA=OFF -DPERSEUS_BUILD_BENCH=OFF
 fi
 
