@@ -54,16 +54,16 @@ class Job:
 
     def wait(self):
         while True:
-            running = False
-            for p in self.procs:
-                code = p.poll()
-                if code is None:
-                    running = True
-                elif code != 0 and self.failed is None:
-                    self.failed = p
-                    self.stop()
-                    return
-            if not running:
+            codes = [(p, p.poll()) for p in self.procs]
+            failed = [(p, code) for p, code in codes if code not in (None, 0)]
+            if failed:
+                # Ranks that saw a peer die exit soon after it; within one poll round the one
+                # killed by a signal is the cause, so it is the one to name.
+                by_signal = [p for p, code in failed if code < 0]
+                self.failed = by_signal[0] if by_signal else failed[0][0]
+                self.stop()
+                return
+            if all(code is not None for _, code in codes):
                 return
             time.sleep(0.05)
 

@@ -45,6 +45,14 @@ def allreduce_checked(core, name, n):
         raise AssertionError("%s: wrong sum %s, expected %s" % (name, a[:4], total))
 
 
+def time_is_up(core, deadline, i):
+    """Whether any rank's deadline passed, agreed by all: each rank deciding alone would leave
+    one rank in an extra collective that the others never submit (a genuine stall)."""
+    flag = np.array([1.0 if time.time() >= deadline else 0.0], dtype=np.float32)
+    core.allreduce("stop.%d" % i, flag, None, 3).wait()  # 3: MAX
+    return flag[0] > 0
+
+
 def broadcast_checked(core, name, n, root):
     a = np.full(n, rc.RANK, dtype=np.float32)
     core.broadcast(name, a, None, root).wait()
@@ -89,7 +97,7 @@ def kill_mode(core, args, res):
             "allgather": lambda i: allgather_checked(core, "ag.%d" % i, args.elements)}[args.phase]
     deadline = time.time() + args.seconds
     i = 0
-    while time.time() < deadline:
+    while not time_is_up(core, deadline, i):
         step(i)
         i += 1
 
@@ -101,7 +109,7 @@ def loop_mode(core, args, res):
             f.write(os.environ["PERSEUS_SECRET"])
     deadline = time.time() + args.seconds
     i = 0
-    while time.time() < deadline:
+    while not time_is_up(core, deadline, i):
         allreduce_checked(core, "loop.%d" % i, args.elements)
         i += 1
         if i == 2:
