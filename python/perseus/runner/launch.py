@@ -10,11 +10,14 @@ from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner import info
 from perseus.runner.args import parse_args
-from perseus.runner.process import LaunchedProcess, OutputSink, describe_exit, exit_status
+from perseus.runner.process import (LaunchedProcess, OutputSink, describe_exit, exit_status,
+                                    killed_by_signal)
 from perseus.runner.remote import env_block, mpirun_argv, ssh_argv
 
 # Seconds between SIGTERM and SIGKILL when stopping the job.
 KILL_GRACE_S = 3.0
+# How long a first failure waits for the exits that may explain it (see Job._root_cause).
+FAILURE_SETTLE_S = 1.0
 _SHM_DIR = "/dev/shm"
 
 
@@ -57,15 +60,26 @@ class Job:
             codes = [(p, p.poll()) for p in self.procs]
             failed = [(p, code) for p, code in codes if code not in (None, 0)]
             if failed:
-                # Ranks that saw a peer die exit soon after it; within one poll round the one
-                # killed by a signal is the cause, so it is the one to name.
-                by_signal = [p for p, code in failed if code < 0]
-                self.failed = by_signal[0] if by_signal else failed[0][0]
+                self.failed = self._root_cause(failed)
                 self.stop()
                 return
             if all(code is not None for _, code in codes):
                 return
             time.sleep(0.05)
+
+    def _root_cause(self, failed):
+        """Survivors that saw a peer die exit right after it, sometimes before the dead rank's
+        own exit reaches us (a remote rank's comes back through ssh). Wait a moment for the
+        others, then name a rank killed by a signal (locally, or 128+N relayed by ssh) first."""
+        deadline = time.monotonic() + FAILURE_SETTLE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            failed += [(p, p.poll()) for p in self.procs
+                       if p.poll() not in (None, 0) and all(p is not q for q, _ in failed)]
+            if any(killed_by_signal(code) for _, code in failed):
+                break
+        by_signal = [p for p, code in failed if killed_by_signal(code)]
+        return by_signal[0] if by_signal else failed[0][0]
 
     def stop(self, first_signal=signal.SIGTERM):
         alive = [p for p in self.procs if p.poll() is None]

@@ -117,14 +117,26 @@ class LaunchedProcess:
             t.join(timeout)
 
 
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
+
+
+def killed_by_signal(code):
+    """True for a Popen returncode of a local rank killed by a signal (< 0), or a remote one
+    whose shell reported 128+N through ssh."""
+    return code is not None and (code < 0 or 128 < code < 128 + 65)
+
+
 def describe_exit(code):
     """'exited with code 3' / 'was killed by signal 9 (SIGKILL)' for a Popen returncode."""
     if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = "unknown"
-        return "was killed by signal %d (%s)" % (-code, name)
+        return "was killed by signal %d (%s)" % (-code, _signal_name(-code))
+    if killed_by_signal(code):
+        return "was killed by signal %d (%s; exit code %d through ssh)" % (
+            code - 128, _signal_name(code - 128), code)
     return "exited with code %s" % code
 
 
