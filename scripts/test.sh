@@ -35,8 +35,8 @@ if [ $quick = 0 ]; then
 fi
 
 if [ $quick = 0 ]; then
-  section "Fuzzing every network decoder (${FUZZ_SECONDS:-30} s each)"
-  scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+  section "Fuzzing every network decoder (${FUZZ_SECONDS:-60} s each)"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 fi
 
 section "Python package and tests"
