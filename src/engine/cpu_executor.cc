@@ -53,18 +53,6 @@ void copyScaled(void* dst, const void* src, size_t count, DataType t, double fac
   }
 }
 
-struct Reduction {
-  ReduceOp op;
-  double prescale, postscale;
-};
-Reduction reductionOf(const Response& r, int size) {
-  Reduction red{r.reduce_op, r.prescale, r.postscale};
-  if (red.op == ReduceOp::kAverage) {
-    red.op = ReduceOp::kSum;
-    red.postscale /= size;
-  }
-  return red;
-}
 
 OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
   auto& outs = e->handle->outputs();
@@ -73,7 +61,6 @@ OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
 }
 
 // Block r of a first dimension of `rows` split over `size` ranks (first rows % size get +1).
-int64_t blockRows(int64_t rows, int size, int r) { return rows / size + (r < rows % size ? 1 : 0); }
 
 class CpuExecutor final : public Executor {
  public:

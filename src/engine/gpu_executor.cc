@@ -17,20 +17,7 @@
 namespace perseus::engine {
 namespace {
 
-int64_t blockRows(int64_t rows, int size, int r) { return rows / size + (r < rows % size ? 1 : 0); }
 
-struct Reduction {
-  ReduceOp op;
-  double prescale, postscale;
-};
-Reduction reductionOf(const Response& r, int size) {
-  Reduction red{r.reduce_op, r.prescale, r.postscale};
-  if (red.op == ReduceOp::kAverage) {
-    red.op = ReduceOp::kSum;
-    red.postscale /= size;
-  }
-  return red;
-}
 
 class GpuExecutor final : public Executor {
  public:
