@@ -7,8 +7,8 @@
 // rank r reduces sub-block r across every slot and pushes the result into every slot;
 // barrier; each rank copies the whole result out of its own slot. Two barriers.
 //
-// Large (pipelined): the vector is processed in segments of at most kMaxSegmentBytes, so the
-// working set stays in L2 whatever the vector size. Slot buffers k % 3 hold segment k. Per
+// Large (pipelined): the vector is processed in segments of at most 256 KiB per thread
+// (Note [Reduce threads]), so the working set stays in L2 whatever the vector size. Slot buffers k % 3 hold segment k. Per
 // segment, sub-block q belongs to rank q:
 //   copy-in   rank r copies the sub-blocks q != r of its input segment into its buffer (its
 //             own sub-block is never staged: only r reads it, straight from the input);
@@ -26,6 +26,20 @@
 // 2.5 when every byte is staged, reduced from the slots and copied out. Peers' slots are only
 // touched between barriers, as Note [Arena slot discipline] (arena_view.h) requires.
 //
+// Note [Reduce threads]
+// One core's copy bandwidth bounds the pipelined scheme, so on hosts with cores to spare each
+// rank splits every step among T threads (PERSEUS_REDUCE_THREADS; auto = the process's CPUs
+// over the host's ranks, at most 8; reduce_threads.h): a step -- pull segment k-1, reduce
+// segment k, stage segment k+1 -- is one fork-join on the process's WorkerPool, and part t
+// does piece t of every sub-block in each of the three. The segment grows to T x 256 KiB, so
+// each thread's share stays L2-sized and the fork-join (~1-2 µs) stays small against it; T
+// drops when the slot's three buffers or the message cannot give every thread 64 KiB. Only
+// the calling thread passes barriers, and parts run strictly between two barriers, so the
+// slot discipline is unchanged; every element is still reduced by one rank, in rank order,
+// whatever thread does it, so all ranks still get the same bits. Workers fence their
+// non-temporal stores before they report done. T = 1 runs everything on the caller, exactly
+// the single-threaded scheme.
+//
 // Note [One-barrier small allreduce]
 // Rank r writes its input into its line (group, seq % 2) with the sequence number seq (its
 // count of tiny allreduces on this group), passes one barrier, and then every rank reads
@@ -40,15 +54,15 @@
 #include "collectives/arena_view.h"
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
+#include "collectives/reduce_threads.h"
 #include "collectives/registry.h"
+#include "common/worker_pool.h"
 #include "kernels/reduce.h"
+#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives {
 namespace {
 
-// Segments larger than this gain nothing (the per-segment barrier is ~0.1 µs) and start to
-// spill L2; smaller ones keep each rank's sub-block hot.
-constexpr size_t kMaxSegmentBytes = 256 * 1024;
 // Outputs beyond this no longer fit the 32 MiB L3 next to the inputs: stream them out.
 constexpr size_t kStreamingOutputBytes = 16u << 20;
 // Up to this size the single-segment scheme (two barriers, results pushed) runs.
@@ -70,7 +84,7 @@ bool supports(const Communicator& comm, const CollectiveArgs& args) {
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   if (isTiny(comm, args)) return cost::kBarrierUs;
   size_t bytes = args.totalBytes();
-  size_t seg = std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 3, kMaxSegmentBytes);
+  size_t seg = detail::segmentBytes(1, detail::ArenaView::dataBytesOf(*comm.arena()) / 3);
   double segments = static_cast<double>((bytes + seg - 1) / seg);
   return (segments + 2) * cost::kBarrierUs + 2.5 * bytes * cost::kArenaUsPerByte;
 }
@@ -142,12 +156,23 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
   }
 }
 
-void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** srcs) {
+// Threads this rank uses for a pipelined allreduce of `bytes` (Note [Reduce threads]).
+int threadsFor(const Communicator& comm, size_t bytes, size_t buffer) {
+  if (comm.size() > kStackRanks) return 1;  // the parts keep their pointer arrays on the stack
+  static const int cpus = transport::shm::usableCpus();
+  const int requested = detail::requestedReduceThreads(comm.params().reduce_threads, cpus,
+                                                       comm.arena()->localSize());
+  return detail::effectiveReduceThreads(requested, bytes, buffer);
+}
+
+void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** big_srcs,
+                  unsigned char** big_slots) {
   detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
   const size_t esize = args.elementSize();
   const size_t third = (view.dataBytes() / 3) & ~size_t{63};
-  const size_t seg = std::min(third, kMaxSegmentBytes) / esize;
+  const int threads = threadsFor(comm, args.totalBytes(), third);
+  const size_t seg = detail::segmentBytes(threads, third) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
   const auto* in = detail::bytePtr(args.in);
@@ -155,40 +180,65 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** s
   const size_t align = std::max<size_t>(1, 64 / esize);
   auto buf = [&](int q, size_t k) { return view.data(q) + (k % 3) * third; };
   auto segLen = [&](size_t k) { return std::min(seg, args.count - k * seg); };
-  auto copyIn = [&](size_t k) {
+  // Part t's piece of sub-block q of segment k: byte offset in the segment, byte length.
+  auto piece = [&](const detail::Blocks& blocks, int q, int t) {
+    detail::Blocks pieces(blocks.size(q), threads, align);
+    return std::make_pair((blocks.begin(q) + pieces.begin(t)) * esize, pieces.size(t) * esize);
+  };
+  auto copyOut = [&](unsigned char* dst, const unsigned char* src, size_t len) {
+    if (streaming) kernels::copyNonTemporal(dst, src, len);
+    else std::memcpy(dst, src, len);
+  };
+  auto copyIn = [&](size_t k, int t) {
     detail::Blocks blocks(segLen(k), p, align);
     const unsigned char* src = in + k * seg * esize;
     for (int q = 0; q < p; ++q) {
-      const size_t qoff = blocks.begin(q) * esize, qlen = blocks.size(q) * esize;
-      if (q != r && qlen > 0) std::memcpy(buf(r, k) + qoff, src + qoff, qlen);
+      auto [off, len] = piece(blocks, q, t);
+      if (q != r && len > 0) std::memcpy(buf(r, k) + off, src + off, len);
     }
   };
-  unsigned char* stack_slots[kStackRanks];
-  std::vector<unsigned char*> heap_slots(p > kStackRanks ? p : 0);
-  unsigned char** slots = p > kStackRanks ? heap_slots.data() : stack_slots;
-
-  copyIn(0);
-  view.barrier();
-  for (size_t k = 0; k < nseg; ++k) {
+  auto reduce = [&](size_t k, int t) {
+    detail::Blocks blocks(segLen(k), p, align);
+    auto [off, len] = piece(blocks, r, t);
+    if (len == 0) return;
+    const void* stack_srcs[kStackRanks];
+    unsigned char* stack_slots[kStackRanks];
+    const void** srcs = p > kStackRanks ? big_srcs : stack_srcs;  // then threads == 1
+    unsigned char** slots = p > kStackRanks ? big_slots : stack_slots;
+    const size_t base = k * seg * esize;
+    for (int q = 0; q < p; ++q) slots[q] = buf(q, k) + off;
+    reduceOwnBlock(args, p, r, in + base + off, slots, out + base + off, len / esize, streaming,
+                   srcs);
+  };
+  auto pull = [&](size_t k, int t) {
     detail::Blocks blocks(segLen(k), p, align);
     const size_t base = k * seg * esize;
-    const size_t off = blocks.begin(r) * esize, len = blocks.size(r);
-    if (len > 0) {
-      for (int q = 0; q < p; ++q) slots[q] = buf(q, k) + off;
-      reduceOwnBlock(args, p, r, in + base + off, slots, out + base + off, len, streaming, srcs);
-    }
-    if (k + 1 < nseg) copyIn(k + 1);
-    view.barrier();
     for (int i = 1; i < p; ++i) {
       const int q = (r + i) % p;  // start with different peers so no slot is read by all
-      const size_t qoff = blocks.begin(q) * esize, qlen = blocks.size(q) * esize;
-      if (qlen == 0) continue;
-      if (streaming) kernels::copyNonTemporal(out + base + qoff, buf(q, k) + qoff, qlen);
-      else std::memcpy(out + base + qoff, buf(q, k) + qoff, qlen);
+      auto [off, len] = piece(blocks, q, t);
+      if (len > 0) copyOut(out + base + off, buf(q, k) + off, len);
     }
-  }
-  if (streaming) kernels::nonTemporalFence();
+  };
+  WorkerPool& pool = WorkerPool::instance();
+  const int64_t spin_us = comm.params().spin_us;
+
+  auto first = [&](int t) { copyIn(0, t); };
+  pool.run(threads, first, spin_us);
   view.barrier();
+  // Step k: pull segment k-1, reduce segment k, stage segment k+1; then a barrier. The three
+  // touch different buffers (k-1, k, k+1 mod 3), so parts may interleave them freely.
+  for (size_t k = 0; k <= nseg; ++k) {
+    auto step = [&](int t) {
+      if (k > 0) pull(k - 1, t);
+      if (k < nseg) reduce(k, t);
+      if (k + 1 < nseg) copyIn(k + 1, t);
+      // A worker's streamed stores must be visible before it reports the part done.
+      if (streaming && t > 0) kernels::nonTemporalFence();
+    };
+    pool.run(threads, step, spin_us);
+    if (k == nseg && streaming) kernels::nonTemporalFence();
+    view.barrier();
+  }
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {
@@ -202,7 +252,9 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   } else if (bytes <= std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 2, kOneSegmentBytes)) {
     runOneSegment(comm, args, srcs);
   } else {
-    runPipelined(comm, args, srcs);
+    unsigned char* stack_slots[kStackRanks];
+    std::vector<unsigned char*> heap_slots(p > kStackRanks ? p : 0);
+    runPipelined(comm, args, srcs, p > kStackRanks ? heap_slots.data() : stack_slots);
   }
 }
 
