@@ -1,0 +1,151 @@
+// The shared-memory allreduce with several threads per rank (Note [Reduce threads],
+// allreduce_shm.cc): the thread policy, and every dtype x op with PERSEUS_REDUCE_THREADS = 1,
+// 2, 3 for 2 and 3 ranks (as threads), odd counts over several segments, in and out of place,
+// bit for bit against the reference.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "collectives/collectives.h"
+#include "collectives/reduce_threads.h"
+#include "collectives/registry.h"
+#include "common/status.h"
+#include "common/worker_pool.h"
+#include "support/inproc_values.h"
+#include "support/inproc_world.h"
+
+namespace perseus::collectives {
+namespace {
+
+using testing::Bytes;
+
+TEST(ReduceThreads, AutoSplitsTheCpusAmongTheLocalRanks) {
+  EXPECT_EQ(detail::requestedReduceThreads(0, 2, 2), 1);   // this VM: unchanged
+  EXPECT_EQ(detail::requestedReduceThreads(0, 1, 3), 1);
+  EXPECT_EQ(detail::requestedReduceThreads(0, 16, 2), 8);  // the GPU host: 8 per rank
+  EXPECT_EQ(detail::requestedReduceThreads(0, 12, 4), 3);
+  EXPECT_EQ(detail::requestedReduceThreads(0, 192, 2), detail::kAutoMaxReduceThreads);
+  EXPECT_EQ(detail::requestedReduceThreads(3, 2, 2), 3);  // forced
+}
+
+TEST(ReduceThreads, FewerThreadsWhenTheBufferOrMessageIsSmall) {
+  const size_t kib = 1024;
+  // The default 1 MiB slot: buffers of ~338 KiB give at most 5 shares of 64 KiB.
+  EXPECT_EQ(detail::effectiveReduceThreads(8, 64u << 20, 338 * kib), 5);
+  EXPECT_EQ(detail::effectiveReduceThreads(8, 64u << 20, 2048 * kib), 8);
+  EXPECT_EQ(detail::effectiveReduceThreads(8, 100 * kib, 2048 * kib), 1);
+  EXPECT_EQ(detail::effectiveReduceThreads(8, 200 * kib, 2048 * kib), 3);
+  EXPECT_EQ(detail::effectiveReduceThreads(1, 64u << 20, 2048 * kib), 1);
+  EXPECT_EQ(detail::segmentBytes(1, 338 * kib), 256 * kib);  // the single-thread segment
+  EXPECT_EQ(detail::segmentBytes(4, 2048 * kib), 1024 * kib);
+  EXPECT_EQ(detail::segmentBytes(5, 338 * kib), 338 * kib);
+  EXPECT_EQ(Params::fromEnvironment([](const char*) { return nullptr; }).reduce_threads, 0);
+  auto with = [](const char* value) {
+    return Params::fromEnvironment([value](const char* name) {
+      return std::string(name) == "PERSEUS_REDUCE_THREADS" ? value : nullptr;
+    });
+  };
+  EXPECT_EQ(with("4").reduce_threads, 4);
+  EXPECT_THROW(with("-1"), InvalidArgumentError);
+  EXPECT_THROW(with("many"), InvalidArgumentError);
+}
+
+constexpr DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                               DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                               DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+
+// 640 KiB slots: three buffers of ~210 KiB, enough for 3 threads of 64 KiB each, so the
+// vectors below run 3 segments or more with 3 threads.
+constexpr size_t kSlotBytes = 640 * 1024;
+// Odd element counts of about 450 KiB for every element size.
+size_t countFor(DataType t) { return (450 * 1024) / dataTypeSize(t) + 7; }
+
+class ShmThreads : public ::testing::TestWithParam<std::tuple<int, int>> {
+ protected:
+  // References are the same for every thread count: computed once per world size.
+  static const Bytes& reference(int size, DataType t, ReduceOp op) {
+    static std::map<std::tuple<int, DataType, ReduceOp>, Bytes> cache;
+    auto key = std::make_tuple(size, t, op);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      it = cache.emplace(key, testing::referenceReduce(size, countFor(t), t, op)).first;
+    }
+    return it->second;
+  }
+};
+
+TEST_P(ShmThreads, EveryTypeAndOpMatchesTheReference) {
+  auto [size, threads] = GetParam();
+  testing::InProcWorldOptions o;
+  o.size = size;
+  o.slot_bytes = kSlotBytes;
+  o.params.reduce_threads = threads;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kOps) reference(size, t, op);  // before the ranks start: no locking
+  }
+  testing::InProcWorld world(o);
+  world.runOk([&](int rank) {
+    auto comm = world.makeWorldComm(rank);
+    for (DataType t : kTypes) {
+      for (ReduceOp op : kOps) {
+        const size_t count = countFor(t);
+        const bool in_place = (static_cast<int>(t) + static_cast<int>(op)) % 2 == 0;
+        Bytes in = testing::testVector(rank, count, t), out(in.size(), 0xEE);
+        CollectiveArgs args;
+        args.kind = Collective::kAllreduce;
+        args.in = in.data();
+        args.out = in_place ? in.data() : out.data();
+        args.count = count;
+        args.dtype = t;
+        args.op = op;
+        runCollective(*comm, args, "shm");
+        long bad = testing::firstDifference(in_place ? in : out, reference(size, t, op), t);
+        if (bad >= 0) {
+          throw std::runtime_error(PERSEUS_STR(threads << " threads, " << dataTypeName(t) << " "
+                                               << reduceOpName(op) << " count " << count
+                                               << (in_place ? " in place" : "")
+                                               << ": first wrong element " << bad));
+        }
+      }
+    }
+  });
+  if (threads > 1) {
+    EXPECT_GE(WorkerPool::instance().workers(), threads - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndThreads, ShmThreads,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(1, 2, 3)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "_ranks_" +
+                                  std::to_string(std::get<1>(info.param)) + "_threads";
+                         });
+
+// Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
+TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
+  testing::InProcWorldOptions o;
+  o.size = 2;
+  o.slot_bytes = kSlotBytes;
+  o.params.reduce_threads = 2;
+  const size_t count = (size_t{16} << 20) / 4 + 3;
+  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, 5);
+  testing::InProcWorld world(o);
+  world.runOk([&](int rank) {
+    auto comm = world.makeWorldComm(rank);
+    Bytes in = testing::testVector(rank, count, DataType::kFloat32, 5), out(in.size());
+    CollectiveArgs args;
+    args.kind = Collective::kAllreduce;
+    args.in = in.data();
+    args.out = out.data();
+    args.count = count;
+    args.dtype = DataType::kFloat32;
+    runCollective(*comm, args, "shm");
+    if (out != expected) throw std::runtime_error("wrong 16 MiB + 12 B float32 sum");
+  });
+}
+
+}  // namespace
+}  // namespace perseus::collectives
