@@ -19,9 +19,10 @@
 #   (a)  C++ GPU tests: gpu_kernels, gpu_nccl (world 1), gpu_host_staged, engine_gpu_routing,
 #        gpu_fusion_plan, gpu_fusion_bandwidth, gpu_no_driver (skips on a GPU).
 #   (b)  bench/gpu/allreduce_world1.py: perseus.torch vs torch.distributed NCCL, world size 1,
-#        4 B / 1 MiB / 256 MiB, medians.
+#        4 B / 1 MiB / 256 MiB, medians; then the phases of one 4-byte call (b_w1_split).
 #   (c)  perseusrun -np 2 bench/gpu/staged_two_ranks.py: 2 ranks on GPU 0 (host-staged path),
-#        results checked, 4 B and 64 MiB.
+#        results checked, 4 B and 64 MiB, then the split at 64 MiB (D2H, CPU allreduce, H2D,
+#        total); twice: PERSEUS_REDUCE_THREADS=1 and =0 (auto).
 #   (d)  bench/gpu/sync_bn.py: SyncBatchNorm fwd+bwd vs BatchNorm2d, 32x256x56x56, 1 rank.
 #   (e)  only with >= 2 GPUs: perseusrun -np 2 bench/gpu/two_gpu.py check (5 ops x 4 dtypes +
 #        a process set), then ... bench (busbw vs torch NCCL, 1 MiB..1 GiB, 4 B latency),
@@ -146,7 +147,11 @@ done
 gpu_or_dry() { [ $MODE = dry ] || [ "$NGPU" -ge "$1" ]; }
 if gpu_or_dry 1; then
   run_step "b allreduce world1 vs torch nccl" 45 python3 bench/gpu/allreduce_world1.py "${CPU[@]}"
-  run_step "c 2 ranks 1 GPU host-staged" 45 "${RUN[@]}" python3 bench/gpu/staged_two_ranks.py "${CPU[@]}"
+  # Once with one reduction thread per rank and once with auto (CPUs / local ranks, <= 8).
+  for rt in 1 0; do
+    run_step "c 2 ranks 1 GPU host-staged REDUCE_THREADS=$rt" 45 \
+      env PERSEUS_REDUCE_THREADS=$rt "${RUN[@]}" python3 bench/gpu/staged_two_ranks.py "${CPU[@]}"
+  done
   run_step "d sync_bn 1 rank" 35 python3 bench/gpu/sync_bn.py "${CPU[@]}"
 else
   for s in "b allreduce world1" "c 2 ranks 1 GPU" "d sync_bn"; do step_line "$s skipped: no GPU"; done

@@ -1,11 +1,53 @@
 """Step (c): 2 ranks on ONE GPU through perseusrun: the GPU backend sees two members on the
 same device (NCCL refuses that) and takes the host-staged path. Results are checked against
-the sum each rank can recompute from both ranks' seeds."""
+the sum each rank can recompute from both ranks' seeds.
+
+Then the split of the staged allreduce at the largest size (`c_staged_split`), each part timed
+alone with both ranks doing it at the same time: the device-to-host copy into pinned memory,
+the CPU allreduce of the same bytes through perseus (the shared-memory collective the staged
+path rides on), the host-to-device copy, and the staged allreduce itself. The pipeline
+overlaps the copies with the reduction, so total < d2h + cpu + h2d when it works
+(`overlap` = (d2h + cpu + h2d) / total). scripts/device_check.sh runs this with
+PERSEUS_REDUCE_THREADS=1 and =0 (auto), printed as `reduce_threads`."""
+
+import os
+import statistics
+import time
 
 import torch
 
 import common
 import perseus.torch as hvd
+
+
+def both_ranks_us(fn, dev, reps):
+    """Median microseconds of fn() + device sync, both ranks starting together (a barrier
+    before each timed call, outside the timing)."""
+    ts = []
+    for i in range(reps + 2):
+        hvd.barrier()
+        t0 = time.perf_counter()
+        fn()
+        common.sync(dev)
+        if i >= 2:
+            ts.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(ts)
+
+
+def split(x, dev, nbytes, reps):
+    pin = dev.type == "cuda"
+    host = torch.empty(x.numel(), dtype=x.dtype, pin_memory=pin)
+    host.copy_(x)
+    cpu_t = host.clone()
+    d2h = both_ranks_us(lambda: host.copy_(x, non_blocking=True), dev, reps)
+    h2d = both_ranks_us(lambda: x.copy_(host, non_blocking=True), dev, reps)
+    cpu = both_ranks_us(lambda: hvd.allreduce_(cpu_t, op=hvd.Sum, name="staged.cpu"), dev, reps)
+    total = both_ranks_us(lambda: hvd.allreduce_(x, op=hvd.Sum, name="staged.split"), dev, reps)
+    gb = lambda us: nbytes / us / 1e3  # noqa: E731
+    return dict(bytes=nbytes, reduce_threads=os.environ.get("PERSEUS_REDUCE_THREADS", "unset"),
+                d2h_us=d2h, cpu_allreduce_us=cpu, h2d_us=h2d, total_us=total,
+                d2h_GBps=gb(d2h), cpu_GBps=gb(cpu), h2d_GBps=gb(h2d), total_GBps=gb(total),
+                overlap=(d2h + cpu + h2d) / total)
 
 
 def main():
@@ -16,6 +58,7 @@ def main():
         torch.cuda.set_device(dev)
     rank, size = hvd.rank(), hvd.size()
     sizes = [4, 1 << 20] if args.cpu else [4, 64 << 20]
+    threads = os.environ.get("PERSEUS_REDUCE_THREADS", "unset")
     for nbytes in sizes:
         n = nbytes // 4
         gens = [torch.Generator().manual_seed(1000 * r + nbytes % 997) for r in range(size)]
@@ -32,8 +75,11 @@ def main():
                               dev, reps)
         busbw = 2.0 * (size - 1) / size * nbytes / (us * 1e-6) / 1e9
         if rank == 0:
-            common.result("c_staged_2ranks_1gpu", bytes=nbytes, median_us=us, busbw_GBps=busbw,
-                          ok=1)
+            common.result("c_staged_2ranks_1gpu", bytes=nbytes, reduce_threads=threads,
+                          median_us=us, busbw_GBps=busbw, ok=1)
+    kv = split(x, dev, sizes[-1], 5 if args.cpu else 10)
+    if rank == 0:
+        common.result("c_staged_split", **kv)
     hvd.shutdown()
 
 

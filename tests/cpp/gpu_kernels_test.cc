@@ -43,6 +43,31 @@ std::vector<float> randomFloats(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// Every tuning the bandwidth test may pick: unroll x grid policy (x wide fp16 loads), and the
+// driver's copies (which apply to plain copies only; the rest run the kernel).
+std::vector<CopyTuning> allTunings(bool wide_too) {
+  std::vector<CopyTuning> out;
+  for (bool wide : {false, true}) {
+    if (wide && !wide_too) continue;
+    for (int u : {4, 8}) {
+      for (auto g : {CopyTuning::Grid::kResident, CopyTuning::Grid::kBalanced,
+                     CopyTuning::Grid::kPerTile}) {
+        CopyTuning t;
+        t.unroll = u;
+        t.grid = g;
+        t.wide_half_loads = wide;
+        out.push_back(t);
+      }
+    }
+  }
+  for (auto d : {CopyTuning::Driver::kMemcpyEach, CopyTuning::Driver::kMemcpyBatch}) {
+    CopyTuning t;
+    t.driver = d;
+    out.push_back(t);
+  }
+  return out;
+}
+
 TEST(GpuFusionKernel, ExactCopyOfRaggedMisalignedTensors) {
   REQUIRE_GPU();
   std::mt19937 rng(1);
@@ -61,22 +86,25 @@ TEST(GpuFusionKernel, ExactCopyOfRaggedMisalignedTensors) {
   CK(cudaMemcpy(src.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   std::vector<CopyEntry> entries;
   for (int i = 0; i < n; ++i) entries.push_back({src.at(src_off[i]), dst.at(dst_off[i]), counts[i], i});
-  for (int unroll : {4, 8}) {
+  cudaStream_t stream = nullptr;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const CopyTuning& t : allTunings(false)) {
     for (double scale : {1.0, 0.5}) {
       CK(cudaMemset(dst.p, 0xFF, host.size() * 4));  // poison: NaN patterns
-      batchedCopyUnrolled(entries.data(), n, DataType::kFloat32, DataType::kFloat32, scale, nullptr,
-                          nullptr, unroll);
-      CK(cudaDeviceSynchronize());
+      batchedCopyTuned(entries.data(), n, DataType::kFloat32, DataType::kFloat32, scale, nullptr,
+                       stream, t);
+      CK(cudaStreamSynchronize(stream));
       std::vector<float> out(host.size());
       CK(cudaMemcpy(out.data(), dst.p, out.size() * 4, cudaMemcpyDeviceToHost));
       for (int i = 0; i < n; ++i) {
         for (size_t k = 0; k < counts[i]; ++k) {
           ASSERT_EQ(out[dst_off[i] / 4 + k], host[src_off[i] / 4 + k] * static_cast<float>(scale))
-              << "unroll " << unroll << " tensor " << i << " element " << k;
+              << tuningName(t) << " tensor " << i << " element " << k;
         }
       }
     }
   }
+  CK(cudaStreamDestroy(stream));
 }
 
 TEST(GpuFusionKernel, ScaleAndCastRoundTrip) {
@@ -109,6 +137,55 @@ TEST(GpuFusionKernel, ScaleAndCastRoundTrip) {
     ASSERT_EQ(h[i], kernels::floatToHalf(host[i] * 0.5f)) << i;
     ASSERT_FLOAT_EQ(b[i], kernels::halfToFloat(h[i]) * 4.0f) << i;
   }
+}
+
+// float16 -> float32 under every tuning (the wide path swaps halves between lanes): ragged and
+// misaligned tensors, a scale, and the NaN check naming the first bad tensor.
+TEST(GpuFusionKernel, HalfToFloatEveryTuning) {
+  REQUIRE_GPU();
+  std::mt19937 rng(4);
+  const int n = 40;
+  std::vector<size_t> counts(n), src_off(n), dst_off(n);
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    counts[i] = (i % 5 == 0) ? 20000 + rng() % 50000 : rng() % 3000;
+    src_off[i] = total + (i % 7 == 3 ? 1 : 0);  // elements; some tensors not 16-byte aligned
+    dst_off[i] = total + (i % 6 == 4 ? 2 : 0);
+    total = (total + counts[i] + 8 + 7) / 8 * 8;
+  }
+  auto f = randomFloats(total, rng);
+  std::vector<uint16_t> halves(total);
+  for (size_t i = 0; i < total; ++i) halves[i] = kernels::floatToHalf(f[i]);
+  halves[src_off[25] + counts[25] / 2] = 0x7E00;  // NaN in tensor 25 (20000+ elements)
+  halves[src_off[30] + counts[30] - 1] = 0x7C00;  // +Inf in tensor 30
+  DeviceBuffer src(total * 2), dst(total * 4);
+  int* flag = nullptr;
+  CK(cudaMalloc(&flag, sizeof(int)));
+  CK(cudaMemcpy(src.p, halves.data(), total * 2, cudaMemcpyHostToDevice));
+  std::vector<CopyEntry> entries;
+  for (int i = 0; i < n; ++i) entries.push_back({src.at(src_off[i] * 2), dst.at(dst_off[i] * 4), counts[i], i});
+  for (const CopyTuning& t : allTunings(true)) {
+    CK(cudaMemset(dst.p, 0xFF, total * 4));
+    CK(cudaMemset(flag, 0x7F, sizeof(int)));
+    batchedCopyTuned(entries.data(), n, DataType::kFloat16, DataType::kFloat32, 2.0, flag, nullptr, t);
+    std::vector<float> out(total);
+    int first_bad = 0;
+    CK(cudaMemcpy(out.data(), dst.p, total * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&first_bad, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(first_bad, 25) << tuningName(t);
+    for (int i = 0; i < n; ++i) {
+      for (size_t k = 0; k < counts[i]; ++k) {
+        const float want = kernels::halfToFloat(halves[src_off[i] + k]) * 2.0f;
+        const float got = out[dst_off[i] + k];
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << tuningName(t) << " tensor " << i << " element " << k;
+        } else {
+          ASSERT_EQ(got, want) << tuningName(t) << " tensor " << i << " element " << k;
+        }
+      }
+    }
+  }
+  cudaFree(flag);
 }
 
 TEST(GpuFusionKernel, IntegerScaleTruncatesLikeTheCpu) {

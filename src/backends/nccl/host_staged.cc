@@ -13,8 +13,6 @@
 namespace perseus::nccl {
 namespace {
 
-constexpr size_t kChunkBytes = size_t{4} << 20;
-
 // Returns an event to its pool on scope exit.
 class PooledEvent {
  public:
@@ -70,7 +68,7 @@ void HostStaged::allreduce(collectives::Communicator& comm, Slot& slot, const vo
   const size_t bytes = count * elem;
   if (bytes == 0) return;
   char* host = static_cast<char*>(device_.pinned(0, bytes));
-  const size_t chunk = std::max(elem, kChunkBytes / elem * elem);
+  const size_t chunk = std::max(elem, chunk_bytes_ / elem * elem);
   const size_t chunks = (bytes + chunk - 1) / chunk;
   EventPool& pool = *device_.events();
   std::vector<cudaEvent_t> downloaded(chunks);
@@ -90,19 +88,35 @@ void HostStaged::allreduce(collectives::Communicator& comm, Slot& slot, const vo
     }
     // Chunk k's upload is enqueued only after the host saw chunk k downloaded, so an in-place
     // call (dst == src) never overwrites bytes that are still to be read.
+    using Clock = std::chrono::steady_clock;
+    auto us = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::micro>(b - a).count();
+    };
+    double d2h_us = 0, reduce_us = 0;
     for (size_t k = 0; k < chunks; ++k) {
       const size_t off = k * chunk, n = std::min(chunk, bytes - off);
+      const auto t0 = Clock::now();
       waitEvent(downloaded[k], "device-to-host staging copy");
+      const auto t1 = Clock::now();
       void* h = host + off;
       if (prescale != 1.0) kernels::scale(h, n / elem, dtype, prescale);
       collectives::allreduce(comm, h, h, n / elem, dtype, op);
       if (postscale != 1.0) kernels::scale(h, n / elem, dtype, postscale);
+      d2h_us += us(t0, t1);
+      reduce_us += us(t1, Clock::now());
       checkCuda(cudaMemcpyAsync(static_cast<char*>(dst) + off, h, n, cudaMemcpyHostToDevice,
                                 slot.h2d_stream), "cudaMemcpyAsync H2D");
     }
     checkCuda(cudaEventRecord(uploaded.get(), slot.h2d_stream), "cudaEventRecord");
     checkCuda(cudaStreamWaitEvent(slot.stream, uploaded.get(), 0), "cudaStreamWaitEvent");
+    const auto t2 = Clock::now();
     waitEvent(uploaded.get(), "host-to-device staging copy");
+    if (split_ != nullptr) {
+      split_->d2h_wait_us += d2h_us;
+      split_->reduce_us += reduce_us;
+      split_->h2d_wait_us += us(t2, Clock::now());
+      ++split_->calls;
+    }
   } catch (...) {
     for (auto& e : downloaded) pool.release(e);
     throw;

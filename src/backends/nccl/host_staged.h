@@ -22,9 +22,27 @@
 
 namespace perseus::nccl {
 
+// Where the engine thread's time went in staged allreduces (summed over calls): waiting for
+// device-to-host chunks, in the CPU collective (with the host scaling), and waiting for the
+// last host-to-device copy. What the pipeline hides does not show: d2h + reduce + h2d is the
+// wall time of the calls (up to the enqueue calls themselves).
+struct StagedSplit {
+  double d2h_wait_us = 0;
+  double reduce_us = 0;
+  double h2d_wait_us = 0;
+  int calls = 0;
+};
+
+// Chunk of the pipeline: small enough that the first download and the last upload (which
+// nothing overlaps) stay short, large enough that the per-chunk collective's fixed cost is
+// small next to its bytes.
+constexpr size_t kDefaultStagedChunkBytes = size_t{4} << 20;
+
 class HostStaged {
  public:
-  HostStaged(DeviceContext& device, double timeout_s) : device_(device), timeout_s_(timeout_s) {}
+  HostStaged(DeviceContext& device, double timeout_s,
+             size_t chunk_bytes = kDefaultStagedChunkBytes, StagedSplit* split = nullptr)
+      : device_(device), timeout_s_(timeout_s), chunk_bytes_(chunk_bytes), split_(split) {}
 
   // dst[i] = op over ranks of src[i] * prescale, times postscale (scales applied on the host).
   // src and dst are device pointers (may be equal); count elements of dtype.
@@ -51,6 +69,8 @@ class HostStaged {
 
   DeviceContext& device_;
   double timeout_s_;
+  size_t chunk_bytes_;
+  StagedSplit* split_;  // not owned; null: no accounting
 };
 
 }  // namespace perseus::nccl

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
+#include <vector>
 
 #include "common/status.h"
 
@@ -93,14 +94,23 @@ __host__ __device__ constexpr int vecElems() {
   return 16 / sizeof(Tout);
 }
 
-template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll>
+// Elements a thread moves per vector step: vecElems<>() normally; with kWide (float16->float32
+// only) 8 halves = one 16-byte load, stored as two 16-byte vectors.
+template <typename Tin, typename Tout, bool kWide>
+__host__ __device__ constexpr int stepElems() {
+  return kWide ? 16 / sizeof(Tin) : vecElems<Tin, Tout>();
+}
+
+template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll, bool kWide>
 __global__ void __launch_bounds__(kThreads)
 batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
                   typename Compute<Tin>::type scale, int* nan_flag) {
   using C = typename Compute<Tin>::type;
+  static_assert(!kWide || (sizeof(Tin) == 2 && sizeof(Tout) == 4), "wide: 16-bit -> 32-bit only");
   constexpr int kVec = vecElems<Tin, Tout>();
-  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kVec;
-  using VecIn = Vec<Tin, kVec>;
+  constexpr int kStep = stepElems<Tin, Tout, kWide>();
+  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * kStep;
+  using VecIn = Vec<Tin, kStep>;
   using VecOut = Vec<Tout, kVec>;
   const uint32_t total = table.tile_start[n];
 
@@ -122,6 +132,8 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
       if (kScale) c *= scale;
       return store<Tout>(c);
     };
+    // The branch is uniform over the block (it depends on the tile only), so the warp shuffles
+    // of the wide path see every lane.
     if (end - base == kTileElems && aligned(src, sizeof(VecIn)) && aligned(dst, sizeof(VecOut))) {
       const VecIn* in = reinterpret_cast<const VecIn*>(src + base);
       VecOut* out = reinterpret_cast<VecOut*>(dst + base);
@@ -130,7 +142,32 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
       for (int u = 0; u < kUnroll; ++u) v[u] = loadStreaming(in + u * kThreads + threadIdx.x);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if constexpr (std::is_same_v<Tin, Tout> && !kScale && !kCheck) {
+        if constexpr (kWide) {
+          // Thread pair (2p, 2p+1) holds input chunks d and d+1 (8 elements each), whose outputs
+          // are the 16-byte vectors 2d..2d+3. Store A writes 2d (even lane, its low half) and
+          // 2d+1 (odd lane, the even lane's high half): one whole 32-byte sector; store B
+          // writes 2d+2 and 2d+3 likewise. So each lane sends the half its partner stores.
+          const int odd = threadIdx.x & 1;
+          const uint64_t d = uint64_t{static_cast<uint32_t>(u * kThreads)} + threadIdx.x;
+          const uint2 mine_lo = reinterpret_cast<const uint2*>(&v[u])[0];
+          const uint2 mine_hi = reinterpret_cast<const uint2*>(&v[u])[1];
+          const uint2 send = odd ? mine_lo : mine_hi;
+          uint2 recv;
+          recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1);
+          recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
+          const uint2 a = odd ? recv : mine_lo;  // stored at vector 2d - odd
+          const uint2 b = odd ? mine_hi : recv;  // stored at vector 2d + 2 - odd
+          const Tin* ha = reinterpret_cast<const Tin*>(&a);
+          const Tin* hb = reinterpret_cast<const Tin*>(&b);
+          VecOut oa, ob;
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            oa.v[k] = convert(ha[k]);
+            ob.v[k] = convert(hb[k]);
+          }
+          storeStreaming(out + 2 * d - odd, oa);
+          storeStreaming(out + 2 * d + 2 - odd, ob);
+        } else if constexpr (std::is_same_v<Tin, Tout> && !kScale && !kCheck) {
           storeStreaming(out + u * kThreads + threadIdx.x, v[u]);  // plain copy: no arithmetic
         } else {
           VecOut o;
@@ -179,10 +216,25 @@ int residentBlocks(Kernel kernel, std::atomic<int> (&cache)[kMaxDevices]) {
   return blocks;
 }
 
-template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll>
+// Blocks of the launch for `tiles` tiles under the tuning's grid policy.
+int gridFor(uint64_t tiles, int resident, CopyTuning::Grid policy) {
+  switch (policy) {
+    case CopyTuning::Grid::kPerTile:
+      return static_cast<int>(std::min<uint64_t>(tiles, 0x7fffffff));
+    case CopyTuning::Grid::kBalanced: {
+      const uint64_t rounds = (tiles + resident - 1) / resident;
+      return static_cast<int>((tiles + rounds - 1) / rounds);
+    }
+    case CopyTuning::Grid::kResident:
+      break;
+  }
+  return static_cast<int>(std::min<uint64_t>(tiles, resident));
+}
+
+template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll, bool kWide>
 void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
-            cudaStream_t stream, size_t elem_bytes) {
-  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * vecElems<Tin, Tout>();
+            cudaStream_t stream, size_t elem_bytes, CopyTuning::Grid policy) {
+  constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * stepElems<Tin, Tout, kWide>();
   for (int first = 0; first < count; first += kMaxEntriesPerLaunch) {
     const int n = std::min(kMaxEntriesPerLaunch, count - first);
     LaunchTable table;
@@ -196,65 +248,103 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
       table.tile_start[i] = static_cast<uint32_t>(tiles);
       tiles += (table.count[i] + kTileElems - 1) / kTileElems;
     }
-    PERSEUS_CHECK(tiles < (uint64_t{1} << 32), "batched copy of " << tiles << " tiles");
+    PERSEUS_CHECK(tiles < (uint64_t{1} << 31), "batched copy of " << tiles << " tiles");
     table.tile_start[n] = static_cast<uint32_t>(tiles);
     if (tiles == 0) continue;
     static std::atomic<int> cache[kMaxDevices];
-    auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck, kUnroll>;
-    const int grid = static_cast<int>(std::min<uint64_t>(tiles, residentBlocks(kernel, cache)));
+    auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck, kUnroll, kWide>;
+    const int grid = gridFor(tiles, residentBlocks(kernel, cache), policy);
     kernel<<<grid, kThreads, 0, stream>>>(
         table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag);
     throwIfFailed(cudaGetLastError(), "batched copy kernel launch");
   }
 }
 
-template <typename Tin, typename Tout, int kUnroll>
+template <typename Tin, typename Tout, int kUnroll, bool kWide = false>
 void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_flag,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, CopyTuning::Grid g) {
   const bool do_scale = scale != 1.0;
   if (nan_flag != nullptr) {
-    if (do_scale) launch<Tin, Tout, true, true, kUnroll>(entries, count, scale, nan_flag, stream, 1);
-    else launch<Tin, Tout, false, true, kUnroll>(entries, count, scale, nan_flag, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
+    else launch<Tin, Tout, false, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
   } else {
-    if (do_scale) launch<Tin, Tout, true, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
-    else launch<Tin, Tout, false, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
+    if (do_scale) launch<Tin, Tout, true, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
+    else launch<Tin, Tout, false, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
   }
 }
 
 template <typename T, int kUnroll>
-void launchSameNoCheck(const CopyEntry* entries, int count, double scale, cudaStream_t stream) {
-  launch<T, T, true, false, kUnroll>(entries, count, scale, nullptr, stream, 1);
+void launchSameNoCheck(const CopyEntry* entries, int count, double scale, cudaStream_t stream,
+                       CopyTuning::Grid g) {
+  launch<T, T, true, false, kUnroll, false>(entries, count, scale, nullptr, stream, 1, g);
+}
+
+// A plain copy through the driver's copy (CopyTuning::Driver).
+void driverCopy(const CopyEntry* entries, int count, size_t elem, cudaStream_t stream,
+                CopyTuning::Driver how) {
+#if CUDART_VERSION >= 13000
+  if (how == CopyTuning::Driver::kMemcpyBatch && stream != nullptr) {
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (int i = 0; i < count; ++i) {
+      if (entries[i].count == 0) continue;
+      dsts.push_back(entries[i].dst);
+      srcs.push_back(entries[i].src);
+      sizes.push_back(entries[i].count * elem);
+    }
+    if (dsts.empty()) return;
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_index = 0;
+    throwIfFailed(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                                       &attr_index, 1, stream),
+                  "cudaMemcpyBatchAsync");
+    return;
+  }
+#endif
+  (void)how;
+  for (int i = 0; i < count; ++i) {
+    if (entries[i].count == 0) continue;
+    throwIfFailed(cudaMemcpyAsync(entries[i].dst, entries[i].src, entries[i].count * elem,
+                                  cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+  }
 }
 
 template <int kUnroll>
 void dispatch(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
-              double scale, int* nan_flag, cudaStream_t stream) {
+              double scale, int* nan_flag, cudaStream_t stream, const CopyTuning& t) {
+  const CopyTuning::Grid g = t.grid;
   if (!isFloatingPoint(src_type)) nan_flag = nullptr;
   if (src_type == DataType::kBool) scale = 1.0;
   if (src_type == dst_type && scale == 1.0 && nan_flag == nullptr) {
     // A plain copy: move bytes, whatever the type.
-    launch<uint8_t, uint8_t, false, false, kUnroll>(entries, count, 1.0, nullptr, stream,
-                                                    dataTypeSize(src_type));
+    if (t.driver != CopyTuning::Driver::kKernel) {
+      return driverCopy(entries, count, dataTypeSize(src_type), stream, t.driver);
+    }
+    launch<uint8_t, uint8_t, false, false, kUnroll, false>(entries, count, 1.0, nullptr, stream,
+                                                           dataTypeSize(src_type), g);
     return;
   }
   if (src_type != dst_type) {
     if (src_type == DataType::kFloat32) {
-      launchTyped<float, __half, kUnroll>(entries, count, scale, nan_flag, stream);
+      launchTyped<float, __half, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    } else if (t.wide_half_loads) {
+      launchTyped<__half, float, kUnroll, true>(entries, count, scale, nan_flag, stream, g);
     } else {
-      // Unroll 4 here: with 8-byte loads it measured faster than 8 (85% against 51%/unmeasured).
-      launchTyped<__half, float, 4>(entries, count, scale, nan_flag, stream);
+      launchTyped<__half, float, kUnroll>(entries, count, scale, nan_flag, stream, g);
     }
     return;
   }
   switch (src_type) {
-    case DataType::kFloat16: return launchTyped<__half, __half, kUnroll>(entries, count, scale, nan_flag, stream);
-    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16, kUnroll>(entries, count, scale, nan_flag, stream);
-    case DataType::kFloat32: return launchTyped<float, float, kUnroll>(entries, count, scale, nan_flag, stream);
-    case DataType::kFloat64: return launchTyped<double, double, kUnroll>(entries, count, scale, nan_flag, stream);
-    case DataType::kUInt8: return launchSameNoCheck<uint8_t, kUnroll>(entries, count, scale, stream);
-    case DataType::kInt8: return launchSameNoCheck<int8_t, kUnroll>(entries, count, scale, stream);
-    case DataType::kInt32: return launchSameNoCheck<int32_t, kUnroll>(entries, count, scale, stream);
-    case DataType::kInt64: return launchSameNoCheck<int64_t, kUnroll>(entries, count, scale, stream);
+    case DataType::kFloat16: return launchTyped<__half, __half, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kFloat32: return launchTyped<float, float, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kFloat64: return launchTyped<double, double, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kUInt8: return launchSameNoCheck<uint8_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt8: return launchSameNoCheck<int8_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt32: return launchSameNoCheck<int32_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt64: return launchSameNoCheck<int64_t, kUnroll>(entries, count, scale, stream, g);
     case DataType::kBool: break;
   }
   PERSEUS_CHECK(false, "unreachable dtype " << dataTypeName(src_type));
@@ -268,21 +358,47 @@ bool supportsCopy(DataType src_type, DataType dst_type) {
          (src_type == DataType::kFloat16 && dst_type == DataType::kFloat32);
 }
 
+CopyTuning defaultTuning(DataType src_type, DataType dst_type) {
+  CopyTuning t;
+  // float16->float32: 8-byte loads with unroll 4 measured 85% of the device copy, against 51%
+  // for a 32-byte output vector (H200, run 3).
+  if (src_type == DataType::kFloat16 && dst_type == DataType::kFloat32) t.unroll = 4;
+  return t;
+}
+
+std::string tuningName(const CopyTuning& t) {
+  if (t.driver == CopyTuning::Driver::kMemcpyEach) return "memcpy.each";
+  if (t.driver == CopyTuning::Driver::kMemcpyBatch) return "memcpy.batch";
+  std::string s = "u" + std::to_string(t.unroll);
+  s += t.grid == CopyTuning::Grid::kResident ? ".res"
+       : t.grid == CopyTuning::Grid::kBalanced ? ".bal" : ".tile";
+  if (t.wide_half_loads) s += ".wide";
+  return s;
+}
+
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
                  double scale, int* nan_flag, void* stream) {
-  batchedCopyUnrolled(entries, count, src_type, dst_type, scale, nan_flag, stream, kDefaultUnroll);
+  batchedCopyTuned(entries, count, src_type, dst_type, scale, nan_flag, stream,
+                   defaultTuning(src_type, dst_type));
 }
 
 void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
                          DataType dst_type, double scale, int* nan_flag, void* stream,
                          int unroll) {
+  CopyTuning t = defaultTuning(src_type, dst_type);
+  t.unroll = unroll;
+  batchedCopyTuned(entries, count, src_type, dst_type, scale, nan_flag, stream, t);
+}
+
+void batchedCopyTuned(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                      double scale, int* nan_flag, void* stream, const CopyTuning& tuning) {
   PERSEUS_CHECK(supportsCopy(src_type, dst_type), "no GPU copy from " << dataTypeName(src_type)
                                                                       << " to " << dataTypeName(dst_type));
   if (count <= 0) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (unroll == 4) return dispatch<4>(entries, count, src_type, dst_type, scale, nan_flag, s);
-  if (unroll == 8) return dispatch<8>(entries, count, src_type, dst_type, scale, nan_flag, s);
-  PERSEUS_CHECK(false, "unroll " << unroll << " is not 4 or 8");
+  if (tuning.unroll == 4) return dispatch<4>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
+  if (tuning.unroll == 8) return dispatch<8>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
+  PERSEUS_CHECK(false, "unroll " << tuning.unroll << " is not 4 or 8");
 }
 
 }  // namespace perseus::kernels::cuda

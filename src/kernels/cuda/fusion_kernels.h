@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/dtype.h"
 
@@ -42,11 +43,40 @@ bool supportsCopy(DataType src_type, DataType dst_type);
 void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
                  double scale, int* nan_flag, void* stream);
 
-// Vector accesses in flight per thread before the first store (4 or 8): batchedCopy uses
-// kDefaultUnroll; batchedCopyUnrolled lets the bandwidth test time both (float16->float32
-// always runs with 4, its measured best).
+// How a batched copy runs: the variants the bandwidth test (gpu_fusion_bandwidth_test) times
+// against each other in one device call. batchedCopy() uses the defaults below.
+struct CopyTuning {
+  // Vector accesses in flight per thread before the first store: 4 or 8.
+  int unroll = 8;
+  enum class Grid {
+    kResident,  // a persistent grid of exactly as many blocks as fit at once (occupancy API)
+    kBalanced,  // persistent, but the same number of tiles per block (no half-empty last round)
+    kPerTile,   // one block per tile: the hardware scheduler balances the tail
+  };
+  Grid grid = Grid::kResident;
+  // float16->float32 only: false = 8-byte loads, 16-byte stores; true = 16-byte loads, and
+  // the two 16-byte stores of a thread pair swapped through a warp shuffle so that each store
+  // instruction writes whole 32-byte sectors.
+  bool wide_half_loads = false;
+  // A plain copy (equal types, no scale, no check) by the driver instead of the kernel:
+  // kKernel, one cudaMemcpyAsync per tensor, or one cudaMemcpyBatchAsync (CUDA >= 13; on the
+  // legacy default stream, where the batch call is not allowed, per-tensor copies instead).
+  enum class Driver { kKernel, kMemcpyEach, kMemcpyBatch };
+  Driver driver = Driver::kKernel;
+};
+
+// The shipped tuning for (src_type, dst_type): float16->float32 with unroll 4 (its measured
+// best), everything else CopyTuning{}.
+CopyTuning defaultTuning(DataType src_type, DataType dst_type);
+
 constexpr int kDefaultUnroll = 8;
+void batchedCopyTuned(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                      double scale, int* nan_flag, void* stream, const CopyTuning& tuning);
+// defaultTuning() with another unroll (kept for the tests of both unrolls).
 void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
                          DataType dst_type, double scale, int* nan_flag, void* stream, int unroll);
+
+// Short name of a tuning for tables ("u8.res", "u4.tile.wide", "memcpy.batch").
+std::string tuningName(const CopyTuning& t);
 
 }  // namespace perseus::kernels::cuda
