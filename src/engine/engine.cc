@@ -380,6 +380,12 @@ void Engine::idleWait(bool pending) {
         transport_->hasIncoming()) {
       return;
     }
+    // GPU work finishing during the spin completes its handle now, not after the spin and
+    // the blocking wait below (up to spin_us + 50 us later).
+    if (!gpu_pending_.empty()) {
+      pollGpu();
+      if (stopped_.load()) return;
+    }
     sched_yield();
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
