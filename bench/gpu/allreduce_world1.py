@@ -71,6 +71,10 @@ def breakdown(x, dev, reps, dist):
         "op_name_us": alone_us(lambda: op_name("allreduce", "ar.w1.split", 0), reps),
         "empty_sync_us": alone_us(lambda: common.sync(dev), reps),
     }
+    if dev.type == "cuda":
+        # What stream_of cost before it used torch's raw stream getter.
+        pieces["current_stream_obj_us"] = alone_us(
+            lambda: torch.cuda.current_stream(dev).cuda_stream, reps)
     # The same round trip on a 1-element CPU tensor: Python + engine without any CUDA call.
     c = torch.ones(1)
     cpu = phases(c, "ar.w1.cpu", torch.device("cpu"), reps)

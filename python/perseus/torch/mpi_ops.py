@@ -21,7 +21,7 @@ def _wait_device(pending):
     t = pending.device_tensor
     if t is not None and t.is_cuda:
         try:
-            pending.core.cuda_stream_wait(torch.cuda.current_stream(t.device).cuda_stream)
+            pending.core.cuda_stream_wait(_t.current_stream_ptr(t.device))
         except UnsupportedError:
             pass  # the engine completed on the host already
 
