@@ -2,6 +2,15 @@
 // One fusion group runs as: copy-in (prescale fused into the copy), one collective over the
 // fusion buffer, copy-out (postscale fused into the copy). A group of one tensor skips the
 // buffer and runs on the caller's buffers. Average is Sum with a postscale of 1/size.
+//
+// Note [Cache-sized pieces]
+// An allreduce group is run in pieces of at most kPieceBytes: a piece's fusion copy-in, its
+// collective and its copy-out (or, for a large tensor run alone, its postscale) all touch
+// data that is still in the last-level cache, so the memory sees one read of each input and
+// one write of each output, as for a single allreduce. One 64 MiB fusion buffer would make
+// three passes through DRAM (copy-in, collective, copy-out). Every rank cuts the same pieces:
+// they depend only on the negotiated response.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -22,6 +31,12 @@ uint8_t* FusionBuffer::reserve(size_t bytes) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Note [Cache-sized pieces]: a piece, its input and its output together stay well inside a
+// 32 MiB L3 shared by the ranks of a host.
+// Measured (ResNet-50 step, 2 ranks, docs/algorithms.md): 0.5-2 MiB pieces put the step
+// within 1.03-1.06x of one allreduce of the same bytes, 4 MiB 1.10-1.16x, one buffer 1.3x.
+constexpr size_t kPieceBytes = 2u << 20;
 
 // Records one phase for every tensor of the group (no clock reads when the timeline is off).
 class PhaseTimer {
@@ -85,48 +100,76 @@ class CpuExecutor final : public Executor {
                         const std::vector<Entry*>& es, collectives::Communicator& comm,
                         FusionBuffer& buffer, PhaseTimer& timer) {
     const Response& r0 = rs[g.items[0].response];
-    const TensorMeta& m0 = r0.tensors[g.items[0].tensor];
     const Reduction red = reductionOf(r0, comm.size());
-    const DataType dt = m0.dtype;
-    if (!g.fused()) {
-      Entry* e = es[g.items[0].response];
-      const size_t count = static_cast<size_t>(m0.numElements());
-      const void* in;
-      void* out;
-      if (e == nullptr) {  // joined: contribute zeros, discard the result
-        out = buffer.reserve(m0.bytes());
-        std::memset(out, 0, m0.bytes());
-        in = out;
-      } else {
-        in = e->inputs[g.items[0].tensor];
-        out = e->outputs[g.items[0].tensor];
+    const DataType dt = r0.tensors[g.items[0].tensor].dtype;
+    auto bytesOf = [&](const FusionItem& it) { return rs[it.response].tensors[it.tensor].bytes(); };
+    // Note [Cache-sized pieces]: consecutive small tensors share a piece; a tensor larger
+    // than a piece runs alone, on its own buffers, itself in pieces.
+    size_t i = 0;
+    while (i < g.items.size()) {
+      if (!g.fused() || bytesOf(g.items[i]) > kPieceBytes) {
+        allreduceAlone(g.items[i], rs, es, comm, buffer, timer, red, dt);
+        ++i;
+        continue;
       }
-      if (red.prescale != 1.0) {
-        timer.begin();
-        copyScaled(out, in, count, dt, red.prescale);
-        timer.end("MEMCPY_IN_FUSION");
-        in = out;
+      size_t j = i, bytes = 0;
+      while (j < g.items.size() && bytes + bytesOf(g.items[j]) <= kPieceBytes) {
+        bytes += bytesOf(g.items[j++]);
       }
-      timer.begin();
-      collectives::allreduce(comm, in, out, count, dt, red.op);
-      timer.end("COMMUNICATE");
-      if (red.postscale != 1.0 && e != nullptr) {
-        timer.begin();
-        kernels::scale(out, count, dt, red.postscale);
-        timer.end("MEMCPY_OUT");
-      }
-      return;
+      allreducePiece(g.items.data() + i, j - i, bytes, rs, es, comm, buffer, timer, red, dt);
+      i = j;
     }
-    uint8_t* buf = buffer.reserve(g.bytes);
+  }
+
+  // One tensor on its own buffers (a joined rank reduces zeros into scratch), in pieces.
+  static void allreduceAlone(const FusionItem& it, const std::vector<Response>& rs,
+                             const std::vector<Entry*>& es, collectives::Communicator& comm,
+                             FusionBuffer& buffer, PhaseTimer& timer, const Reduction& red,
+                             DataType dt) {
+    const TensorMeta& m = rs[it.response].tensors[it.tensor];
+    Entry* e = es[it.response];
+    const size_t esize = dataTypeSize(dt), count = static_cast<size_t>(m.numElements());
+    const uint8_t* in;
+    uint8_t* out;
+    if (e == nullptr) {  // joined: contribute zeros, discard the result
+      out = buffer.reserve(m.bytes());
+      std::memset(out, 0, m.bytes());
+      in = out;
+    } else {
+      in = static_cast<const uint8_t*>(e->inputs[it.tensor]);
+      out = static_cast<uint8_t*>(e->outputs[it.tensor]);
+    }
+    const double post = e == nullptr ? 1.0 : red.postscale;
+    const size_t step = std::max<size_t>(1, kPieceBytes / esize);
+    timer.begin();
+    for (size_t k = 0; k < count; k += step) {
+      const size_t n = std::min(step, count - k);
+      const uint8_t* src = in + k * esize;
+      uint8_t* dst = out + k * esize;
+      if (red.prescale != 1.0) {
+        copyScaled(dst, src, n, dt, red.prescale);
+        src = dst;
+      }
+      collectives::allreduce(comm, src, dst, n, dt, red.op);
+      if (post != 1.0) kernels::scale(dst, n, dt, post);
+    }
+    timer.end("COMMUNICATE");
+  }
+
+  // `n` small tensors through the fusion buffer: copy-in, one collective, copy-out.
+  static void allreducePiece(const FusionItem* items, size_t n, size_t bytes,
+                             const std::vector<Response>& rs, const std::vector<Entry*>& es,
+                             collectives::Communicator& comm, FusionBuffer& buffer,
+                             PhaseTimer& timer, const Reduction& red, DataType dt) {
+    uint8_t* buf = buffer.reserve(bytes);
     timer.begin();
     size_t off = 0;
-    for (const FusionItem& it : g.items) {
-      const TensorMeta& m = rs[it.response].tensors[it.tensor];
-      Entry* e = es[it.response];
-      if (e == nullptr) {
-        std::memset(buf + off, 0, m.bytes());
+    for (size_t k = 0; k < n; ++k) {
+      const TensorMeta& m = rs[items[k].response].tensors[items[k].tensor];
+      if (Entry* e = es[items[k].response]) {
+        copyScaled(buf + off, e->inputs[items[k].tensor], m.numElements(), dt, red.prescale);
       } else {
-        copyScaled(buf + off, e->inputs[it.tensor], m.numElements(), dt, red.prescale);
+        std::memset(buf + off, 0, m.bytes());
       }
       off += m.bytes();
     }
@@ -136,10 +179,10 @@ class CpuExecutor final : public Executor {
     timer.end("COMMUNICATE");
     timer.begin();
     off = 0;
-    for (const FusionItem& it : g.items) {
-      const TensorMeta& m = rs[it.response].tensors[it.tensor];
-      if (Entry* e = es[it.response]) {
-        copyScaled(e->outputs[it.tensor], buf + off, m.numElements(), dt, red.postscale);
+    for (size_t k = 0; k < n; ++k) {
+      const TensorMeta& m = rs[items[k].response].tensors[items[k].tensor];
+      if (Entry* e = es[items[k].response]) {
+        copyScaled(e->outputs[items[k].tensor], buf + off, m.numElements(), dt, red.postscale);
       }
       off += m.bytes();
     }

@@ -74,6 +74,35 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
   });
 }
 
+// Note [Cache-sized pieces] (cpu_executor.cc): a fused group larger than a piece, tensors
+// larger than a piece (run alone, themselves in pieces, one of them not a multiple of one)
+// and small ones between them, with prescale and Average's postscale.
+TEST_P(EngineCollectives, LargeFusedGroupRunsInPieces) {
+  const int n = GetParam();
+  const std::vector<int64_t> sizes = {300000, 1200001, 5, 700000, 900000, 2100000, 17};
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 2; ++iter) {
+      std::vector<std::vector<float>> bufs(sizes.size());
+      std::vector<std::shared_ptr<Handle>> hs;
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        bufs[t].resize(sizes[t]);
+        for (int64_t i = 0; i < sizes[t]; ++i) bufs[t][i] = float((i + r + int64_t(t)) % 7);
+        hs.push_back(e.allreduce("piece" + std::to_string(t), {arg(bufs[t].data(), {sizes[t]})},
+                                 {bufs[t].data()}, ReduceOp::kAverage, 2.0, 0.5));
+      }
+      for (auto& h : hs) expectOk(h);
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        for (int64_t i = 0; i < sizes[t]; ++i) {
+          float sum = 0;
+          for (int q = 0; q < n; ++q) sum += float((i + q + int64_t(t)) % 7);
+          ASSERT_FLOAT_EQ(bufs[t][i], sum / n) << "tensor " << t << " element " << i;
+        }
+      }
+    }
+  });
+}
+
 TEST_P(EngineCollectives, AllgatherWithDifferentFirstDims) {
   const int n = GetParam();
   EngineRanks ranks(n, engineTestParams());
