@@ -56,15 +56,19 @@ def negotiation_section(rows):
     out = ["## Negotiation cost per step vs tensor count", "",
            "A step submits T named 16-byte allreduces (`allreduce_async_`, as "
            "DistributedOptimizer's gradient hooks do) and then synchronizes them all; the payload "
-           "is negligible, so the step time is the per-step cost of the engine: enqueue, "
-           "negotiating T tensors across ranks, fusion and completion. *submit* is the Python "
-           "loop that enqueues (framework-side cost, linear in T for any library); *engine* = "
-           "step − submit is what remains after the last enqueue.", ""]
+           "is negligible. The step splits into: *submit*, the Python loop that enqueues "
+           "(framework-side, linear in T for any library); *engine*, from the last enqueue until "
+           "the last tensor has completed (`synchronize` of the last handle): what negotiating "
+           "the T tensors across ranks, fusion and the collective add once the framework has "
+           "handed everything over; *completion*, the Python `synchronize` calls for the other "
+           "handles (framework-side, linear in T). Both libraries negotiate while the loop still "
+           "submits, so *engine* is the negotiation cost the step actually waits for.", ""]
     if not data:
         return "\n".join(out + ["(no rows)"]), None
     libs = [l for l in ("perseus", "horovod") if l in data]
     counts = sorted({t for d in data.values() for t in d})
-    out += ["| tensors | " + " | ".join(f"{l} step / submit / engine" for l in libs) +
+    out += ["| tensors | " + " | ".join(f"{l} step / submit / engine / completion"
+                                          for l in libs) +
             " | engine per tensor |", "|" + "---|" * (len(libs) + 2)]
     for t in counts:
         cells = []
@@ -72,7 +76,7 @@ def negotiation_section(rows):
         for l in libs:
             r = data[l].get(t)
             cells.append(f"{us(r['time_us'])} / {us(r['submit_us'])} / {us(r['engine_us'])}"
-                         if r else "—")
+                         f" / {us(r.get('completion_us', 0.0))}" if r else "—")
             if r:
                 per_tensor.append(f"{l} {us(r['engine_us'] / t)}")
         out.append(f"| {t} | " + " | ".join(cells) + " | " + ", ".join(per_tensor) + " |")
@@ -107,7 +111,7 @@ def plot(data, libs):
         ax.plot([t for t, _ in pts], [r["time_us"] for _, r in pts], marker="o",
                 color=f"C{i}", label=f"{l} step")
         ax.plot([t for t, _ in pts], [max(r["engine_us"], 1e-2) for _, r in pts], marker="x",
-                color=f"C{i}", linestyle="--", label=f"{l} engine (step − submit)")
+                color=f"C{i}", linestyle="--", label=f"{l} engine (last enqueue → last done)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tensors per step (16 B each)")

@@ -11,8 +11,11 @@ negotiation:  a step submits T small named tensors (allreduce_async_ of 4 floats
               DistributedOptimizer's gradient hooks do), then synchronizes them all; T = 1,
               10, 100, 1000. The payload is T x 16 B, so the step time is the engine's
               per-step cost: enqueue, negotiating T tensors, fusion, completion. Rows give
-              the step time, the submission time (Python loop alone) and the rest ("engine"
-              = step - submit: what the engine needs after the last tensor was enqueued).
+              the step time, the submission time (Python loop alone), "engine" (from the
+              last enqueue until the last tensor completed: what negotiation, fusion and the
+              collective add after the framework has handed everything over) and
+              "completion" (the Python synchronize() calls for the T handles, linear in T
+              for any library: framework-side cost like submission).
 """
 import argparse
 import json
@@ -81,28 +84,35 @@ def negotiation(hvd, args, label):
             handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=n)
                        for t, n in zip(tensors, names)]
             t1 = time.perf_counter()
-            for h in handles:
+            # The last tensor enqueued is the last to become ready on every rank, so it is
+            # the last one negotiated and run (both libraries fuse and complete in order).
+            hvd.synchronize(handles[-1])
+            t2 = time.perf_counter()
+            for h in handles[:-1]:
                 hvd.synchronize(h)
-            return time.perf_counter() - t0, t1 - t0
+            return time.perf_counter() - t0, t1 - t0, t2 - t1
 
         t0 = time.perf_counter()
         for _ in range(args.warmup_steps):
             step()
         count_steps = agreed_count(hvd, (time.perf_counter() - t0) / args.warmup_steps,
                                    args.seconds)
-        steps, submits = [], []
+        steps, submits, engines = [], [], []
         for _ in range(count_steps):
             hvd.barrier()
-            s, sub = step()
+            s, sub, eng = step()
             steps.append(s)
             submits.append(sub)
+            engines.append(eng)
         step_s = max_over_ranks(hvd, statistics.median(steps))
         submit_s = max_over_ranks(hvd, statistics.median(submits))
+        engine_s = max_over_ranks(hvd, statistics.median(engines))
         if hvd.rank() == 0:
             print(json.dumps({
                 "library": label, "collective": "negotiation", "ranks": hvd.size(),
                 "tensors": count, "bytes": count * 16, "time_us": step_s * 1e6,
-                "submit_us": submit_s * 1e6, "engine_us": max(0.0, step_s - submit_s) * 1e6,
+                "submit_us": submit_s * 1e6, "engine_us": engine_s * 1e6,
+                "completion_us": max(0.0, step_s - submit_s - engine_s) * 1e6,
                 "per_tensor_us": step_s * 1e6 / count, "steps": len(steps)}), flush=True)
 
 
