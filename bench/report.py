@@ -11,6 +11,7 @@ import sys
 from collections import defaultdict
 
 from report_common import IMG, human, pyplot, replace_section, save
+from report_core import core_section
 from report_engine import latency_section, negotiation_section
 from report_shortfalls import shortfalls_section
 from report_training import training_section
@@ -161,6 +162,7 @@ def write_report(rows, cmd, machine, horovod="not probed"):
     replace_section("bar", bar_section({"ranks": ranks, "items": items}))
     if any("busbw_gbs" in r for r in rows):
         replace_section("cpu-collectives", collectives_section(rows))
+        replace_section("core", core_section(rows))
     replace_section("latency", lat_md)
     replace_section("negotiation", neg_md)
     replace_section("training", train_md)
