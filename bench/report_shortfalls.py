@@ -48,15 +48,26 @@ def collective_shortfalls(rows):
         if small:
             lat = (f"Perseus's 4-byte op through the engine takes {us(latency)} in this run "
                    "(C API, perseus_wait); " if latency is not None else "")
+            split = next((r for r in rows if r.get("collective") == "latency-split"), None)
+            mpi4 = table.get(4, {}).get("openmpi")
+            if split and coll == "allreduce" and mpi4:
+                lat += (f"with the engine's timeline on ({us(split['time_us'])} per op), the "
+                        f"collective itself takes {us(split.get('communicate_us', 0))} "
+                        f"(Open MPI's whole 4-byte op: {us(mpi4['time_us'])}), "
+                        f"submission to negotiated {us(split.get('negotiate_us', 0))} (the "
+                        "engine thread's wake-up and one control exchange), and the rest is the "
+                        "completion handed back to the waiting caller and its next "
+                        "submission; ")
             out.append(
                 f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
                 "at these sizes the time is the fixed per-op cost: every Perseus op is handed "
                 "to the engine thread, negotiated (a response-cache hit) and completed back, "
                 "where the peer runs the collective on the caller's thread. Where the sweep "
                 "time is far above the engine latency, the ranks were descheduled (2 ranks × "
-                "caller + engine thread on 2 cores). Fix: a shorter per-op engine path (no "
-                "control round trip on a cache hit, caller–engine hand-off without a "
-                "wake-up) and blocking instead of spinning when the cores are oversubscribed.")
+                "caller + engine thread on 2 cores). Fix: let a caller that waits run the "
+                "engine's cycle itself while the engine thread is idle (no hand-off either "
+                "way, as Open MPI runs on the caller's thread), and block instead of spinning "
+                "when the cores are oversubscribed.")
         if large:
             out.append(
                 f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. Fix: fewer passes "

@@ -136,6 +136,45 @@ def engine_latency_row(build_dir, ranks, iterations):
             "p90_us": max(float(m.group(3)) for m in found), "iters": iterations}, None
 
 
+def latency_split_row(build_dir, ranks, iterations):
+    """The same 4-byte loop with PERSEUS_TIMELINE on: the medians of the engine's own spans
+    (NEGOTIATE: submission to negotiated, QUEUE, COMMUNICATE: the collective) against the
+    per-op time, so the shortfall text can say where a small op's time goes. The timeline adds
+    its own cost, so the total is taken from this run too."""
+    import glob
+    import statistics
+    import tempfile
+    exe = os.path.join(build_dir, "bench", "engine_latency_bench")
+    tmp = tempfile.mkdtemp(prefix="perseus-tl-")
+    env = dict(os.environ, PERSEUS_TIMELINE=os.path.join(tmp, "tl.json"))
+    log("perseus C API latency split (timeline): " + exe)
+    try:
+        proc = subprocess.run([exe, str(ranks), str(iterations), "4"], capture_output=True,
+                              text=True, timeout=300, env=env)
+        pat = re.compile(r"median ([0-9.]+) us/op")
+        totals = [float(m.group(1)) for m in map(pat.search, proc.stdout.splitlines()) if m]
+        spans = {}
+        for path in glob.glob(os.path.join(tmp, "tl.*json")):
+            text = open(path).read().rstrip().rstrip(",")
+            events = json.loads(text if text.endswith("]") else text + "]")
+            for e in events:
+                if e.get("ph") == "X":
+                    spans.setdefault(e["name"], []).append(e["dur"])
+    except (subprocess.TimeoutExpired, ValueError, OSError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if proc.returncode != 0 or not totals or "COMMUNICATE" not in spans:
+        return None, f"exit {proc.returncode}: {last_lines(proc.stderr)}"
+    row = {"library": "perseus", "collective": "latency-split", "ranks": ranks, "bytes": 4,
+           "time_us": max(totals)}
+    for name, key in (("NEGOTIATE", "negotiate_us"), ("QUEUE", "queue_us"),
+                      ("COMMUNICATE", "communicate_us")):
+        if name in spans:
+            row[key] = statistics.median(spans[name])
+    return row, None
+
+
 def perseusrun(n):
     exe = shutil.which("perseusrun")
     return ([exe] if exe else [sys.executable, "-m", "perseus.runner"]) + ["-np", str(n)]
@@ -236,6 +275,11 @@ def main():
             r.rows.append(row)
         else:
             r.skip("perseus C API latency (wait)", "perseus", why)
+        row, why = latency_split_row(r.build_dir, n, 500 if q else 3000)
+        if row:
+            r.rows.append(row)
+        else:
+            r.skip("perseus C API latency split (timeline)", "perseus", why)
         r.run("perseus C API latency (poll loop)", "perseus",
               perseusrun(n) + [perseus_bin, "latency"],
               dict(env, LATENCY_ITERS="500" if q else "2000"))  # ~10 ms per op when spinning
