@@ -18,6 +18,8 @@
 // Usage: collectives_bench [--ranks N] [--min-bytes B] [--max-bytes B] [--samples S]
 //                          [--sample-ms MS] [--ops allreduce,allgather,broadcast,reducescatter]
 //                          [--algo NAME]   (forces the algorithm of every op, e.g. ring)
+//                          [--cpus-per-rank C]  (rank i runs on CPUs i*C .. i*C+C-1, default 1;
+//                          0 = no pinning; C > 1 lets PERSEUS_REDUCE_THREADS auto use them)
 // Settings (slot size, spin) come from the PERSEUS_* environment as usual.
 #include <sched.h>
 #include <sys/mman.h>
@@ -49,6 +51,7 @@ struct Options {
   double sample_ms = 20;
   std::string ops = "allreduce,allgather,broadcast,reducescatter";
   std::string algo;
+  int cpus_per_rank = 1;
 };
 
 // A process-shared sense-reversing barrier for start-up (before the transport exists).
@@ -160,10 +163,15 @@ struct Runner {
 };
 
 int rankMain(int rank, const Options& opt, ForkBarrier* fb) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(rank % std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)), &set);
-  sched_setaffinity(0, sizeof set, &set);
+  if (opt.cpus_per_rank > 0) {
+    const long ncpu = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = 0; c < opt.cpus_per_rank; ++c) {
+      CPU_SET(static_cast<int>((static_cast<long>(rank) * opt.cpus_per_rank + c) % ncpu), &set);
+    }
+    sched_setaffinity(0, sizeof set, &set);
+  }
   Params params = Params::fromEnvironment();
   std::vector<int> ranks(opt.ranks);
   for (int i = 0; i < opt.ranks; ++i) ranks[i] = i;
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
     else if (k == "--sample-ms") opt.sample_ms = std::stod(v);
     else if (k == "--ops") opt.ops = v;
     else if (k == "--algo") opt.algo = v;
+    else if (k == "--cpus-per-rank") opt.cpus_per_rank = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s (see the comment at the top of collectives_bench.cc)\n", k.c_str());
       return 2;
