@@ -6,6 +6,11 @@
 // kUnroll independent loads in flight per thread before the first store; ragged tails and
 // unaligned tensors take an element-wise loop. The scale, the cast and the NaN check happen in
 // registers, so the bytes cross device memory once each way.
+//
+// CopyTuning picks among variants that the bandwidth test times side by side in one device
+// call (the H200 figures are in docs/perf/gpu.md): the unroll, the grid policy (resident,
+// balanced or one block per tile: how evenly the last round of tiles fills the chip), 16-byte
+// input loads for float16->float32, and the driver's copies for plain copies.
 #include "kernels/cuda/fusion_kernels.h"
 
 #include <cuda_bf16.h>
@@ -293,13 +298,16 @@ void driverCopy(const CopyEntry* entries, int count, size_t elem, cudaStream_t s
       srcs.push_back(entries[i].src);
       sizes.push_back(entries[i].count * elem);
     }
-    if (dsts.empty()) return;
     cudaMemcpyAttributes attr{};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     size_t attr_index = 0;
-    throwIfFailed(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
-                                       &attr_index, 1, stream),
-                  "cudaMemcpyBatchAsync");
+    // Batches of at most kMaxEntriesPerLaunch, like the kernel's tables.
+    for (size_t first = 0; first < dsts.size(); first += kMaxEntriesPerLaunch) {
+      const size_t n = std::min<size_t>(kMaxEntriesPerLaunch, dsts.size() - first);
+      throwIfFailed(cudaMemcpyBatchAsync(dsts.data() + first, srcs.data() + first,
+                                         sizes.data() + first, n, &attr, &attr_index, 1, stream),
+                    "cudaMemcpyBatchAsync");
+    }
     return;
   }
 #endif
