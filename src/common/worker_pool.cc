@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,12 +55,21 @@ void futexWake(std::atomic<uint32_t>* word) {
 // other side knows to wake it) until done() holds. The flag and the word are seq_cst on both
 // sides: either the waiter sees the change, or the changer sees the flag (and FUTEX_WAIT
 // itself refuses to sleep if the word already moved).
+// After the first ~kPureSpinIters polls each one yields the core: when threads outnumber cores
+// (forced PERSEUS_REDUCE_THREADS, or ranks pinned to one core each) the thread waited for may
+// be runnable on this very core, and a pure spin would hold it off for the whole spin time.
+// With a core to itself, sched_yield() returns at once and only slows the poll a little.
 template <typename Done>
 void await(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, int64_t spin_us,
            Done done) {
+  constexpr int kPureSpinIters = 256;  // ~2-10 µs of pause instructions
   const auto deadline = Clock::now() + std::chrono::microseconds(spin_us);
   for (int i = 1; !done(); ++i) {
-    cpuRelax();
+    if (i < kPureSpinIters) {
+      cpuRelax();
+    } else {
+      sched_yield();
+    }
     if (i % 64 != 0 || Clock::now() < deadline) continue;
     while (true) {
       const uint32_t seen = word->load(std::memory_order_seq_cst);
