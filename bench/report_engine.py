@@ -88,6 +88,22 @@ def negotiation_section(rows):
             growth[l] = (d[hi]["engine_us"] / max(d[lo]["engine_us"], 1e-3), lo, hi)
     out += [""] + [f"- {l}: engine time grows {g:.1f}× from {lo} to {hi} tensors "
                    f"({hi // lo}× the tensors)." for l, (g, lo, hi) in growth.items()]
+    counted = [(t, data["perseus"][t]["engine_stats_per_step"]) for t in counts
+               if "perseus" in data and t in data["perseus"]
+               and "engine_stats_per_step" in data["perseus"][t]]
+    if counted:
+        out += ["", "Perseus's engine counters per step (`perseus.torch.engine_stats()`, "
+                "differences around each step): the negotiation messages it sent. Cached tensors "
+                "are negotiated by one AND of a bit vector per cycle; *coordinator rounds* "
+                "count negotiations that went to the coordinator (new names, stall checks).", "",
+                "| tensors | cycles | control ANDs | control bytes | coordinator rounds | "
+                "cached / coordinated responses | time in negotiation (incl. waiting for the "
+                "other rank) |", "|---|---|---|---|---|---|---|"]
+        for t, st in counted:
+            out.append(f"| {t} | {st['cycles']:.1f} | {st['control_exchanges']:.1f} | "
+                       f"{st['control_bytes']:.0f} B | {st['coordinator_rounds']:.2f} | "
+                       f"{st['cached_responses']:.0f} / {st['coordinated_responses']:.0f} | "
+                       f"{us(st['negotiation_ns'] / 1e3)} |")
     link = plot(data, libs)
     if link:
         out += ["", f"![negotiation cost vs tensor count]({link})"]

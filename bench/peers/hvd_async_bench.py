@@ -98,9 +98,16 @@ def negotiation(hvd, args, label):
         count_steps = agreed_count(hvd, (time.perf_counter() - t0) / args.warmup_steps,
                                    args.seconds)
         steps, submits, engines = [], [], []
+        stats = getattr(hvd, "engine_stats", None)  # Perseus only: the engine's own counters
+        counted = {}
         for _ in range(count_steps):
             hvd.barrier()
+            before = stats() if stats else None
             s, sub, eng = step()
+            if stats:
+                after = stats()
+                for k in after:
+                    counted[k] = counted.get(k, 0) + after[k] - before[k]
             steps.append(s)
             submits.append(sub)
             engines.append(eng)
@@ -113,7 +120,9 @@ def negotiation(hvd, args, label):
                 "tensors": count, "bytes": count * 16, "time_us": step_s * 1e6,
                 "submit_us": submit_s * 1e6, "engine_us": engine_s * 1e6,
                 "completion_us": max(0.0, step_s - submit_s - engine_s) * 1e6,
-                "per_tensor_us": step_s * 1e6 / count, "steps": len(steps)}), flush=True)
+                "per_tensor_us": step_s * 1e6 / count, "steps": len(steps),
+                **({"engine_stats_per_step": {k: v / len(steps) for k, v in counted.items()}}
+                   if counted else {})}), flush=True)
 
 
 def main():

@@ -81,6 +81,17 @@ typedef struct {
 
 typedef void (*perseus_callback)(perseus_handle handle, perseus_status status, void* user_data);
 
+/* Counters of this rank's engine since perseus_init(), for measuring what negotiation costs. */
+typedef struct {
+  uint64_t cycles;              /* engine cycles (each: one control AND per set with work) */
+  uint64_t control_exchanges;   /* control vectors combined (AND-allreduce), all sets */
+  uint64_t control_bytes;       /* bytes of those control vectors, summed */
+  uint64_t coordinator_rounds;  /* negotiations that went to the set's coordinator (new names) */
+  uint64_t cached_responses;    /* responses served from the response cache */
+  uint64_t coordinated_responses; /* responses the coordinator produced */
+  uint64_t negotiation_ns;      /* time in negotiation: control exchange and coordinator */
+} perseus_engine_stats;
+
 /* --- lifetime and topology ------------------------------------------------------------ */
 /* Reads the topology from the environment (PERSEUS_* from perseusrun, OMPI_COMM_WORLD_* from
  * mpirun, or a single rank when neither is set), runs rendezvous and starts the engine.
@@ -96,6 +107,8 @@ PERSEUS_API const char* perseus_build_info(void);
 /* Every setting with its value, default and description, one "NAME=value\tdefault\tdoc" per
  * line. Valid until the next call on this thread. */
 PERSEUS_API const char* perseus_params_dump(void);
+/* This rank's engine counters (perseus_engine_stats). */
+PERSEUS_API perseus_status perseus_get_engine_stats(perseus_engine_stats* out);
 
 /* --- collectives (asynchronous) ------------------------------------------------------- */
 /* output may alias input (in place). prescale multiplies inputs before the reduction and

@@ -98,6 +98,16 @@ perseus_status perseus_get_topology(perseus_topology* out) {
   });
 }
 
+perseus_status perseus_get_engine_stats(perseus_engine_stats* out) {
+  return guarded([&] {
+    if (out == nullptr) throw InvalidArgumentError("perseus_get_engine_stats: out is NULL");
+    const engine::Engine::Stats s = capi::requireEngine()->stats();
+    *out = perseus_engine_stats{s.cycles,           s.control_exchanges,     s.control_bytes,
+                                s.coordinator_rounds, s.cached_responses, s.coordinated_responses,
+                                s.negotiation_ns};
+  });
+}
+
 const char* perseus_last_error(void) { return capi::t_last_error.c_str(); }
 
 const char* perseus_build_info(void) {

@@ -103,7 +103,10 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
 
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control with " << set.entries.size()
                               << " entries, " << set.uncached.size() << " uncached";
+  const auto exchange_start = Clock::now();
   allreduceAnd(*set.comm, cv.data(), cv.numWords());
+  control_exchanges_.fetch_add(1, std::memory_order_relaxed);
+  control_bytes_.fetch_add(cv.numWords() * sizeof(uint64_t), std::memory_order_relaxed);
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control done, uncached="
                               << cv.anyFlag(ControlFlag::kUncached);
 
@@ -146,6 +149,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
     auto it = set.entries.find(r.name);
     if (it != set.entries.end()) it->second->cache_bit = -1;  // now waiting for execution
   }
+  const size_t cached = responses.size();
 
   if (cv.anyFlag(ControlFlag::kUncached)) {
     std::vector<Request> requests;
@@ -156,6 +160,8 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
     set.uncached.clear();
     requests.insert(requests.end(), announced.begin(), announced.end());
     std::vector<Response> fresh = coordinate(set, requests);
+    coordinator_rounds_.fetch_add(1, std::memory_order_relaxed);
+    coordinated_responses_.fetch_add(fresh.size(), std::memory_order_relaxed);
     if (global) failCrossSet(&fresh);
     for (const Response& r : fresh) {
       auto it = set.entries.find(r.name);
@@ -173,6 +179,10 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
     responses.insert(responses.end(), fresh.begin(), fresh.end());
   }
   if (!set.uncached.empty()) more_work_ = true;
+  cached_responses_.fetch_add(cached, std::memory_order_relaxed);
+  negotiation_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                Clock::now() - exchange_start).count()),
+                            std::memory_order_relaxed);
   if (timeline_) {
     for (const Response& r : responses) {
       auto it = set.entries.find(r.name);

@@ -330,6 +330,19 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
   return handle;
 }
 
+Engine::Stats Engine::stats() const {
+  constexpr auto r = std::memory_order_relaxed;
+  Stats s;
+  s.cycles = cycles_.load(r);
+  s.control_exchanges = control_exchanges_.load(r);
+  s.control_bytes = control_bytes_.load(r);
+  s.coordinator_rounds = coordinator_rounds_.load(r);
+  s.cached_responses = cached_responses_.load(r);
+  s.coordinated_responses = coordinated_responses_.load(r);
+  s.negotiation_ns = negotiation_ns_.load(r);
+  return s;
+}
+
 std::string Engine::lastStallWarning() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_stall_warning_;

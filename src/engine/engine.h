@@ -117,6 +117,12 @@ class Engine {
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
   std::string lastStallWarning() const;
   uint64_t cycles() const { return cycles_.load(); }
+  // Counters for perseus_get_engine_stats (any thread; each value is read atomically).
+  struct Stats {
+    uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
+             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0;
+  };
+  Stats stats() const;
 
  private:
   std::shared_ptr<Handle> submit(std::unique_ptr<Entry> entry);
@@ -185,6 +191,9 @@ class Engine {
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> cycles_{0};
+  // Written by the engine thread only (relaxed); read by stats().
+  std::atomic<uint64_t> control_exchanges_{0}, control_bytes_{0}, coordinator_rounds_{0},
+      cached_responses_{0}, coordinated_responses_{0}, negotiation_ns_{0};
 
   // Engine thread only.
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order

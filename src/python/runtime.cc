@@ -89,6 +89,19 @@ void registerRuntime(py::module_& m) {
   m.def("last_error", [] { return std::string(perseus_last_error()); });
   m.def("build_info", [] { return std::string(perseus_build_info()); });
   m.def("params_dump", [] { return std::string(perseus_params_dump()); });
+  m.def("engine_stats", [] {
+    perseus_engine_stats s;
+    check(perseus_get_engine_stats(&s), "perseus_get_engine_stats");
+    py::dict d;
+    d["cycles"] = s.cycles;
+    d["control_exchanges"] = s.control_exchanges;
+    d["control_bytes"] = s.control_bytes;
+    d["coordinator_rounds"] = s.coordinator_rounds;
+    d["cached_responses"] = s.cached_responses;
+    d["coordinated_responses"] = s.coordinated_responses;
+    d["negotiation_ns"] = s.negotiation_ns;
+    return d;
+  }, "This rank's engine counters since init (perseus_engine_stats).");
   m.def("add_process_set", [](const std::vector<int32_t>& ranks) {
     int32_t id = -1;
     perseus_status s;

@@ -33,3 +33,7 @@ def test_distributed_optimizer_matches_single_process():
 @pytest.mark.parametrize("np", [2, 3])
 def test_sync_batch_norm_matches_batch_norm(np):
     assert run_worker(np, "torch_sync_bn.py").stdout.count("PASS sync_bn") == 3 * np
+
+
+def test_engine_stats_show_cached_negotiation():
+    assert run_worker(2, "torch_engine_stats.py").stdout.count("PASS engine_stats") == 2

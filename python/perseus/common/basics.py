@@ -170,6 +170,15 @@ def ccl_built():
     return False
 
 
+def engine_stats():
+    """This rank's engine counters since init() (a Perseus extension, not in Horovod): cycles,
+    control_exchanges and control_bytes (the one AND per process set and cycle that negotiates
+    cached tensors), coordinator_rounds (negotiations of new names through the set's
+    coordinator), cached_responses, coordinated_responses and negotiation_ns (time spent
+    negotiating). Differences between two calls give the cost of the steps in between."""
+    return core().engine_stats()
+
+
 def start_timeline(file_path, mark_cycles=False):
     raise NotImplementedError("start_timeline: Perseus has no runtime timeline switch yet; set "
                               "PERSEUS_TIMELINE=%s (perseusrun --timeline-filename) before "

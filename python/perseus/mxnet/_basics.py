@@ -6,7 +6,8 @@ import threading
 from perseus.common import basics as _b
 from perseus.common import ops as _ops
 from perseus.common.basics import (  # noqa: F401
-    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats, gloo_built,
+    gloo_enabled,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from perseus.common.names import op_name  # noqa: F401

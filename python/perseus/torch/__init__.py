@@ -11,7 +11,8 @@ copy); dtypes the core lacks (int16, complex...) are reduced with a clear error 
 bytes by allgather/broadcast/alltoall. See docs/torch.md."""
 
 from perseus.common.basics import (  # noqa: F401
-    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats, gloo_built,
+    gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
     stop_timeline)

@@ -1,0 +1,44 @@
+"""perseus.torch.engine_stats(): after the first step has negotiated a set of names, further
+steps of the same names go through the response cache: no coordinator round, one control
+AND per cycle whatever the tensor count."""
+import sys
+
+import torch
+
+import perseus.torch as hvd
+
+
+def step(tensors):
+    handles = [hvd.allreduce_async_(t, op=hvd.Sum, name="stats.%d" % i)
+               for i, t in enumerate(tensors)]
+    for h in handles:
+        hvd.synchronize(h)
+
+
+def main():
+    hvd.init()
+    tensors = [torch.ones(3) for _ in range(200)]
+    step(tensors)  # negotiates the 200 names through the coordinator
+    hvd.barrier()
+    before = hvd.engine_stats()
+    steps = 5
+    for _ in range(steps):
+        for t in tensors:
+            t.fill_(1.0)
+        step(tensors)
+    after = hvd.engine_stats()
+    diff = {k: after[k] - before[k] for k in after}
+    assert all(float(t[0]) == hvd.size() for t in tensors)
+    assert diff["cached_responses"] == steps * len(tensors), diff
+    assert diff["coordinated_responses"] == 0, diff
+    assert diff["coordinator_rounds"] <= 1, diff  # at most a stall check
+    assert 1 <= diff["control_exchanges"] <= diff["cycles"] + 1, diff
+    # 200 cached names: the control vector is 200 ready bits + 200 invalid bits + 2 words.
+    assert diff["control_bytes"] <= diff["control_exchanges"] * (2 + 2 * 4) * 8, diff
+    assert diff["negotiation_ns"] > 0, diff
+    print("PASS engine_stats rank %d: %s" % (hvd.rank(), diff), flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
