@@ -18,7 +18,18 @@ CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double t
   done_ = events_->acquire();
 }
 
-CudaWork::~CudaWork() { events_->release(done_); }
+CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
+                   std::shared_ptr<CudaEvent> done)
+    : CudaWork(std::move(events), std::move(what), timeout_s,
+               std::vector<std::shared_ptr<NcclComm>>{}) {
+  events_->release(done_);
+  borrowed_ = std::move(done);
+  done_ = borrowed_->get();
+}
+
+CudaWork::~CudaWork() {
+  if (!borrowed_) events_->release(done_);
+}
 
 void CudaWork::recordDone(cudaStream_t stream) {
   checkCuda(cudaEventRecord(done_, stream), "cudaEventRecord (collective done)");

@@ -23,6 +23,10 @@ class CudaWork : public backends::GpuWork {
   // `what` names the operation and its tensors in messages.
   CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
            std::vector<std::shared_ptr<NcclComm>> comms);
+  // A work that is done when `done` is: an event recorded elsewhere (a tensor's ready event),
+  // kept alive by the work; recordDone() must not be called.
+  CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
+           std::shared_ptr<CudaEvent> done);
   ~CudaWork() override;
 
   // Engine thread, once, after everything is enqueued on `stream`.
@@ -41,6 +45,7 @@ class CudaWork : public backends::GpuWork {
   void rethrowIfFailed();
 
   std::shared_ptr<EventPool> events_;
+  std::shared_ptr<CudaEvent> borrowed_;  // set: done_ is its event, not ours to release
   cudaEvent_t done_ = nullptr;
   std::string what_;
   std::chrono::steady_clock::time_point deadline_;

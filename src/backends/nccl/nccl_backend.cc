@@ -116,6 +116,9 @@ class NcclBackend : public backends::GpuBackend {
   void hierarchicalAllreduce(const Call& call, void* buf, size_t count, DataType wire, ReduceOp op,
                              bool mixed);
   bool useHierarchical(const CommState& s, size_t bytes);
+  // Note [World size one]: the work of a no-op allreduce, or nullptr when it is not one.
+  std::shared_ptr<GpuWork> worldOneInPlace(collectives::Communicator& comm, const GpuBatch& batch,
+                                           double prescale, double postscale);
   const NcclApi& api() const { return *ncclApi(); }
 
   backends::GpuBackendOptions options_;
@@ -287,6 +290,7 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     op = ReduceOp::kSum;
     postscale /= comm.size();
   }
+  if (auto work = worldOneInPlace(comm, batch, prescale, postscale)) return work;
   std::vector<const GpuTensor*> inputs;
   std::vector<size_t> counts;
   size_t total = 0;
@@ -364,6 +368,36 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
                                       : std::vector<std::shared_ptr<NcclComm>>{s.flat};
   return finish(call, describe("allreduce", batch.tensors), std::move(comms), nan_host,
                 std::move(names));
+}
+
+// Note [World size one]
+// An allreduce over a set of one rank, in place, with nothing to scale, cast or check, leaves
+// the tensor as it is: NCCL itself moves no bytes for it (its one-rank path copies only when
+// the output differs from the input). So the work is complete when the input is ready: the
+// tensor's ready event (recorded on the producer's stream at submission) is the work's
+// completion event, and the slot stream, the NCCL call and a second event are skipped. Every
+// other case (several tensors, out of place, scales, casts, the NaN check) runs as usual.
+std::shared_ptr<GpuWork> NcclBackend::worldOneInPlace(collectives::Communicator& comm,
+                                                      const GpuBatch& batch, double prescale,
+                                                      double postscale) {
+  if (comm.size() != 1 || batch.tensors.size() != 1) return nullptr;
+  const GpuTensor& t = batch.tensors[0];
+  const bool nan = options_.params.allreduce_nancheck && isFloatingPoint(batch.dtype);
+  const bool cast = batch.dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 0;
+  if (t.input != t.output || !t.ready || prescale != 1.0 || postscale != 1.0 || nan || cast) {
+    return nullptr;
+  }
+  auto ready = std::static_pointer_cast<CudaEvent>(t.ready);
+  if (ready->device() != batch.device) return nullptr;  // begin() reports the mismatch
+  auto work = std::make_shared<CudaWork>(context(batch.device).events(),
+                                         describe("allreduce", batch.tensors),
+                                         options_.params.timeout_s, std::move(ready));
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [](const std::weak_ptr<CudaWork>& w) { return w.expired(); }),
+                 pending_.end());
+  pending_.push_back(work);
+  return work;
 }
 
 std::shared_ptr<GpuWork> NcclBackend::allgatherv(collectives::Communicator& comm, int device,
