@@ -4,8 +4,11 @@
 // bit for bit against the reference.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "collectives/collectives.h"
@@ -15,6 +18,7 @@
 #include "common/worker_pool.h"
 #include "support/inproc_values.h"
 #include "support/inproc_world.h"
+#include "support/shm_groups.h"
 
 namespace perseus::collectives {
 namespace {
@@ -145,6 +149,49 @@ TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
     runCollective(*comm, args, "shm");
     if (out != expected) throw std::runtime_error("wrong 16 MiB + 12 B float32 sum");
   });
+}
+
+// The real shared-memory arena (futex barriers, the segments' slots), ranks as threads: every
+// barrier is bounded by PERSEUS_TIMEOUT, so a hang fails the test.
+TEST(ShmThreadsRealArena, ThreeThreadsPerRank) {
+  const int n = 2;
+  Params params = testing::shmTestParams();
+  params.shm_slot_bytes = kSlotBytes;
+  params.reduce_threads = 3;
+  auto groups = testing::createShmGroupsAsThreads(n, "mt" + std::to_string(::getpid()), params);
+  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
+  for (int r = 0; r < n; ++r) tps.push_back(testing::makeShmTransport(*groups[r], r, n, params));
+  const size_t big = 1000003, odd = 333331;
+  const Bytes want_big = testing::referenceReduce(n, big, DataType::kFloat32, ReduceOp::kSum, 3);
+  const Bytes want_odd = testing::referenceReduce(n, odd, DataType::kFloat16, ReduceOp::kMax, 4);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        Communicator comm(tps[r].get(), groups[r]->arena.get(), {0, 1}, 0, params);
+        Bytes in = testing::testVector(r, big, DataType::kFloat32, 3), out(in.size());
+        CollectiveArgs args;
+        args.in = in.data();
+        args.out = out.data();
+        args.count = big;
+        args.dtype = DataType::kFloat32;
+        runCollective(comm, args, "shm");
+        if (out != want_big) throw std::runtime_error("wrong float32 sum");
+        Bytes half = testing::testVector(r, odd, DataType::kFloat16, 4);
+        args.in = args.out = half.data();  // in place
+        args.count = odd;
+        args.dtype = DataType::kFloat16;
+        args.op = ReduceOp::kMax;
+        runCollective(comm, args, "shm");
+        if (half != want_odd) throw std::runtime_error("wrong in-place float16 max");
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace
