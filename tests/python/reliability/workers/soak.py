@@ -6,11 +6,18 @@ elements), process set (global or one of two registered subsets) and root. Input
 integers derived from (i, rank), so every rank can compute every expected output exactly.
 Ops are submitted in batches, each rank in its own shuffled order, then waited for.
 
-Records the process's RSS, open fds and mapped /dev/shm segments after a warm-up and at the
-end, for the test to check that they stay flat."""
+Records the process's RSS, malloc's live bytes, open fds and mapped /dev/shm segments after a
+warm-up, at every tenth of the remaining ops and at the end (usage()), for the test to check
+that they stay flat: a leak shows as growth across the samples, allocator noise as a step that
+does not repeat. Each sample first calls gc.collect() and malloc_trim(0), so that `rss`
+measures live memory rather than free heap pages that glibc keeps resident; `rss_raw` is the
+resident set before the trim, kept for comparison."""
 
+import ctypes
+import gc
 import os
 import random
+import sys
 import time
 
 import numpy as np
@@ -30,13 +37,43 @@ def add_args(p):
     p.add_argument("--batch", type=int, default=8)
 
 
-def usage():
+_LIBC = ctypes.CDLL(None)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+
+
+_LIBC.mallinfo2.restype = _MallInfo2
+
+
+def rss_bytes():
     with open("/proc/self/statm") as f:
-        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def usage():
+    """One sample. `rss_raw` is the resident set as found; `rss` is the resident set after
+    malloc_trim(0), which hands glibc's free heap pages back to the kernel, so that it counts
+    live memory rather than what the allocator keeps cached (glibc's dynamic mmap threshold
+    lets freed 8 MB arrays come back from the heap, whose free pages stay resident). `heap`
+    is the bytes malloc has handed out and not got back (every arena plus mmapped chunks):
+    the C++ core's maps and numpy's data. `py_blocks` counts live Python objects' blocks."""
+    gc.collect()
+    raw = rss_bytes()
+    _LIBC.malloc_trim(0)
+    mi = _LIBC.mallinfo2()
     fds = len(os.listdir("/proc/self/fd"))
     with open("/proc/self/maps") as f:
         shm = len({line.split()[-1] for line in f if "/dev/shm/perseus-" in line})
-    return {"rss": rss, "fds": fds, "shm_maps": shm}
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f)
+    kib = {k: int(status[k].split()[0]) << 10 for k in ("RssAnon", "RssShmem")}
+    return {"rss": rss_bytes(), "rss_raw": raw, "rss_anon": kib["RssAnon"],
+            "rss_shmem": kib["RssShmem"], "heap": mi.uordblks + mi.hblkhd,
+            "py_blocks": sys.getallocatedblocks(), "fds": fds, "shm_maps": shm}
 
 
 def values(i, r, n, dtype, low=1, span=4):
@@ -133,6 +170,42 @@ def _close(spec, got, expect, tol):
         _equal(spec, got, expect)
 
 
+def high_water(core, sets):
+    """Runs the stream's largest op of each reducing kind (1M float64 elements) on every set,
+    checked: the communicators' scratch buffers grow (never shrink, by design) to what the
+    stream will ever need here, before the first sample, so that the samples see only what
+    the ops leave behind."""
+    n = SIZES[-1]
+    for set_id, members in sets:
+        if rc.RANK not in members:
+            continue
+        k, me = len(members), members.index(rc.RANK)
+        ar, bc, rs = (np.full(n, rc.RANK + 1.0) for _ in range(3))
+        hs = [core.allreduce("soak.hw.ar.%d" % set_id, ar, None, SUM, 1.0, 1.0, set_id),
+              core.broadcast("soak.hw.bc.%d" % set_id, bc, None, 0, set_id),
+              core.reducescatter("soak.hw.rs.%d" % set_id, rs, SUM, 1.0, 1.0, set_id)]
+        for h in hs:
+            h.wait()
+        total = float(sum(m + 1 for m in members))
+        rows = n // k + (1 if me < n % k else 0)
+        if not (np.all(ar == total) and np.all(bc == members[0] + 1.0)
+                and np.array_equal(hs[2].output(0), np.full(rows, total))):
+            raise AssertionError("set %d: wrong result of a high-water op" % set_id)
+
+
+def run_batch(core, args, sets, order, first):
+    """Ops [first, first + batch): this rank's share submitted in its own order, then each
+    waited for and checked. A function, so that the batch's arrays and handles are gone
+    before the next sample."""
+    specs = [Spec(args.seed, i, sets) for i in range(first, min(args.ops, first + args.batch))]
+    mine = [s for s in specs if rc.RANK in s.members]
+    order.shuffle(mine)
+    pending = [(s,) + submit(core, s, s.members.index(rc.RANK)) for s in mine]
+    for spec, handle, check in pending:
+        handle.wait()
+        check(handle)
+
+
 def main():
     args = rc.parse(add_args)
     res = rc.Results(args.results)
@@ -145,23 +218,20 @@ def main():
     for ranks in ([0, size - 1], list(range(1, size))):
         if 2 <= len(ranks) < size:
             sets.append((core.add_process_set(ranks), ranks))
+    high_water(core, sets)
     order = random.Random(args.seed * 7919 + rc.RANK)
     warm = max(args.batch, args.ops // 10)
-    start_usage = None
+    sample_every = max(args.batch, (args.ops - warm) // 10)
+    samples = []
     t0 = time.time()
     for first in range(0, args.ops, args.batch):
-        if first >= warm and start_usage is None:
-            start_usage = usage()
-        specs = [Spec(args.seed, i, sets) for i in range(first, min(args.ops, first + args.batch))]
-        mine = [s for s in specs if rc.RANK in s.members]
-        order.shuffle(mine)
-        pending = [(s,) + submit(core, s, s.members.index(rc.RANK)) for s in mine]
-        for spec, handle, check in pending:
-            handle.wait()
-            check(handle)
+        if first >= warm + len(samples) * sample_every:
+            samples.append(dict(usage(), ops=first))
+        run_batch(core, args, sets, order, first)
     end_usage = usage()
     res.report(outcome="ok", ops=args.ops, seconds=time.time() - t0,
-               start=start_usage or end_usage, end=end_usage)
+               start=samples[0] if samples else end_usage, end=end_usage,
+               samples=samples + [dict(end_usage, ops=args.ops)])
     # shutdown() on one rank stops the job's engine everywhere (as in Horovod): a rank outside
     # the last ops' process sets must not leave while the others still run them.
     core.barrier().wait()
