@@ -35,6 +35,9 @@ def add_args(p):
     p.add_argument("--ops", type=int, default=2000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch", type=int, default=8)
+    # The test's own check: malloc this many bytes per op and never free them (a known leak
+    # that the flatness criteria must catch).
+    p.add_argument("--leak-bytes", type=int, default=0)
 
 
 _LIBC = ctypes.CDLL(None)
@@ -47,6 +50,7 @@ class _MallInfo2(ctypes.Structure):
 
 
 _LIBC.mallinfo2.restype = _MallInfo2
+_LIBC.malloc.restype = ctypes.c_void_p
 
 
 def rss_bytes():
@@ -204,6 +208,9 @@ def run_batch(core, args, sets, order, first):
     for spec, handle, check in pending:
         handle.wait()
         check(handle)
+    if args.leak_bytes:
+        for _ in specs:
+            _LIBC.malloc(args.leak_bytes)
 
 
 def main():
