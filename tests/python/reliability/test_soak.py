@@ -3,7 +3,7 @@ every result, with memory, open fds and mapped /dev/shm segments flat from after
 to the end, and nothing left in /dev/shm afterwards.
 
 REL_SOAK_OPS sets the number of ops per transport (default 2000, about 10 s each on 2 shared
-cores; the issue's 20,000 is the long mode: REL_SOAK_OPS=20000, about 80-110 s each).
+cores; the issue's 20,000 is the long mode: REL_SOAK_OPS=20000, 40-110 s each depending on the load).
 
 Flatness is judged on the second half of the samples (the worker takes one after a tenth of
 the ops and then every tenth), once every bounded structure is full:
@@ -19,7 +19,7 @@ the ops and then every tenth), once every bounded structure is full:
 The job runs with PERSEUS_CACHE_CAPACITY=32 and PERSEUS_FUSION_THRESHOLD=256 KiB: every name
 is new, so the response cache only ever fills (1024 entries of ~1 KB per set by default,
 which would take most of a short run to saturate) and now evicts at every op; the fusion
-buffers are grow-only up to the threshold per set, which must stay below HEAP_BOUND (most of
+buffers are grow-only up to the threshold per set (3 sets x 256 KiB < HEAP_BOUND; most of
 the stream's tensors, up to 30000 elements, still fuse). The worker's high-water ops grow the
 communicators' scratch buffers to their final size before the first sample."""
 
@@ -40,7 +40,8 @@ FUSION_THRESHOLD = 256 << 10
 
 
 def second_half_growth(samples, key):
-    """(growth over the second half of `samples`, median per-op growth of its intervals)."""
+    """(growth over the second half of `samples`, median per-op growth of its intervals, ops
+    in the second half)."""
     half = samples[len(samples) // 2:]
     rates = [(b[key] - a[key]) / (b["ops"] - a["ops"]) for a, b in zip(half, half[1:])]
     return half[-1][key] - half[0][key], statistics.median(rates), half[-1]["ops"] - half[0]["ops"]
