@@ -149,10 +149,13 @@ done
 gpu_or_dry() { [ $MODE = dry ] || [ "$NGPU" -ge "$1" ]; }
 if gpu_or_dry 1; then
   run_step "b allreduce world1 vs torch nccl" 45 python3 bench/gpu/allreduce_world1.py "${CPU[@]}"
-  # Once with one reduction thread per rank and once with auto (CPUs / local ranks, <= 8).
-  for rt in 1 0; do
-    run_step "c 2 ranks 1 GPU host-staged REDUCE_THREADS=$rt" 45 \
-      env PERSEUS_REDUCE_THREADS=$rt "${RUN[@]}" python3 bench/gpu/staged_two_ranks.py "${CPU[@]}"
+  # One reduction thread per rank, then auto (CPUs / local ranks, <= 8) at three chunk sizes
+  # (PERSEUS_STAGED_CHUNK_BYTES; 8 MiB is the default).
+  for cfg in "1 8388608" "0 4194304" "0 8388608" "0 16777216"; do
+    set -- $cfg
+    run_step "c 2 ranks 1 GPU host-staged REDUCE_THREADS=$1 CHUNK=$2" 45 \
+      env PERSEUS_REDUCE_THREADS=$1 PERSEUS_STAGED_CHUNK_BYTES=$2 "${RUN[@]}" \
+      python3 bench/gpu/staged_two_ranks.py "${CPU[@]}"
   done
   run_step "d sync_bn 1 rank" 35 python3 bench/gpu/sync_bn.py "${CPU[@]}"
 else

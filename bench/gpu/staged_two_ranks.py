@@ -59,6 +59,7 @@ def main():
     rank, size = hvd.rank(), hvd.size()
     sizes = [4, 1 << 20] if args.cpu else [4, 64 << 20]
     threads = os.environ.get("PERSEUS_REDUCE_THREADS", "unset")
+    chunk = os.environ.get("PERSEUS_STAGED_CHUNK_BYTES", "default")
     for nbytes in sizes:
         n = nbytes // 4
         gens = [torch.Generator().manual_seed(1000 * r + nbytes % 997) for r in range(size)]
@@ -76,12 +77,12 @@ def main():
         busbw = 2.0 * (size - 1) / size * nbytes / (us * 1e-6) / 1e9
         if rank == 0:
             common.result("c_staged_2ranks_1gpu", bytes=nbytes, reduce_threads=threads,
-                          median_us=us, busbw_GBps=busbw, ok=1)
+                          chunk=chunk, median_us=us, busbw_GBps=busbw, ok=1)
         # Both sizes: at 4 B the parts show what one GPU command costs with two processes
         # (two CUDA contexts) on the device.
         kv = split(x, dev, nbytes, 5 if args.cpu else (50 if nbytes <= 1 << 20 else 10))
         if rank == 0:
-            common.result("c_staged_split", **kv)
+            common.result("c_staged_split", chunk=chunk, **kv)
     hvd.shutdown()
 
 

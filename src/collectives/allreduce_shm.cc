@@ -54,7 +54,7 @@
 #include "collectives/arena_view.h"
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
-#include "collectives/reduce_threads.h"
+#include "common/reduce_threads.h"
 #include "collectives/registry.h"
 #include "common/worker_pool.h"
 #include "kernels/reduce.h"
@@ -84,7 +84,7 @@ bool supports(const Communicator& comm, const CollectiveArgs& args) {
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   if (isTiny(comm, args)) return cost::kBarrierUs;
   size_t bytes = args.totalBytes();
-  size_t seg = detail::segmentBytes(1, detail::ArenaView::dataBytesOf(*comm.arena()) / 3);
+  size_t seg = reduce_threads::segmentBytes(1, detail::ArenaView::dataBytesOf(*comm.arena()) / 3);
   double segments = static_cast<double>((bytes + seg - 1) / seg);
   return (segments + 2) * cost::kBarrierUs + 2.5 * bytes * cost::kArenaUsPerByte;
 }
@@ -160,9 +160,9 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
 int threadsFor(const Communicator& comm, size_t bytes, size_t buffer) {
   if (comm.size() > kStackRanks) return 1;  // the parts keep their pointer arrays on the stack
   static const int cpus = transport::shm::usableCpus();
-  const int requested = detail::requestedReduceThreads(comm.params().reduce_threads, cpus,
+  const int requested = reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus,
                                                        comm.arena()->localSize());
-  return detail::effectiveReduceThreads(requested, bytes, buffer);
+  return reduce_threads::effectiveReduceThreads(requested, bytes, buffer);
 }
 
 void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** big_srcs,
@@ -172,7 +172,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t esize = args.elementSize();
   const size_t third = (view.dataBytes() / 3) & ~size_t{63};
   const int threads = threadsFor(comm, args.totalBytes(), third);
-  const size_t seg = detail::segmentBytes(threads, third) / esize;
+  const size_t seg = reduce_threads::segmentBytes(threads, third) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
   const auto* in = detail::bytePtr(args.in);

@@ -93,6 +93,8 @@ Params Params::fromEnvironment(const Lookup& lookup) {
   if (p.shm_slot_bytes < 4096) badValue("PERSEUS_SHM_SLOT_BYTES", show(p.shm_slot_bytes), "at least 4096");
   if (p.reduce_threads < 0 || p.reduce_threads > 64)
     badValue("PERSEUS_REDUCE_THREADS", show(p.reduce_threads), "between 0 (auto) and 64");
+  if (p.staged_chunk_bytes < 4096)
+    badValue("PERSEUS_STAGED_CHUNK_BYTES", show(p.staged_chunk_bytes), "at least 4096");
   if (p.num_streams < 1) badValue("PERSEUS_NUM_STREAMS", show(p.num_streams), "at least 1");
   if (p.allreduce_dtype < 0 || p.allreduce_dtype > 2)
     badValue("PERSEUS_ALLREDUCE_DTYPE", show(p.allreduce_dtype), "0, 1 or 2");

@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include "collectives/collectives.h"
-#include "collectives/reduce_threads.h"
+#include "common/reduce_threads.h"
 #include "collectives/registry.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
@@ -26,25 +26,25 @@ namespace {
 using testing::Bytes;
 
 TEST(ReduceThreads, AutoSplitsTheCpusAmongTheLocalRanks) {
-  EXPECT_EQ(detail::requestedReduceThreads(0, 2, 2), 1);   // this VM: unchanged
-  EXPECT_EQ(detail::requestedReduceThreads(0, 1, 3), 1);
-  EXPECT_EQ(detail::requestedReduceThreads(0, 16, 2), 8);  // the GPU host: 8 per rank
-  EXPECT_EQ(detail::requestedReduceThreads(0, 12, 4), 3);
-  EXPECT_EQ(detail::requestedReduceThreads(0, 192, 2), detail::kAutoMaxReduceThreads);
-  EXPECT_EQ(detail::requestedReduceThreads(3, 2, 2), 3);  // forced
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 2, 2), 1);   // this VM: unchanged
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 1, 3), 1);
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 16, 2), 8);  // the GPU host: 8 per rank
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 12, 4), 3);
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 192, 2), reduce_threads::kAutoMaxReduceThreads);
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(3, 2, 2), 3);  // forced
 }
 
 TEST(ReduceThreads, FewerThreadsWhenTheBufferOrMessageIsSmall) {
   const size_t kib = 1024;
   // The default 1 MiB slot: buffers of ~338 KiB give at most 5 shares of 64 KiB.
-  EXPECT_EQ(detail::effectiveReduceThreads(8, 64u << 20, 338 * kib), 5);
-  EXPECT_EQ(detail::effectiveReduceThreads(8, 64u << 20, 2048 * kib), 8);
-  EXPECT_EQ(detail::effectiveReduceThreads(8, 100 * kib, 2048 * kib), 1);
-  EXPECT_EQ(detail::effectiveReduceThreads(8, 200 * kib, 2048 * kib), 3);
-  EXPECT_EQ(detail::effectiveReduceThreads(1, 64u << 20, 2048 * kib), 1);
-  EXPECT_EQ(detail::segmentBytes(1, 338 * kib), 256 * kib);  // the single-thread segment
-  EXPECT_EQ(detail::segmentBytes(4, 2048 * kib), 1024 * kib);
-  EXPECT_EQ(detail::segmentBytes(5, 338 * kib), 338 * kib);
+  EXPECT_EQ(reduce_threads::effectiveReduceThreads(8, 64u << 20, 338 * kib), 5);
+  EXPECT_EQ(reduce_threads::effectiveReduceThreads(8, 64u << 20, 2048 * kib), 8);
+  EXPECT_EQ(reduce_threads::effectiveReduceThreads(8, 100 * kib, 2048 * kib), 1);
+  EXPECT_EQ(reduce_threads::effectiveReduceThreads(8, 200 * kib, 2048 * kib), 3);
+  EXPECT_EQ(reduce_threads::effectiveReduceThreads(1, 64u << 20, 2048 * kib), 1);
+  EXPECT_EQ(reduce_threads::segmentBytes(1, 338 * kib), 256 * kib);  // the single-thread segment
+  EXPECT_EQ(reduce_threads::segmentBytes(4, 2048 * kib), 1024 * kib);
+  EXPECT_EQ(reduce_threads::segmentBytes(5, 338 * kib), 338 * kib);
   EXPECT_EQ(Params::fromEnvironment([](const char*) { return nullptr; }).reduce_threads, 0);
   auto with = [](const char* value) {
     return Params::fromEnvironment([value](const char* name) {

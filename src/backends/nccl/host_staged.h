@@ -33,10 +33,11 @@ struct StagedSplit {
   int calls = 0;
 };
 
-// Chunk of the pipeline: small enough that the first download and the last upload (which
-// nothing overlaps) stay short, large enough that the per-chunk collective's fixed cost is
-// small next to its bytes.
-constexpr size_t kDefaultStagedChunkBytes = size_t{4} << 20;
+// Chunk of the pipeline (the engine passes PERSEUS_STAGED_CHUNK_BYTES): small enough that the
+// first download and the last upload (which nothing overlaps) stay short, large enough that
+// the per-chunk collective's fixed cost is small next to its bytes. 8 MiB was the fastest of
+// 1-16 MiB on an H200 host (2 ranks as threads, docs/perf/gpu.md).
+constexpr size_t kDefaultStagedChunkBytes = size_t{8} << 20;
 
 class HostStaged {
  public:

@@ -120,6 +120,7 @@ class NcclBackend : public backends::GpuBackend {
   std::shared_ptr<GpuWork> worldOneInPlace(collectives::Communicator& comm, const GpuBatch& batch,
                                            double prescale, double postscale);
   const NcclApi& api() const { return *ncclApi(); }
+  size_t stagedChunk() const { return static_cast<size_t>(options_.params.staged_chunk_bytes); }
 
   backends::GpuBackendOptions options_;
   std::mutex devices_mutex_;  // recordReady()/allocate() come from framework threads
@@ -270,7 +271,7 @@ void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
               call.stream);
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s)
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
         .allreduce(comm, *call.slot, fusion, fusion, round.count, wire, op, 1.0, 1.0);
   } else if (hierarchical) {
     hierarchicalAllreduce(call, fusion, round.count, wire, op, mixed);
@@ -318,7 +319,7 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     const GpuTensor& t = batch.tensors[0];
     if (s.staged && !nan && total * dataTypeSize(dtype) <= kHostScaleMaxBytes) {
       // Small and staged: scaling on the host is cheaper than a kernel launch and its wait.
-      HostStaged(*call.dc, options_.params.timeout_s)
+      HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
           .allreduce(comm, *call.slot, t.input, t.output, t.count, dtype, op, prescale, postscale);
     } else {
       // Scales run on the GPU (an extra pass there costs microseconds; on the host, milliseconds).
@@ -329,7 +330,7 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
         src = t.output;
       }
       if (s.staged) {
-        HostStaged(*call.dc, options_.params.timeout_s)
+        HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
             .allreduce(comm, *call.slot, src, t.output, t.count, dtype, op, 1.0, 1.0);
       } else {
         s.flat->check(api().allReduce(src, t.output, t.count, ncclType(dtype), ncclOp(op, dtype),
@@ -406,7 +407,7 @@ std::shared_ptr<GpuWork> NcclBackend::allgatherv(collectives::Communicator& comm
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s).allgatherv(comm, *call.slot, in.input, out, bytes);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).allgatherv(comm, *call.slot, in.input, out, bytes);
     return finish(call, describe("allgather", {in}), {});
   }
   const bool equal = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
@@ -433,7 +434,7 @@ std::shared_ptr<GpuWork> NcclBackend::broadcast(collectives::Communicator& comm,
   Call call = begin(comm, device, {&t});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s).broadcast(comm, *call.slot, t.input, t.output, bytes, root);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).broadcast(comm, *call.slot, t.input, t.output, bytes, root);
     return finish(call, describe("broadcast", {t}), {});
   }
   s.flat->check(api().broadcast(t.input, t.output, bytes, ncclUint8, root, s.flat->get(), call.stream),
@@ -448,7 +449,7 @@ std::shared_ptr<GpuWork> NcclBackend::alltoallv(collectives::Communicator& comm,
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s).alltoallv(comm, *call.slot, in.input, send_bytes, out, recv_bytes);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).alltoallv(comm, *call.slot, in.input, send_bytes, out, recv_bytes);
     return finish(call, describe("alltoall", {in}), {});
   }
   NcclComm& c = *s.flat;
@@ -477,7 +478,7 @@ std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& 
   CommState& s = *call.state;
   const size_t mine = counts[static_cast<size_t>(comm.rank())];
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s)
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
         .reducescatterv(comm, *call.slot, in.input, out, counts, dtype, op, prescale, postscale);
     return finish(call, describe("reducescatter", {in}), {});
   }

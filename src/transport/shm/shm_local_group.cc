@@ -1,8 +1,13 @@
 #include "transport/shm/shm_local_group.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "common/logging.h"
+#include "common/reduce_threads.h"
 #include "common/status.h"
 #include "transport/shm/shm_arena_impl.h"
 #include "transport/shm/shm_channel.h"
@@ -38,6 +43,22 @@ void validate(const std::string& job_id, int local_rank, const std::vector<int>&
   }
 }
 
+// Note [Slot for reduce threads]: the shm allreduce pipelines through three buffers of the
+// slot, each thread wanting a 256 KiB share of a segment (common/reduce_threads.h), and the
+// slot's end holds the per-group small-message lines (collectives/arena_view.h). So the slot
+// grows past PERSEUS_SHM_SLOT_BYTES to fit the threads that auto (or a forced count) would
+// use. It is computed from the host's online CPUs, not this process's affinity mask, so that
+// every rank of the host gets the same size (ShmSegmentSet checks that they agree).
+size_t slotBytes(const Params& params, int local_size) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int threads = reduce_threads::requestedReduceThreads(
+      params.reduce_threads, static_cast<int>(std::max(1L, online)), local_size);
+  constexpr size_t kLinesBytes = size_t{ShmArena::kMaxGroups} * 2 * 64;
+  const size_t wanted = 3 * reduce_threads::segmentBytes(threads, SIZE_MAX) + kLinesBytes;
+  const size_t set = static_cast<size_t>(params.shm_slot_bytes);
+  return threads > 1 ? std::max(set, wanted) : set;
+}
+
 }  // namespace
 
 std::unique_ptr<ShmLocalGroup> createShmLocalGroup(const std::string& job_id, int local_rank,
@@ -49,7 +70,7 @@ std::unique_ptr<ShmLocalGroup> createShmLocalGroup(const std::string& job_id, in
   // name and marks us closed, so peers still in start-up fail instead of waiting.
   auto set = std::make_shared<ShmSegmentSet>(job_id, local_rank, global_ranks_of_host,
                                              static_cast<size_t>(params.shm_ring_bytes),
-                                             static_cast<size_t>(params.shm_slot_bytes));
+                                             slotBytes(params, static_cast<int>(global_ranks_of_host.size())));
   local_barrier();
   set->mapPeers();
   local_barrier();

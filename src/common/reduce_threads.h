@@ -1,13 +1,14 @@
-// Private to src/collectives: how many threads share one rank's work in the shared-memory
-// allreduce (Note [Reduce threads], allreduce_shm.cc). Pure functions, so tests can check the
-// policy without a many-core machine.
+// How many threads share one rank's work in the shared-memory allreduce (Note [Reduce
+// threads], collectives/allreduce_shm.cc), and so how large the shared-memory slot must be
+// (transport/shm/shm_local_group.cc). Pure functions, so tests can check the policy without a
+// many-core machine.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
-namespace perseus::collectives::detail {
+namespace perseus::reduce_threads {
 
 // Auto never goes beyond this: eight cores already move more than one socket's share of
 // memory bandwidth for two ranks.
@@ -40,4 +41,4 @@ inline size_t segmentBytes(int threads, size_t buffer) {
   return std::min(buffer, kThreadShareBytes * static_cast<size_t>(threads)) & ~size_t{63};
 }
 
-}  // namespace perseus::collectives::detail
+}  // namespace perseus::reduce_threads
