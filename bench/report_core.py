@@ -35,6 +35,20 @@ def core_section(rows):
         out.append(f"| ResNet-50 step (161 tensors) ≤ 1.15× one allreduce of the same bytes | "
                    f"{step['time_us'] / 1e3:.1f} ms vs {step['single_allreduce_us'] / 1e3:.1f} ms"
                    f" = {step['ratio']:.2f}× | {'✅' if step['ratio'] <= 1.15 else '❌'} |")
+    memcpy = _rows(rows, "floor", "memcpy")
+    cross = _rows(rows, "floor", "crosscore")
+    if memcpy and cross:
+        out += ["", "The floors in this run (bench/floor_probe_bench.cc, 2 threads on CPU 0 "
+                "and 1): *memcpy* = each core copies S bytes at once (the read of every input "
+                "and write of every output); *cross-core* = the rate at which a block written "
+                "by one core is read by the other (per direction).", "",
+                "| S | memcpy floor GB/s | cross-core GB/s | perseus allreduce busbw GB/s |",
+                "|---|---|---|---|"]
+        for b in sorted(set(memcpy) & set(cross)):
+            mine = perseus.get(b)
+            out.append(f"| {b // 1024} KiB | {memcpy[b]['gbs']:.2f} | {cross[b]['gbs']:.2f} | "
+                       f"{mine['busbw_gbs']:.2f} |" if mine else
+                       f"| {b // 1024} KiB | {memcpy[b]['gbs']:.2f} | {cross[b]['gbs']:.2f} | — |")
     halves = [mpi[b]["time_us"] / 2 for b in (MIB, 4 * MIB) if b in mpi]
     half_txt = "–".join(f"{h:.0f}" for h in halves) if halves else "?"
     out += ["", "The model of the limit (perf-anchors.md §3, measured in docs/algorithms.md "

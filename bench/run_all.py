@@ -110,7 +110,7 @@ def build(build_dir):
                     "-DCMAKE_BUILD_TYPE=Release", "-DPERSEUS_BUILD_TESTS=OFF",
                     "-DPERSEUS_BUILD_PYTHON=ON"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["ninja", "-C", build_dir, "-j2", "perseus_collectives_bench",
-                    "engine_latency_bench", "_core"], check=True)
+                    "engine_latency_bench", "floor_probe_bench", "_core"], check=True)
     mpi_bin = os.path.join(build_dir, "mpi_collectives_bench")
     subprocess.run(["mpicc", "-O2", "-o", mpi_bin,
                     os.path.join(PEERS_DIR, "mpi_collectives_bench.c")], check=True)
@@ -237,6 +237,9 @@ def main():
 
     # 2. collectives
     if "perseus" not in skip:
+        # The machine's floors for 2 ranks, right before the sweep that is judged against them.
+        r.run("floors (memcpy, cross-core)", "floor",
+              [os.path.join(r.build_dir, "bench", "floor_probe_bench"), max_mib], env)
         r.run("perseus sweep", "perseus", perseusrun(n) + [perseus_bin, "sweep", max_mib], env)
         r.run("perseus-py sweep", "perseus-py",
               perseusrun(n) + [py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"),
