@@ -49,18 +49,27 @@ def core_section(rows):
             out.append(f"| {b // 1024} KiB | {memcpy[b]['gbs']:.2f} | {cross[b]['gbs']:.2f} | "
                        f"{mine['busbw_gbs']:.2f} |" if mine else
                        f"| {b // 1024} KiB | {memcpy[b]['gbs']:.2f} | {cross[b]['gbs']:.2f} | — |")
-    halves = [mpi[b]["time_us"] / 2 for b in (MIB, 4 * MIB) if b in mpi]
-    half_txt = "–".join(f"{h:.0f}" for h in halves) if halves else "?"
-    out += ["", "The model of the limit (perf-anchors.md §3, measured in docs/algorithms.md "
-            "*Measurements*): with 2 ranks each rank must read its input and write its output "
-            "once (the 2-thread memcpy floor, ~9.6 GB/s at 64–256 MiB on this VM, "
-            "6.8–9.8 GB/s between runs), and it must also receive S bytes from the other core "
-            "(half of the peer's input, half of the result). The cross-core transfer measured "
-            "by itself runs 7 GB/s per direction for 256 KiB blocks and 12.6–13.3 GB/s for "
-            "1 MiB blocks in the VM's fast state (about 2 GB/s in its slow state, which comes "
-            "and goes between launches). At 1–4 MiB that transfer alone takes 80–330 µs, "
-            f"against half of Open MPI's time in this run ({half_txt} µs), so 2× Open MPI is "
-            "at or below this "
-            "machine's floor; at 16–256 MiB the DRAM floor and the cross-core transfer "
-            "together hold the allreduce at 6–6.8 GB/s, under the 7 GB/s target."]
+    out += ["", "What limits the figures, from the floors of this run (perf-anchors.md §3): a "
+            "2-rank allreduce of S bytes must read every input and write every output once "
+            "(the memcpy floor), and each rank must also receive S bytes from the other core "
+            "(half of the peer's input, half of the result)."]
+    for b in sorted(perseus):
+        if not (MIB <= b <= 256 * MIB):
+            continue
+        bits = []
+        if b in memcpy:
+            bits.append(f"memcpy floor {memcpy[b]['gbs']:.2f} GB/s, Perseus at "
+                        f"{100 * perseus[b]['busbw_gbs'] / memcpy[b]['gbs']:.0f}% of it")
+        if b in mpi and b <= 4 * MIB:
+            rates = ", ".join(f"{cross[k]['gbs']:.1f} GB/s for {k // 1024} KiB blocks"
+                              for k in (256 * 1024, MIB) if k in cross)
+            bits.append(f"Perseus receives the {b // MIB} MiB across cores at "
+                        f"{perseus[b]['busbw_gbs']:.1f} GB/s; the cross-core rate of cache-resident "
+                        f"blocks in this run is {rates or 'not measured'} (the pipeline moves "
+                        f"256 KiB segments); 2× Open MPI would need "
+                        f"{2 * mpi[b]['busbw_gbs']:.1f} GB/s across cores")
+        if bits:
+            out.append(f"- {b // MIB} MiB: " + "; ".join(bits) + ".")
+    if not (memcpy and cross):
+        out.append("- (this run has no floor rows: run bench/run_all.py without --skip perseus)")
     return "\n".join(out)
