@@ -121,6 +121,9 @@ class NcclBackend : public backends::GpuBackend {
                                            double prescale, double postscale);
   const NcclApi& api() const { return *ncclApi(); }
   size_t stagedChunk() const { return static_cast<size_t>(options_.params.staged_chunk_bytes); }
+  // Keeps a weak reference to `work` (pending_: for abort() and the destructor), dropping
+  // expired ones.
+  void track(const std::shared_ptr<CudaWork>& work);
 
   backends::GpuBackendOptions options_;
   std::mutex devices_mutex_;  // recordReady()/allocate() come from framework threads
@@ -185,6 +188,14 @@ NcclBackend::Call NcclBackend::begin(collectives::Communicator& comm, int device
   return call;
 }
 
+void NcclBackend::track(const std::shared_ptr<CudaWork>& work) {
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [](const std::weak_ptr<CudaWork>& w) { return w.expired(); }),
+                 pending_.end());
+  pending_.push_back(work);
+}
+
 std::shared_ptr<GpuWork> NcclBackend::finish(const Call& call, std::string what,
                                              std::vector<std::shared_ptr<NcclComm>> comms,
                                              const int* nan_host, std::vector<std::string> names) {
@@ -192,11 +203,7 @@ std::shared_ptr<GpuWork> NcclBackend::finish(const Call& call, std::string what,
                                          options_.params.timeout_s, std::move(comms));
   if (nan_host != nullptr) work->setNanCheck(nan_host, std::move(names));
   work->recordDone(call.stream);
-  std::lock_guard<std::mutex> lock(pending_mutex_);
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [](const std::weak_ptr<CudaWork>& w) { return w.expired(); }),
-                 pending_.end());
-  pending_.push_back(work);
+  track(work);
   return work;
 }
 
@@ -393,11 +400,7 @@ std::shared_ptr<GpuWork> NcclBackend::worldOneInPlace(collectives::Communicator&
   auto work = std::make_shared<CudaWork>(context(batch.device).events(),
                                          describe("allreduce", batch.tensors),
                                          options_.params.timeout_s, std::move(ready));
-  std::lock_guard<std::mutex> lock(pending_mutex_);
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [](const std::weak_ptr<CudaWork>& w) { return w.expired(); }),
-                 pending_.end());
-  pending_.push_back(work);
+  track(work);
   return work;
 }
 
