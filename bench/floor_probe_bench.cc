@@ -7,7 +7,7 @@
 //              are consumed on the other, which a 2-rank allreduce needs for S bytes per rank
 //              (half of the peer's input, half of the result) on top of the memcpy traffic.
 // Usage: floor_probe_bench [max MiB, default 256]. One JSON line per figure:
-//   {"library": "floor", "collective": "memcpy"|"crosscore", "bytes": S, "time_us": t,
+//   {"library": "floor", "collective": "memcpy"|"crosscore", "ranks": 2, "bytes": S, "time_us": t,
 //    "gbs": S / t} — for crosscore, S is the block each core reads from the other.
 // Median of 11 samples, each lasting at least 20 ms.
 #include <pthread.h>
@@ -92,8 +92,8 @@ double medianPerRound(Body body) {
 }
 
 void report(const char* what, size_t bytes, double seconds) {
-  std::printf("{\"library\": \"floor\", \"collective\": \"%s\", \"bytes\": %zu, \"time_us\": %.3f, "
-              "\"gbs\": %.3f}\n",
+  std::printf("{\"library\": \"floor\", \"collective\": \"%s\", \"ranks\": 2, \"bytes\": %zu, "
+              "\"time_us\": %.3f, \"gbs\": %.3f}\n",
               what, bytes, seconds * 1e6, static_cast<double>(bytes) / seconds / 1e9);
   std::fflush(stdout);
 }

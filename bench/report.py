@@ -140,7 +140,7 @@ def skipped_section(rows, horovod):
 
 def write_report(rows, cmd, machine, horovod="not probed"):
     os.makedirs(IMG, exist_ok=True)
-    ranks = max((r["ranks"] for r in rows if r.get("collective") != "train"), default=2)
+    ranks = max((r.get("ranks", 0) for r in rows if r.get("collective") != "train"), default=2)
     date = rows[0].get("date", "") if rows else ""
     if machine:  # None when redrawn from saved rows: the run section stays as measured
         replace_section("run", "\n".join([
