@@ -4,9 +4,11 @@
 // buffer and runs on the caller's buffers. Average is Sum with a postscale of 1/size.
 //
 // Note [Cache-sized pieces]
-// An allreduce group is run in pieces of at most kPieceBytes: a piece's fusion copy-in, its
-// collective and its copy-out (or, for a large tensor run alone, its postscale) all touch
-// data that is still in the last-level cache, so the memory sees one read of each input and
+// An allreduce group is run in pieces of at most kPieceBytes: small tensors (up to
+// kAloneBytes) are packed into a piece of the fusion buffer, larger ones run alone on their
+// own buffers, in pieces when larger than one. A piece's fusion copy-in, its collective and its
+// copy-out (or, for a tensor run alone, its postscale) all touch data that is still in the
+// last-level cache, so the memory sees one read of each input and
 // one write of each output, as for a single allreduce. One 64 MiB fusion buffer would make
 // three passes through DRAM (copy-in, collective, copy-out). Every rank cuts the same pieces:
 // they depend only on the negotiated response.
@@ -37,6 +39,11 @@ using Clock = std::chrono::steady_clock;
 // Measured (ResNet-50 step, 2 ranks, docs/algorithms.md): 0.5-2 MiB pieces put the step
 // within 1.03-1.06x of one allreduce of the same bytes, 4 MiB 1.10-1.16x, one buffer 1.3x.
 constexpr size_t kPieceBytes = 2u << 20;
+// Above this a tensor's collective runs on its own buffers: copying it into and out of the
+// fusion buffer costs more than the collective's fixed per-call cost it would share
+// (ResNet-50 step, docs/algorithms.md: 1.04-1.08x of one allreduce with 64 KiB, 1.14-1.19x
+// with 256 KiB or 2 MiB, in the VM's fast state).
+constexpr size_t kAloneBytes = 64u << 10;
 
 // Records one phase for every tensor of the group (no clock reads when the timeline is off).
 class PhaseTimer {
@@ -103,17 +110,19 @@ class CpuExecutor final : public Executor {
     const Reduction red = reductionOf(r0, comm.size());
     const DataType dt = r0.tensors[g.items[0].tensor].dtype;
     auto bytesOf = [&](const FusionItem& it) { return rs[it.response].tensors[it.tensor].bytes(); };
-    // Note [Cache-sized pieces]: consecutive small tensors share a piece; a tensor larger
-    // than a piece runs alone, on its own buffers, itself in pieces.
+    // Note [Cache-sized pieces]: consecutive small tensors share a piece; a tensor above
+    // kAloneBytes runs alone, on its own buffers (in pieces when larger than one).
+    auto alone = [&](const FusionItem& it) { return bytesOf(it) > kAloneBytes; };
     size_t i = 0;
     while (i < g.items.size()) {
-      if (!g.fused() || bytesOf(g.items[i]) > kPieceBytes) {
+      if (!g.fused() || alone(g.items[i])) {
         allreduceAlone(g.items[i], rs, es, comm, buffer, timer, red, dt);
         ++i;
         continue;
       }
       size_t j = i, bytes = 0;
-      while (j < g.items.size() && bytes + bytesOf(g.items[j]) <= kPieceBytes) {
+      while (j < g.items.size() && !alone(g.items[j]) &&
+             bytes + bytesOf(g.items[j]) <= kPieceBytes) {
         bytes += bytesOf(g.items[j++]);
       }
       allreducePiece(g.items.data() + i, j - i, bytes, rs, es, comm, buffer, timer, red, dt);

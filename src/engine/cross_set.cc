@@ -48,6 +48,7 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
   for (auto it = first; it != responses->end(); ++it) {
     const Response& r = *it;
     PERSEUS_LOG(WARNING, kEngine) << r.error_message;
+    bool in_flight = false;
     for (auto& [group, set] : sets_) {
       if (!set->member()) continue;
       // A stale copy may wait in this set's coordinator (sent in an earlier cycle).
@@ -55,12 +56,17 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
       auto found = set->entries.find(r.name);
       if (found == set->entries.end()) continue;
       Entry* e = found->second.get();
+      in_flight = true;
       auto drop = [e](std::vector<Entry*>& v) { v.erase(std::remove(v.begin(), v.end(), e), v.end()); };
       drop(set->fresh);
       drop(set->uncached);
       finish(*set, e, StatusCode::kMismatch,
              PERSEUS_STR(opTypeName(e->request.op) << " '" << r.name << "' in process set "
                          << set->id << " on rank " << topology_.rank << ": " << r.error_message));
+    }
+    if (!in_flight && std::find(r.set_ranks.begin(), r.set_ranks.end(), topology_.rank) !=
+                          r.set_ranks.end()) {
+      conflicted_names_[r.name] = r.error_message;
     }
   }
   responses->erase(first, responses->end());

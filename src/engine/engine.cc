@@ -373,6 +373,18 @@ bool Engine::drainQueue() {
       continue;
     }
     Entry* raw = e.get();
+    auto conflicted = conflicted_names_.find(raw->request.name);
+    if (conflicted != conflicted_names_.end()) {  // cross_set.cc: failed before it came
+      const std::string message = PERSEUS_STR(
+          opTypeName(raw->request.op) << " '" << raw->request.name << "' in process set "
+                                      << set->id << " on rank " << topology_.rank << ": "
+                                      << conflicted->second);
+      conflicted_names_.erase(conflicted);
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.erase({raw->request.process_set, raw->request.name});
+      raw->handle->complete(StatusCode::kMismatch, message);
+      continue;
+    }
     set->entries[raw->request.name] = std::move(e);
     set->fresh.push_back(raw);
   }

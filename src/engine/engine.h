@@ -204,6 +204,9 @@ class Engine {
   bool more_work_ = false;
   bool set_work_[kMaxGroups] = {};  // from the last global negotiation
   std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
+  // Names failed by the cross-set check before this rank submitted them (a member of either
+  // set): the next submission of the name fails with this message instead of waiting.
+  std::map<std::string, std::string> conflicted_names_;
   std::chrono::steady_clock::time_point next_retry_{};
   // Handles whose GPU work is enqueued but not done (Note [GPU completion], gpu_executor.cc).
   struct GpuPending {

@@ -57,6 +57,13 @@ void SetConflictCheck::add(int rank, const Request& request) {
     r.is_error = true;
     r.error_code = StatusCode::kMismatch;
     r.cross_set = true;
+    // Every member of either set: one that has not submitted the name yet fails it when it
+    // does (Engine::conflicted_names_), instead of waiting for ranks that moved on.
+    std::set<int> members;
+    for (const std::vector<int>* m : {my_members, other_members}) {
+      if (m != nullptr) members.insert(m->begin(), m->end());
+    }
+    r.set_ranks.assign(members.begin(), members.end());
     r.error_message = PERSEUS_STR(
         "Mismatched process sets for " << opTypeName(request.op) << " '" << name << "': "
         << describe(set_id, mine.ranks) << ", but " << describe(other_id, other.ranks)

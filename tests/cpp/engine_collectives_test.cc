@@ -79,7 +79,8 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
 // and small ones between them, with prescale and Average's postscale.
 TEST_P(EngineCollectives, LargeFusedGroupRunsInPieces) {
   const int n = GetParam();
-  const std::vector<int64_t> sizes = {300000, 1200001, 5, 700000, 900000, 2100000, 17};
+  const std::vector<int64_t> sizes = {300000, 1200001, 5, 10000, 12000, 9000, 700000,
+                                     2100000, 17, 16384, 16385};
   EngineRanks ranks(n, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     for (int iter = 0; iter < 2; ++iter) {

@@ -3,7 +3,10 @@
 // the engines stay usable. Legitimate reuse of a name across sets still works.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "support/engine_ranks.h"
 
@@ -54,6 +57,42 @@ TEST(EngineProcessSetMismatch, SameNameOnDifferentSetsFailsEveryRank) {
       expectOk(e.allreduce("mix", {arg(ok.data(), {2})}, {ok.data()}, ReduceOp::kSum, 1, 1, pair));
       EXPECT_FLOAT_EQ(ok[0], 6.0f);
     }
+    expectOk(e.barrier());
+  });
+}
+
+// The conflict is found before one member of the sets has submitted the name (a slow rank):
+// that rank's later submission fails at once with the same error instead of waiting for ranks
+// that have moved on.
+TEST(EngineProcessSetMismatch, ALateMemberFailsTheConflictedNameToo) {
+  Params params = engineTestParams();
+  params.stall_warning_s = 60;
+  EngineRanks ranks(3, params);
+  std::atomic<int> failed{0};
+  ranks.run([&](int r, Engine& e) {
+    auto add = e.addProcessSet({0, 1});
+    expectOk(add);
+    const int32_t pair = r < 2 ? add->intResult() : Engine::kGlobalSet;
+    std::vector<float> buf(2, 1.0f);
+    if (r == 2) {  // submits only after ranks 0 and 1 have their error
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (failed.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(failed.load(), 2);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto h = e.allreduce("late", {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
+                         r == 1 ? pair : Engine::kGlobalSet);
+    EXPECT_EQ(waitStatus(h), StatusCode::kMismatch) << h->message();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+    EXPECT_NE(h->message().find("'late'"), std::string::npos) << h->message();
+    failed.fetch_add(1);
+
+    // The name works afterwards, for every rank.
+    std::vector<float> ok(2, 1.0f);
+    expectOk(e.allreduce("late", {arg(ok.data(), {2})}, {ok.data()}, ReduceOp::kSum));
+    EXPECT_FLOAT_EQ(ok[0], 3.0f);
     expectOk(e.barrier());
   });
 }
