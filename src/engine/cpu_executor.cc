@@ -315,34 +315,19 @@ class CpuExecutor final : public Executor {
   static void alltoall(const FusionGroup& g, const std::vector<Response>& rs,
                        const std::vector<Entry*>& es, collectives::Communicator& comm,
                        PhaseTimer& timer) {
-    const int n = comm.size();
     const FusionItem& it = g.items[0];
     const Response& r = rs[it.response];
     Entry* e = es[it.response];
     PERSEUS_CHECK(e != nullptr, "alltoall '" << r.name << "' without a local entry");
     const TensorMeta& m = e->request.tensors[it.tensor];
-    const int64_t rows = m.shape.empty() ? 1 : m.shape[0];
-    std::vector<int64_t> send_rows(n), recv_rows(n);
-    for (int k = 0; k < n; ++k) send_rows[k] = e->splits.empty() ? rows / n : e->splits[k];
     timer.begin();
-    std::vector<size_t> eight(n, sizeof(int64_t));
-    collectives::alltoallv(comm, send_rows.data(), eight, recv_rows.data(), eight);
-    const size_t row_bytes = static_cast<size_t>(m.rowElements()) * dataTypeSize(m.dtype);
-    std::vector<size_t> send_bytes(n), recv_bytes(n);
-    int64_t total = 0;
-    for (int k = 0; k < n; ++k) {
-      send_bytes[k] = send_rows[k] * row_bytes;
-      recv_bytes[k] = recv_rows[k] * row_bytes;
-      total += recv_rows[k];
-    }
-    std::vector<int64_t> shape = m.shape;
-    if (shape.empty()) shape.push_back(1);
-    shape[0] = total;
+    AlltoallPlan plan = planAlltoall(comm, *e, it.tensor);
     OwnedTensor& out = ownedOutput(e, it.tensor, r.tensors.size());
-    out.allocate(m.dtype, shape);
-    collectives::alltoallv(comm, e->inputs[it.tensor], send_bytes, out.data.get(), recv_bytes);
+    out.allocate(m.dtype, plan.out_shape);
+    collectives::alltoallv(comm, e->inputs[it.tensor], plan.send_bytes, out.data.get(),
+                           plan.recv_bytes);
     timer.end("COMMUNICATE");
-    e->handle->receivedSplits() = recv_rows;
+    e->handle->receivedSplits() = std::move(plan.recv_rows);
   }
 
   static void reducescatter(const FusionGroup& g, const std::vector<Response>& rs,

@@ -41,6 +41,15 @@ inline int64_t blockRows(int64_t rows, int size, int r) {
   return rows / size + (r < rows % size ? 1 : 0);
 }
 
+// One alltoall's layout on this rank: the splits exchanged with every rank (collective over
+// `comm`), the bytes to send to and receive from each, and the output's shape.
+struct AlltoallPlan {
+  std::vector<size_t> send_bytes, recv_bytes;
+  std::vector<int64_t> recv_rows;  // rows from each rank: the handle's received splits
+  std::vector<int64_t> out_shape;
+};
+AlltoallPlan planAlltoall(collectives::Communicator& comm, const Entry& e, size_t tensor);
+
 // Staging memory of one process set: allocated on first use, grown only, never shrunk, so a
 // steady-state cycle neither allocates nor page-faults.
 class FusionBuffer {

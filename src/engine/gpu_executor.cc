@@ -135,31 +135,15 @@ class GpuExecutor final : public Executor {
 
   void alltoall(const FusionGroup& g, const std::vector<Response>& rs,
                 const std::vector<Entry*>& es, collectives::Communicator& comm) {
-    const int n = comm.size();
     const FusionItem& it = g.items[0];
     Entry* e = es[it.response];
     const TensorMeta& m = e->request.tensors[it.tensor];
-    const int64_t rows = m.shape.empty() ? 1 : m.shape[0];
-    std::vector<int64_t> send_rows(n), recv_rows(n);
-    for (int k = 0; k < n; ++k) send_rows[k] = e->splits.empty() ? rows / n : e->splits[k];
-    // The row counts are host metadata: they go over the CPU transport.
-    std::vector<size_t> eight(n, sizeof(int64_t));
-    collectives::alltoallv(comm, send_rows.data(), eight, recv_rows.data(), eight);
-    const size_t row_bytes = static_cast<size_t>(m.rowElements()) * dataTypeSize(m.dtype);
-    std::vector<size_t> send_bytes(n), recv_bytes(n);
-    int64_t total = 0;
-    for (int k = 0; k < n; ++k) {
-      send_bytes[k] = static_cast<size_t>(send_rows[k]) * row_bytes;
-      recv_bytes[k] = static_cast<size_t>(recv_rows[k]) * row_bytes;
-      total += recv_rows[k];
-    }
-    std::vector<int64_t> shape = m.shape;
-    if (shape.empty()) shape.push_back(1);
-    shape[0] = total;
-    void* out = allocateOutput(e, it.tensor, rs[it.response].tensors.size(), m.dtype, shape);
+    AlltoallPlan plan = planAlltoall(comm, *e, it.tensor);
+    void* out = allocateOutput(e, it.tensor, rs[it.response].tensors.size(), m.dtype,
+                               plan.out_shape);
     e->gpu_works.push_back(backend_->alltoallv(comm, e->device, tensorOf(*e, it.tensor, m),
-                                               send_bytes, out, recv_bytes));
-    e->handle->receivedSplits() = recv_rows;
+                                               plan.send_bytes, out, plan.recv_bytes));
+    e->handle->receivedSplits() = std::move(plan.recv_rows);
   }
 
   void reducescatter(const FusionGroup& g, const std::vector<Response>& rs,
