@@ -12,6 +12,7 @@
 #include "engine/wire.h"
 #include "perseus/c_api.h"
 #include "support/engine_ranks.h"
+#include "support/gpu_presence.h"
 
 #if PERSEUS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -73,14 +74,7 @@ TEST(EngineGpuRouting, FusionNeverMixesDevices) {
   }
 }
 
-bool haveGpu() {
-#if PERSEUS_HAVE_CUDA
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-#else
-  return false;
-#endif
-}
+using perseus::testing::haveGpu;
 
 TEST(EngineGpuRouting, CudaTensorWithoutUsableBackendIsUnsupported) {
   if (haveGpu()) GTEST_SKIP() << "a GPU is present";

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/gpu_backend.h"
+#include "support/gpu_presence.h"
 
 #if PERSEUS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -19,10 +20,7 @@
 
 namespace {
 
-bool haveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using perseus::testing::haveGpu;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

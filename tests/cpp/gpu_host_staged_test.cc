@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/gpu_backend.h"
+#include "support/gpu_presence.h"
 
 #if PERSEUS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -27,10 +28,7 @@
 namespace perseus::backends {
 namespace {
 
-bool haveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using perseus::testing::haveGpu;
 
 // Runs body(rank, comm, backend) on two threads, both on GPU 0.
 void runTwoRanks(const std::string& name, Params params,

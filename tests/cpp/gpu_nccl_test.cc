@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/gpu_backend.h"
+#include "support/gpu_presence.h"
 
 #if PERSEUS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -23,10 +24,7 @@
 namespace perseus::backends {
 namespace {
 
-bool haveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using perseus::testing::haveGpu;
 
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 

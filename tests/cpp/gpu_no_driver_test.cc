@@ -4,6 +4,7 @@
 
 #include "backends/gpu_backend.h"
 #include "common/status.h"
+#include "support/gpu_presence.h"
 
 #if PERSEUS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -12,14 +13,7 @@
 namespace perseus::backends {
 namespace {
 
-bool haveGpu() {
-#if PERSEUS_HAVE_CUDA
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-#else
-  return false;
-#endif
-}
+using perseus::testing::haveGpu;
 
 TEST(GpuNoDriver, CudaTensorFailsClearly) {
   if (!gpuBuildEnabled()) GTEST_SKIP() << "build without CUDA";
