@@ -60,9 +60,7 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
       auto drop = [e](std::vector<Entry*>& v) { v.erase(std::remove(v.begin(), v.end(), e), v.end()); };
       drop(set->fresh);
       drop(set->uncached);
-      finish(*set, e, StatusCode::kMismatch,
-             PERSEUS_STR(opTypeName(e->request.op) << " '" << r.name << "' in process set "
-                         << set->id << " on rank " << topology_.rank << ": " << r.error_message));
+      finish(*set, e, StatusCode::kMismatch, crossSetFailure(e->request, set->id, r.error_message));
     }
     if (!in_flight && std::find(r.set_ranks.begin(), r.set_ranks.end(), topology_.rank) !=
                           r.set_ranks.end()) {
@@ -70,6 +68,19 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
     }
   }
   responses->erase(first, responses->end());
+}
+
+std::string Engine::crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const {
+  return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "' in process set " << set_id
+                                      << " on rank " << topology_.rank << ": " << cause);
+}
+
+std::optional<std::string> Engine::takeConflict(const ProcessSet& set, const Request& q) {
+  auto found = conflicted_names_.find(q.name);
+  if (found == conflicted_names_.end()) return std::nullopt;
+  std::string message = crossSetFailure(q, set.id, found->second);
+  conflicted_names_.erase(found);
+  return message;
 }
 
 }  // namespace perseus::engine

@@ -358,31 +358,24 @@ bool Engine::drainQueue() {
     batch.swap(queue_);
     queue_nonempty_.store(false, std::memory_order_relaxed);
   }
+  auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({raw->request.process_set, raw->request.name});
+    raw->handle->complete(code, message);
+  };
   for (auto& e : batch) {
+    Entry* raw = e.get();
     // The set exists: submit() checked it, and sets are removed only on this thread, which
     // fails a removed set's queue entries below.
-    ProcessSet* set = setById(e->request.process_set);
+    ProcessSet* set = setById(raw->request.process_set);
     if (set == nullptr) {
-      Entry* raw = e.get();
-      std::lock_guard<std::mutex> lock(mu_);
-      in_flight_.erase({raw->request.process_set, raw->request.name});
-      raw->handle->complete(StatusCode::kInvalidArgument,
-                            PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name
-                                        << "': process set " << raw->request.process_set
-                                        << " was removed"));
+      failQueued(raw, StatusCode::kInvalidArgument,
+                 PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name
+                             << "': process set " << raw->request.process_set << " was removed"));
       continue;
     }
-    Entry* raw = e.get();
-    auto conflicted = conflicted_names_.find(raw->request.name);
-    if (conflicted != conflicted_names_.end()) {  // cross_set.cc: failed before it came
-      const std::string message = PERSEUS_STR(
-          opTypeName(raw->request.op) << " '" << raw->request.name << "' in process set "
-                                      << set->id << " on rank " << topology_.rank << ": "
-                                      << conflicted->second);
-      conflicted_names_.erase(conflicted);
-      std::lock_guard<std::mutex> lock(mu_);
-      in_flight_.erase({raw->request.process_set, raw->request.name});
-      raw->handle->complete(StatusCode::kMismatch, message);
+    if (std::optional<std::string> failure = takeConflict(*set, raw->request)) {
+      failQueued(raw, StatusCode::kMismatch, *failure);
       continue;
     }
     set->entries[raw->request.name] = std::move(e);

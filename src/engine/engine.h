@@ -145,6 +145,11 @@ class Engine {
   std::vector<Request> announceNewRequests();
   std::vector<Request> checkCrossSet(ProcessSet& set, int set_rank, std::vector<Request> list);
   void failCrossSet(std::vector<Response>* responses);
+  // The error of a newly drained request whose name the check failed before this rank
+  // submitted it (conflicted_names_), consumed; nullopt when there is none.
+  std::optional<std::string> takeConflict(const ProcessSet& set, const Request& q);
+  // "<op> '<name>' in process set <id> on rank <r>: <cause>".
+  std::string crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const;
   void execute(ProcessSet& set, std::vector<Response>& responses);
   void executeControl(ProcessSet& set, const Response& r, Entry* e);
   void addSet(const Response& r, Entry* e);
