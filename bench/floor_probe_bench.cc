@@ -10,6 +10,7 @@
 //   {"library": "floor", "collective": "memcpy"|"crosscore", "ranks": 2, "bytes": S, "time_us": t,
 //    "gbs": S / t} — for crosscore, S is the block each core reads from the other.
 // Median of 11 samples, each lasting at least 20 ms.
+#include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -117,6 +118,16 @@ int main(int argc, char** argv) {
     std::vector<std::vector<uint64_t>> block(2, std::vector<uint64_t>(words, 0));
     report("crosscore", bytes, medianPerRound([&](int id, int round, SpinBarrier& barrier) {
              std::fill(block[id].begin(), block[id].end(), static_cast<uint64_t>(round));
+             barrier.arrive();
+             sink.fetch_add(sumWords(block[1 - id].data(), words), std::memory_order_relaxed);
+             barrier.arrive();
+           }));
+    // crosscore-nt: the same, written with non-temporal stores (the block goes to memory, not
+    // into the writer's cache), so the reader fetches it from DRAM instead of the other core.
+    report("crosscore-nt", bytes, medianPerRound([&](int id, int round, SpinBarrier& barrier) {
+             auto* p = reinterpret_cast<long long*>(block[id].data());
+             for (size_t i = 0; i < words; ++i) _mm_stream_si64(p + i, round);
+             _mm_sfence();
              barrier.arrive();
              sink.fetch_add(sumWords(block[1 - id].data(), words), std::memory_order_relaxed);
              barrier.arrive();

@@ -22,7 +22,10 @@
 // n segments take n + 2 barriers. Every element is reduced by one rank only, so all ranks get
 // the same bits. Memory traffic is one read of the input and one write of the output (the
 // floor of perf-anchors.md §3); outputs beyond L3 are written with non-temporal stores (no
-// read-for-ownership). Per rank and byte the caches see 2.5 reads and 2 writes, against 3 and
+// read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and
+// the reduced results) is written with cached or streaming stores, as Note [Slot stores]
+// (slot_stores.h) picks per call; with streaming stores the reducer works in an L1 scratch
+// chunk, not in its slot. Per rank and byte the caches see 2.5 reads and 2 writes, against 3 and
 // 2.5 when every byte is staged, reduced from the slots and copied out. Peers' slots are only
 // touched between barriers, as Note [Arena slot discipline] (arena_view.h) requires.
 //
@@ -49,6 +52,7 @@
 // discipline in arena_view.h). A line whose sequence number differs from this rank's means
 // the members ran different operations on this group: a MismatchError, never a wrong sum.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "collectives/arena_view.h"
@@ -56,6 +60,7 @@
 #include "collectives/detail.h"
 #include "common/reduce_threads.h"
 #include "collectives/registry.h"
+#include "collectives/slot_stores.h"
 #include "common/worker_pool.h"
 #include "kernels/reduce.h"
 #include "transport/shm/cpu_budget.h"
@@ -144,15 +149,18 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
 // copied to the output. `own` may alias `out`: a chunk is read before it is written.
 void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned char* own,
                     unsigned char* const* slots, unsigned char* out, size_t len, bool streaming,
-                    const void** srcs) {
+                    bool nt_slots, const void** srcs) {
   const size_t esize = args.elementSize();
   const size_t chunk = kChunkBytes / esize;
+  alignas(64) unsigned char scratch[kChunkBytes];
   for (size_t i = 0; i < len; i += chunk) {
     const size_t m = std::min(chunk, len - i), off = i * esize;
     for (int q = 0; q < p; ++q) srcs[q] = (q == r ? own : slots[q]) + off;
-    kernels::reduceN(slots[r] + off, srcs, p, m, args.dtype, args.op);
-    if (streaming) kernels::copyNonTemporal(out + off, slots[r] + off, m * esize);
-    else std::memcpy(out + off, slots[r] + off, m * esize);
+    unsigned char* red = nt_slots ? scratch : slots[r] + off;
+    kernels::reduceN(red, srcs, p, m, args.dtype, args.op);
+    if (nt_slots) kernels::copyNonTemporal(slots[r] + off, red, m * esize);
+    if (streaming) kernels::copyNonTemporal(out + off, red, m * esize);
+    else std::memcpy(out + off, red, m * esize);
   }
 }
 
@@ -175,6 +183,11 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t seg = reduce_threads::segmentBytes(threads, third) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
+  const SlotStores stores = SlotStoreChooser::instance().pick(comm.params().shm_stores,
+                                                              args.totalBytes());
+  const bool nt_slots = stores == SlotStores::kStreaming;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool fence = streaming || nt_slots;
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
   const size_t align = std::max<size_t>(1, 64 / esize);
@@ -194,7 +207,10 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     const unsigned char* src = in + k * seg * esize;
     for (int q = 0; q < p; ++q) {
       auto [off, len] = piece(blocks, q, t);
-      if (q != r && len > 0) std::memcpy(buf(r, k) + off, src + off, len);
+      if (q != r && len > 0) {
+        if (nt_slots) kernels::copyNonTemporal(buf(r, k) + off, src + off, len);
+        else std::memcpy(buf(r, k) + off, src + off, len);
+      }
     }
   };
   auto reduce = [&](size_t k, int t) {
@@ -208,7 +224,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     const size_t base = k * seg * esize;
     for (int q = 0; q < p; ++q) slots[q] = buf(q, k) + off;
     reduceOwnBlock(args, p, r, in + base + off, slots, out + base + off, len / esize, streaming,
-                   srcs);
+                   nt_slots, srcs);
   };
   auto pull = [&](size_t k, int t) {
     detail::Blocks blocks(segLen(k), p, align);
@@ -222,8 +238,12 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   WorkerPool& pool = WorkerPool::instance();
   const int64_t spin_us = comm.params().spin_us;
 
-  auto first = [&](int t) { copyIn(0, t); };
+  auto first = [&](int t) {
+    copyIn(0, t);
+    if (nt_slots && t > 0) kernels::nonTemporalFence();
+  };
   pool.run(threads, first, spin_us);
+  if (nt_slots) kernels::nonTemporalFence();
   view.barrier();
   // Step k: pull segment k-1, reduce segment k, stage segment k+1; then a barrier. The three
   // touch different buffers (k-1, k, k+1 mod 3), so parts may interleave them freely.
@@ -233,12 +253,15 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
       if (k < nseg) reduce(k, t);
       if (k + 1 < nseg) copyIn(k + 1, t);
       // A worker's streamed stores must be visible before it reports the part done.
-      if (streaming && t > 0) kernels::nonTemporalFence();
+      if (fence && t > 0) kernels::nonTemporalFence();
     };
     pool.run(threads, step, spin_us);
-    if (k == nseg && streaming) kernels::nonTemporalFence();
+    if (fence) kernels::nonTemporalFence();
     view.barrier();
   }
+  SlotStoreChooser::instance().record(
+      stores, args.totalBytes(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {

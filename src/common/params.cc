@@ -95,6 +95,8 @@ Params Params::fromEnvironment(const Lookup& lookup) {
     badValue("PERSEUS_REDUCE_THREADS", show(p.reduce_threads), "between 0 (auto) and 64");
   if (p.staged_chunk_bytes < 4096)
     badValue("PERSEUS_STAGED_CHUNK_BYTES", show(p.staged_chunk_bytes), "at least 4096");
+  if (p.shm_stores != "auto" && p.shm_stores != "cached" && p.shm_stores != "streaming")
+    badValue("PERSEUS_SHM_STORES", p.shm_stores, "auto, cached or streaming");
   if (p.num_streams < 1) badValue("PERSEUS_NUM_STREAMS", show(p.num_streams), "at least 1");
   if (p.allreduce_dtype < 0 || p.allreduce_dtype > 2)
     badValue("PERSEUS_ALLREDUCE_DTYPE", show(p.allreduce_dtype), "0, 1 or 2");

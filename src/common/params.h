@@ -50,6 +50,8 @@ namespace perseus {
     "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")       \
   X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                            \
     "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host, 1 to 8.") \
+  X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                     \
+    "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size).") \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \
     "GPU tensors without NCCL (host-staged): bytes per pipeline chunk (device->host copy, CPU collective, host->device copy).") \
   X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                       \

@@ -149,7 +149,12 @@ class CpuExecutor final : public Executor {
       out = static_cast<uint8_t*>(e->outputs[it.tensor]);
     }
     const double post = e == nullptr ? 1.0 : red.postscale;
-    const size_t step = std::max<size_t>(1, kPieceBytes / esize);
+    // With nothing to scale a piece buys nothing: the collective already works in L2-sized
+    // segments, and only a call that sees the whole tensor knows to stream its output past
+    // the caches (Note [Shared-memory allreduce]). In 2 MiB pieces an out-of-place 256 MiB
+    // Sum read every output line before writing it: 5.7 GB/s against 9.2 in place.
+    const bool scaled = red.prescale != 1.0 || post != 1.0;
+    const size_t step = scaled ? std::max<size_t>(1, kPieceBytes / esize) : count;
     timer.begin();
     for (size_t k = 0; k < count; k += step) {
       const size_t n = std::min(step, count - k);

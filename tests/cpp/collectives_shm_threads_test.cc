@@ -67,7 +67,7 @@ constexpr size_t kSlotBytes = 640 * 1024;
 // Odd element counts of about 450 KiB for every element size.
 size_t countFor(DataType t) { return (450 * 1024) / dataTypeSize(t) + 7; }
 
-class ShmThreads : public ::testing::TestWithParam<std::tuple<int, int>> {
+class ShmThreads : public ::testing::TestWithParam<std::tuple<int, int, const char*>> {
  protected:
   // References are the same for every thread count: computed once per world size.
   static const Bytes& reference(int size, DataType t, ReduceOp op) {
@@ -82,11 +82,12 @@ class ShmThreads : public ::testing::TestWithParam<std::tuple<int, int>> {
 };
 
 TEST_P(ShmThreads, EveryTypeAndOpMatchesTheReference) {
-  auto [size, threads] = GetParam();
+  auto [size, threads, stores] = GetParam();
   testing::InProcWorldOptions o;
   o.size = size;
   o.slot_bytes = kSlotBytes;
   o.params.reduce_threads = threads;
+  o.params.shm_stores = stores;  // Note [Slot stores]: both ways of writing the slots
   for (DataType t : kTypes) {
     for (ReduceOp op : kOps) reference(size, t, op);  // before the ranks start: no locking
   }
@@ -108,7 +109,8 @@ TEST_P(ShmThreads, EveryTypeAndOpMatchesTheReference) {
         runCollective(*comm, args, "shm");
         long bad = testing::firstDifference(in_place ? in : out, reference(size, t, op), t);
         if (bad >= 0) {
-          throw std::runtime_error(PERSEUS_STR(threads << " threads, " << dataTypeName(t) << " "
+          throw std::runtime_error(PERSEUS_STR(threads << " threads, " << stores << " stores, "
+                                               << dataTypeName(t) << " "
                                                << reduceOpName(op) << " count " << count
                                                << (in_place ? " in place" : "")
                                                << ": first wrong element " << bad));
@@ -122,10 +124,12 @@ TEST_P(ShmThreads, EveryTypeAndOpMatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RanksAndThreads, ShmThreads,
-                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(1, 2, 3)),
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(1, 2, 3),
+                                            ::testing::Values("cached", "streaming")),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "_ranks_" +
-                                  std::to_string(std::get<1>(info.param)) + "_threads";
+                                  std::to_string(std::get<1>(info.param)) + "_threads_" +
+                                  std::get<2>(info.param);
                          });
 
 // Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
