@@ -8,6 +8,7 @@
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
+#include "collectives/slot_stores.h"
 
 namespace perseus::collectives {
 namespace {
@@ -31,6 +32,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t rounds = (largest + piece - 1) / piece;
   auto* out = detail::bytePtr(args.out);
   const auto* in = detail::bytePtr(args.in);
+  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllgatherv, args.totalBytes());
 
   auto pieceOf = [&](int q, size_t k) {
     size_t begin = std::min(bytes[q], k * piece);
@@ -38,7 +40,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   };
   auto copyIn = [&](size_t k) {
     auto [begin, len] = pieceOf(r, k);
-    if (len > 0) std::memcpy(view.half(r, k % 2), in + begin, len);
+    if (len > 0) slot_writer.copy(view.half(r, k % 2), in + begin, len);
+    slot_writer.publish();
   };
   copyIn(0);
   view.barrier();
@@ -52,6 +55,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     if (k + 1 < rounds) copyIn(k + 1);
     view.barrier();
   }
+  slot_writer.finished();
 }
 
 }  // namespace

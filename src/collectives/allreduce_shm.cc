@@ -52,7 +52,6 @@
 // discipline in arena_view.h). A line whose sequence number differs from this rank's means
 // the members ran different operations on this group: a MismatchError, never a wrong sum.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "collectives/arena_view.h"
@@ -127,7 +126,9 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
   detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
   const size_t esize = args.elementSize(), n = args.count;
-  std::memcpy(view.half(r, 0), args.in, n * esize);
+  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllreduce, n * esize);
+  slot_writer.copy(view.half(r, 0), args.in, n * esize);
+  slot_writer.publish();
   view.barrier();
   detail::Blocks blocks(n, p, std::max<size_t>(1, 64 / esize));
   const size_t off = blocks.begin(r) * esize, len = blocks.size(r);
@@ -136,11 +137,13 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
     unsigned char* mine = view.half(r, 0) + off;
     kernels::reduceN(mine, srcs, p, len, args.dtype, args.op);
     for (int q = 0; q < p; ++q) {
-      if (q != r) std::memcpy(view.half(q, 0) + off, mine, len * esize);
+      if (q != r) slot_writer.copy(view.half(q, 0) + off, mine, len * esize);
     }
   }
+  slot_writer.publish();
   view.barrier();
   std::memcpy(args.out, view.half(r, 0), n * esize);
+  slot_writer.finished();
 }
 
 // Rank r's part of segment k (Note [Shared-memory allreduce]): `own` is sub-block r of its
@@ -149,16 +152,16 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
 // copied to the output. `own` may alias `out`: a chunk is read before it is written.
 void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned char* own,
                     unsigned char* const* slots, unsigned char* out, size_t len, bool streaming,
-                    bool nt_slots, const void** srcs) {
+                    const SlotWriter& slot_writer, const void** srcs) {
   const size_t esize = args.elementSize();
   const size_t chunk = kChunkBytes / esize;
   alignas(64) unsigned char scratch[kChunkBytes];
   for (size_t i = 0; i < len; i += chunk) {
     const size_t m = std::min(chunk, len - i), off = i * esize;
     for (int q = 0; q < p; ++q) srcs[q] = (q == r ? own : slots[q]) + off;
-    unsigned char* red = nt_slots ? scratch : slots[r] + off;
+    unsigned char* red = slot_writer.streaming() ? scratch : slots[r] + off;
     kernels::reduceN(red, srcs, p, m, args.dtype, args.op);
-    if (nt_slots) kernels::copyNonTemporal(slots[r] + off, red, m * esize);
+    if (slot_writer.streaming()) slot_writer.copy(slots[r] + off, red, m * esize);
     if (streaming) kernels::copyNonTemporal(out + off, red, m * esize);
     else std::memcpy(out + off, red, m * esize);
   }
@@ -183,11 +186,8 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t seg = reduce_threads::segmentBytes(threads, third) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
-  const SlotStores stores = SlotStoreChooser::instance().pick(comm.params().shm_stores,
-                                                              args.totalBytes());
-  const bool nt_slots = stores == SlotStores::kStreaming;
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool fence = streaming || nt_slots;
+  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllreduce, args.totalBytes());
+  const bool fence = streaming || slot_writer.streaming();
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
   const size_t align = std::max<size_t>(1, 64 / esize);
@@ -207,10 +207,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     const unsigned char* src = in + k * seg * esize;
     for (int q = 0; q < p; ++q) {
       auto [off, len] = piece(blocks, q, t);
-      if (q != r && len > 0) {
-        if (nt_slots) kernels::copyNonTemporal(buf(r, k) + off, src + off, len);
-        else std::memcpy(buf(r, k) + off, src + off, len);
-      }
+      if (q != r && len > 0) slot_writer.copy(buf(r, k) + off, src + off, len);
     }
   };
   auto reduce = [&](size_t k, int t) {
@@ -224,7 +221,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     const size_t base = k * seg * esize;
     for (int q = 0; q < p; ++q) slots[q] = buf(q, k) + off;
     reduceOwnBlock(args, p, r, in + base + off, slots, out + base + off, len / esize, streaming,
-                   nt_slots, srcs);
+                   slot_writer, srcs);
   };
   auto pull = [&](size_t k, int t) {
     detail::Blocks blocks(segLen(k), p, align);
@@ -240,10 +237,10 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
 
   auto first = [&](int t) {
     copyIn(0, t);
-    if (nt_slots && t > 0) kernels::nonTemporalFence();
+    if (t > 0) slot_writer.publish();
   };
   pool.run(threads, first, spin_us);
-  if (nt_slots) kernels::nonTemporalFence();
+  slot_writer.publish();
   view.barrier();
   // Step k: pull segment k-1, reduce segment k, stage segment k+1; then a barrier. The three
   // touch different buffers (k-1, k, k+1 mod 3), so parts may interleave them freely.
@@ -259,9 +256,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     if (fence) kernels::nonTemporalFence();
     view.barrier();
   }
-  SlotStoreChooser::instance().record(
-      stores, args.totalBytes(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  slot_writer.finished();
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {

@@ -8,6 +8,7 @@
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
+#include "collectives/slot_stores.h"
 
 namespace perseus::collectives {
 namespace {
@@ -27,16 +28,20 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t nseg = (args.bytes + seg - 1) / seg;
   auto* data = detail::bytePtr(args.out);
   auto len = [&](size_t k) { return std::min(seg, args.bytes - k * seg); };
-  if (root) std::memcpy(view.half(comm.rank(), 0), data, len(0));
+  SlotWriter slot_writer(comm.params().shm_stores, Collective::kBroadcast, args.bytes);
+  if (root) slot_writer.copy(view.half(comm.rank(), 0), data, len(0));
+  slot_writer.publish();
   view.barrier();
   for (size_t k = 0; k < nseg; ++k) {
     if (!root) {
       std::memcpy(data + k * seg, view.half(args.root, k % 2), len(k));
     } else if (k + 1 < nseg) {
-      std::memcpy(view.half(comm.rank(), (k + 1) % 2), data + (k + 1) * seg, len(k + 1));
+      slot_writer.copy(view.half(comm.rank(), (k + 1) % 2), data + (k + 1) * seg, len(k + 1));
+      slot_writer.publish();
     }
     view.barrier();
   }
+  slot_writer.finished();
 }
 
 }  // namespace

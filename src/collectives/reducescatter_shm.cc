@@ -11,6 +11,7 @@
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
+#include "collectives/slot_stores.h"
 #include "kernels/reduce.h"
 
 namespace perseus::collectives {
@@ -47,6 +48,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
   std::vector<const void*> srcs(p);
+  SlotWriter slot_writer(comm.params().shm_stores, Collective::kReducescatterv, args.totalBytes());
 
   auto pieceLen = [&](int q, size_t k) {
     size_t begin = std::min(counts[q], k * c);
@@ -55,8 +57,9 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   auto copyIn = [&](size_t k) {
     for (int q = 0; q < p; ++q) {
       size_t n = pieceLen(q, k);
-      if (n > 0) std::memcpy(view.half(r, k % 2) + q * c * esize, in + off[q] + k * c * esize, n * esize);
+      if (n > 0) slot_writer.copy(view.half(r, k % 2) + q * c * esize, in + off[q] + k * c * esize, n * esize);
     }
+    slot_writer.publish();
   };
   copyIn(0);
   view.barrier();
@@ -69,6 +72,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     if (k + 1 < rounds) copyIn(k + 1);
     view.barrier();
   }
+  slot_writer.finished();
 }
 
 }  // namespace

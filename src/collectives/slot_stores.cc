@@ -1,5 +1,9 @@
 #include "collectives/slot_stores.h"
 
+#include <cstring>
+
+#include "kernels/reduce.h"
+
 namespace perseus::collectives {
 namespace {
 // Weight of a new sample in the running time per byte of the mode in use.
@@ -11,17 +15,17 @@ SlotStoreChooser& SlotStoreChooser::instance() {
   return chooser;
 }
 
-int SlotStoreChooser::classOf(size_t bytes) {
+SlotStoreChooser::SizeClass& SlotStoreChooser::classOf(Collective kind, size_t bytes) {
   int c = 0;
-  for (size_t b = bytes >> 16; b >= 4 && c < kClasses - 1; b >>= 2) ++c;
-  return c;
+  for (size_t b = bytes / (4 * kChosenBytes); b > 0 && c < kClasses - 1; b >>= 2) ++c;
+  return classes_[static_cast<int>(kind) % kKinds][c];
 }
 
-SlotStores SlotStoreChooser::pick(const std::string& setting, size_t bytes) {
-  if (setting == "cached") return SlotStores::kCached;
+SlotStores SlotStoreChooser::pick(const std::string& setting, Collective kind, size_t bytes) {
   if (setting == "streaming") return SlotStores::kStreaming;
+  if (setting == "cached" || bytes < kChosenBytes) return SlotStores::kCached;
   std::lock_guard<std::mutex> lock(mu_);
-  SizeClass& c = classes_[classOf(bytes)];
+  SizeClass& c = classOf(kind, bytes);
   const int other = 1 - c.best;
   const bool trial = c.ns_per_byte[c.best] > 0.0 &&
                      (c.ns_per_byte[other] == 0.0 || ++c.since_trial >= c.period);
@@ -29,10 +33,10 @@ SlotStores SlotStoreChooser::pick(const std::string& setting, size_t bytes) {
   return static_cast<SlotStores>(trial ? other : c.best);
 }
 
-void SlotStoreChooser::record(SlotStores mode, size_t bytes, double seconds) {
-  if (bytes == 0) return;
+void SlotStoreChooser::record(SlotStores mode, Collective kind, size_t bytes, double seconds) {
+  if (bytes < kChosenBytes) return;
   std::lock_guard<std::mutex> lock(mu_);
-  SizeClass& c = classes_[classOf(bytes)];
+  SizeClass& c = classOf(kind, bytes);
   const int m = static_cast<int>(mode);
   const double sample = seconds * 1e9 / static_cast<double>(bytes);
   double& est = c.ns_per_byte[m];
@@ -49,6 +53,26 @@ void SlotStoreChooser::record(SlotStores mode, size_t bytes, double seconds) {
     c.best = 1 - m;  // the mode in use got slower than the other's last figure: go back
     c.period = kFirstPeriod;
   }
+}
+
+SlotWriter::SlotWriter(const std::string& setting, Collective kind, size_t bytes)
+    : mode_(SlotStoreChooser::instance().pick(setting, kind, bytes)),
+      kind_(kind),
+      bytes_(bytes),
+      start_(std::chrono::steady_clock::now()) {}
+
+void SlotWriter::copy(void* slot, const void* src, size_t len) const {
+  if (streaming()) kernels::copyNonTemporal(slot, src, len);
+  else std::memcpy(slot, src, len);
+}
+
+void SlotWriter::publish() const {
+  if (streaming()) kernels::nonTemporalFence();
+}
+
+void SlotWriter::finished() {
+  SlotStoreChooser::instance().record(
+      mode_, kind_, bytes_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
 }  // namespace perseus::collectives

@@ -9,7 +9,8 @@
 // 2-rank 1 MiB allreduce ran at 11 GB/s (cached) vs 4.7 (streaming) in the first placement
 // and at 1.7 vs 7.5 in the second.
 //
-// So with PERSEUS_SHM_STORES=auto the choice is made online, per size class: every call
+// So with PERSEUS_SHM_STORES=auto the choice is made online, per collective and size class
+// (by factors of 4): every call
 // reports its time; the mode with the lower recent time per byte is used, and the other one
 // is re-tried every `period` calls (8, doubling to 256 while it keeps losing), so a change of
 // placement is noticed within a few hundred calls at most, while a losing mode costs at most
@@ -18,9 +19,12 @@
 // fences its streaming stores before the barrier that publishes them).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <mutex>
 #include <string>
+
+#include "collectives/registry.h"
 
 namespace perseus::collectives {
 
@@ -31,14 +35,18 @@ class SlotStoreChooser {
   // The process-wide chooser: every shared-memory group of a process shares the same cores.
   static SlotStoreChooser& instance();
 
-  // The mode for a call moving `bytes`, under `setting` ("auto", "cached" or "streaming",
-  // Params::shm_stores). Thread-safe.
-  SlotStores pick(const std::string& setting, size_t bytes);
+  // The mode for a call of collective `kind` moving `bytes`, under `setting` ("auto",
+  // "cached" or "streaming", Params::shm_stores). Below kChosenBytes, auto is always cached:
+  // a few lines cost the same either way and their timings are noise. Thread-safe.
+  SlotStores pick(const std::string& setting, Collective kind, size_t bytes);
   // The wall time of a call made in `mode`. Thread-safe.
-  void record(SlotStores mode, size_t bytes, double seconds);
+  void record(SlotStores mode, Collective kind, size_t bytes, double seconds);
+
+  static constexpr size_t kChosenBytes = 4096;
 
  private:
-  static constexpr int kClasses = 6;  // 64 KiB, 256 KiB, ... , >= 64 MiB
+  static constexpr int kKinds = 7;     // Collective's values
+  static constexpr int kClasses = 8;   // sizes by factors of 4: < 16 KiB, ..., >= 64 MiB
   static constexpr unsigned kFirstPeriod = 8, kLastPeriod = 256;
   struct SizeClass {
     double ns_per_byte[2] = {0.0, 0.0};  // 0: not measured yet
@@ -46,10 +54,31 @@ class SlotStoreChooser {
     unsigned since_trial = 0;
     unsigned period = kFirstPeriod;
   };
-  static int classOf(size_t bytes);
+  SizeClass& classOf(Collective kind, size_t bytes);
 
   std::mutex mu_;
-  SizeClass classes_[kClasses];
+  SizeClass classes_[kKinds][kClasses];
+};
+
+// One collective call's slot writes: picks the mode when constructed, writes in it, and
+// reports the call's time to the chooser when the call finishes (not when it throws: a lost
+// peer says nothing about the stores).
+class SlotWriter {
+ public:
+  SlotWriter(const std::string& setting, Collective kind, size_t bytes);
+  bool streaming() const { return mode_ == SlotStores::kStreaming; }
+  // Copies bytes that another core will read into a slot. Buffers must not overlap.
+  void copy(void* slot, const void* src, size_t len) const;
+  // Call before the barrier that tells the peers the slot is written: streaming stores are
+  // weakly ordered and must be fenced first. Every thread that copied must call it.
+  void publish() const;
+  void finished();
+
+ private:
+  SlotStores mode_;
+  Collective kind_;
+  size_t bytes_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace perseus::collectives

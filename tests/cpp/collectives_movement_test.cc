@@ -16,7 +16,8 @@ namespace {
 
 using testing::Bytes;
 
-enum class Topo { kArena, kTransportOnly };
+// kArenaStreaming: the arena with streaming slot stores (Note [Slot stores]).
+enum class Topo { kArena, kArenaStreaming, kTransportOnly };
 
 // Per-rank sizes that are uneven, include empty blocks and odd lengths.
 std::vector<size_t> sizesFor(int p, size_t scale) {
@@ -47,8 +48,9 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
   auto [p, topo] = GetParam();
   testing::InProcWorldOptions o;
   o.size = p;
-  o.with_arena = topo == Topo::kArena;
+  o.with_arena = topo != Topo::kTransportOnly;
   o.slot_bytes = 8 * 1024;
+  if (topo == Topo::kArenaStreaming) o.params.shm_stores = "streaming";
   testing::InProcWorld world(o);
   world.runOk([&](int r) {
     auto comm = world.makeWorldComm(r);
@@ -164,10 +166,14 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
 
 INSTANTIATE_TEST_SUITE_P(SizesAndTopologies, CollectivesMovement,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
-                                            ::testing::Values(Topo::kArena, Topo::kTransportOnly)),
+                                            ::testing::Values(Topo::kArena, Topo::kArenaStreaming,
+                                                              Topo::kTransportOnly)),
                          [](const auto& info) {
+                           const Topo t = std::get<1>(info.param);
                            return std::to_string(std::get<0>(info.param)) + "_ranks_" +
-                                  (std::get<1>(info.param) == Topo::kArena ? "arena" : "transport");
+                                  (t == Topo::kArena            ? "arena"
+                                   : t == Topo::kArenaStreaming ? "arena_streaming"
+                                                                : "transport");
                          });
 
 }  // namespace

@@ -13,15 +13,15 @@ constexpr size_t kMiB = size_t{1} << 20;
 
 // Runs one call: picks a mode and reports `seconds_per_mib[mode]` for it.
 SlotStores call(SlotStoreChooser& c, const double (&seconds_per_mib)[2], size_t bytes = kMiB) {
-  SlotStores m = c.pick("auto", bytes);
-  c.record(m, bytes, seconds_per_mib[static_cast<int>(m)] * bytes / kMiB);
+  SlotStores m = c.pick("auto", Collective::kAllreduce, bytes);
+  c.record(m, Collective::kAllreduce, bytes, seconds_per_mib[static_cast<int>(m)] * bytes / kMiB);
   return m;
 }
 
 TEST(SlotStores, FixedSettingsAreObeyed) {
   SlotStoreChooser c;
-  EXPECT_EQ(c.pick("cached", kMiB), SlotStores::kCached);
-  EXPECT_EQ(c.pick("streaming", kMiB), SlotStores::kStreaming);
+  EXPECT_EQ(c.pick("cached", Collective::kAllreduce, kMiB), SlotStores::kCached);
+  EXPECT_EQ(c.pick("streaming", Collective::kAllreduce, kMiB), SlotStores::kStreaming);
   auto with = [](const char* value) {
     return Params::fromEnvironment([value](const char* name) {
       return std::string(name) == "PERSEUS_SHM_STORES" ? value : nullptr;
@@ -63,6 +63,15 @@ TEST(SlotStores, FollowsAChangeOfPlacement) {
   EXPECT_LE(retries, 2);
 }
 
+TEST(SlotStores, SmallCallsStayCachedAndCollectivesChooseApart) {
+  SlotStoreChooser c;
+  const double streaming_wins[2] = {4e-4, 1e-4};
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(call(c, streaming_wins, 1024), SlotStores::kCached);
+  for (int i = 0; i < 20; ++i) call(c, streaming_wins);
+  EXPECT_EQ(c.pick("auto", Collective::kAllreduce, kMiB), SlotStores::kStreaming);
+  EXPECT_EQ(c.pick("auto", Collective::kBroadcast, kMiB), SlotStores::kCached);  // unmeasured
+}
+
 TEST(SlotStores, SizeClassesChooseApart) {
   SlotStoreChooser c;
   const double cached_wins[2] = {1e-4, 3e-4}, streaming_wins[2] = {3e-4, 1e-4};
@@ -70,8 +79,8 @@ TEST(SlotStores, SizeClassesChooseApart) {
     call(c, cached_wins, 256 * 1024);
     call(c, streaming_wins, 64 * kMiB);
   }
-  EXPECT_EQ(c.pick("auto", 256 * 1024), SlotStores::kCached);
-  EXPECT_EQ(c.pick("auto", 64 * kMiB), SlotStores::kStreaming);
+  EXPECT_EQ(c.pick("auto", Collective::kAllreduce, 256 * 1024), SlotStores::kCached);
+  EXPECT_EQ(c.pick("auto", Collective::kAllreduce, 64 * kMiB), SlotStores::kStreaming);
 }
 
 }  // namespace
