@@ -63,9 +63,10 @@ struct Op {
   std::vector<float> in, out;
   int64_t shape[1];
   size_t bytes = 0;  // nccl-tests' S
+  bool in_place = false;  // allreduce only: out is in
   void run() {
     perseus_tensor ti = tensor(in.data(), shape);
-    perseus_tensor to = tensor(out.data(), shape);
+    perseus_tensor to = in_place ? ti : tensor(out.data(), shape);
     perseus_handle h;
     if (collective == "allreduce") {
       check(perseus_allreduce("bench.op", &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0, &h), "allreduce");
@@ -136,6 +137,16 @@ void sweep(double max_mib, const std::string& only) {
         for (float v : op.out) if (v != expect) { wrong = 1; break; }
       }
       printRow("perseus", op.collective, op.bytes, t, wrong);
+      // As nccl-tests, large allreduces are also timed in place (as DistributedOptimizer runs
+      // them): the output is the input, so no output line is fetched before it is written.
+      if (op.collective == "allreduce" && op.bytes >= (1u << 20)) {
+        op.in_place = true;
+        std::fill(op.in.begin(), op.in.end(), 0.f);  // stays 0 under Sum, however many ops
+        t.clear();
+        for (int s = 0; s < samples(); ++s) t.push_back(timed(op, k));
+        wrong = std::any_of(op.in.begin(), op.in.end(), [](float v) { return v != 0.f; });
+        printRow("perseus-inplace", op.collective, op.bytes, t, wrong);
+      }
     }
   }
 }
