@@ -140,6 +140,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   }
 
   std::vector<Response> responses;
+  responses.reserve(set.entries.size());
   for (int b = 0; b < cv.numBits(); ++b) {
     if (!cv.ready(b) || cv.invalid(b) || !set.cache.has(b)) continue;
     responses.push_back(set.cache.response(b));

@@ -218,18 +218,19 @@ std::optional<ProcessSetInfo> Engine::processSet(int32_t id) const {
   return it->second;
 }
 
-void Engine::validateSet(Entry& e, ProcessSetInfo* info) const {
+void Engine::validateSet(Entry& e) const {
   const Request& q = e.request;
-  const std::string what = PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "'");
+  // Built only for an error message: this runs under mu_ for every submission.
+  auto what = [&q] { return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "'"); };
   if (q.name.empty()) throw InvalidArgumentError(std::string(opTypeName(q.op)) + ": empty name; give every collective a name");
   auto it = set_info_.find(q.process_set);
   if (it == set_info_.end()) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": process set " << q.process_set
+    throw InvalidArgumentError(PERSEUS_STR(what() << ": process set " << q.process_set
                                            << " does not exist; create it with add_process_set"));
   }
-  *info = it->second;
+  const ProcessSetInfo* info = &it->second;  // no copy: mu_ is held
   if (info->rank < 0) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": rank " << transport_->rank()
+    throw InvalidArgumentError(PERSEUS_STR(what() << ": rank " << transport_->rank()
                                            << " is not a member of process set " << q.process_set
                                            << " (members " << rankVector(info->members) << ")"));
   }
@@ -237,40 +238,40 @@ void Engine::validateSet(Entry& e, ProcessSetInfo* info) const {
   for (size_t i = 0; i < q.tensors.size(); ++i) {
     const TensorMeta& t = q.tensors[i];
     for (int64_t d : t.shape) {
-      if (d < 0) throw InvalidArgumentError(PERSEUS_STR(what << ": negative dimension in shape " << shapeString(t.shape)));
+      if (d < 0) throw InvalidArgumentError(PERSEUS_STR(what() << ": negative dimension in shape " << shapeString(t.shape)));
     }
     if (e.inputs[i] == nullptr && t.numElements() > 0) {
-      throw InvalidArgumentError(PERSEUS_STR(what << ": input " << i << " is null"));
+      throw InvalidArgumentError(PERSEUS_STR(what() << ": input " << i << " is null"));
     }
     bool needs_dim0 = q.op == OpType::kAllgather || q.op == OpType::kAlltoall ||
                       q.op == OpType::kReducescatter;
     if (needs_dim0 && t.shape.empty()) {
-      throw InvalidArgumentError(PERSEUS_STR(what << ": a scalar has no first dimension to "
+      throw InvalidArgumentError(PERSEUS_STR(what() << ": a scalar has no first dimension to "
                                                      "split or concatenate; reshape it to [1]"));
     }
   }
   if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= n)) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": root rank " << q.root << " is outside the process set of size " << n));
+    throw InvalidArgumentError(PERSEUS_STR(what() << ": root rank " << q.root << " is outside the process set of size " << n));
   }
   if (q.op == OpType::kAlltoall) {
     const int64_t rows = q.tensors[0].shape[0];
     if (e.splits.empty()) {
       if (rows % n != 0) {
-        throw InvalidArgumentError(PERSEUS_STR(what << ": first dimension " << rows
+        throw InvalidArgumentError(PERSEUS_STR(what() << ": first dimension " << rows
                                                << " does not divide by the set size " << n
                                                << "; pass splits"));
       }
     } else {
       if (static_cast<int>(e.splits.size()) != n) {
-        throw InvalidArgumentError(PERSEUS_STR(what << ": " << e.splits.size() << " splits for a set of " << n << " ranks"));
+        throw InvalidArgumentError(PERSEUS_STR(what() << ": " << e.splits.size() << " splits for a set of " << n << " ranks"));
       }
       int64_t sum = 0;
       for (int64_t s : e.splits) {
-        if (s < 0) throw InvalidArgumentError(PERSEUS_STR(what << ": negative split " << s));
+        if (s < 0) throw InvalidArgumentError(PERSEUS_STR(what() << ": negative split " << s));
         sum += s;
       }
       if (sum != rows) {
-        throw InvalidArgumentError(PERSEUS_STR(what << ": splits sum to " << sum << " but the first dimension is " << rows));
+        throw InvalidArgumentError(PERSEUS_STR(what() << ": splits sum to " << sum << " but the first dimension is " << rows));
       }
     }
   }
@@ -306,8 +307,7 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     stop_code = stop_code_;
     stop_message = stop_message_;
     if (stop_code == StatusCode::kOk) {
-      ProcessSetInfo info;
-      validateSet(*e, &info);
+      validateSet(*e);
       auto key = std::make_pair(e->request.process_set, e->request.name);
       if (in_flight_.count(key)) {
         throw DuplicateNameError(PERSEUS_STR(
@@ -452,6 +452,20 @@ void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::strin
   auto handle = e->handle;
   auto node = set.entries.extract(e->request.name);  // e stays alive until the end of scope
   handle->complete(code, message);
+}
+
+void Engine::finishGroup(ProcessSet& set, std::vector<Entry*>& done) {
+  if (done.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Entry* e : done) in_flight_.erase({set.id, e->request.name});
+  }
+  for (Entry* e : done) {
+    // Keep the entry (and the name the map key refers to) alive until its handle completed.
+    auto node = set.entries.extract(e->request.name);
+    e->handle->complete(e->error, e->error_message);
+  }
+  done.clear();
 }
 
 void Engine::finishGpu(ProcessSet& set, Entry* e) {

@@ -80,9 +80,10 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       if (!e->gpu_works.empty()) {
         finishGpu(set, e);
       } else {
-        finish(set, e, e->error, e->error_message);
+        done_scratch_.push_back(e);
       }
     }
+    finishGroup(set, done_scratch_);
   }
   if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");
 }
