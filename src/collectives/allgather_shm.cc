@@ -45,6 +45,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   };
   copyIn(0);
   view.barrier();
+  slot_writer.startClock();
   for (size_t k = 0; k < rounds; ++k) {
     for (int q = 0; q < p; ++q) {
       auto [begin, len] = pieceOf(q, k);

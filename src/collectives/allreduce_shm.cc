@@ -130,6 +130,7 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
   slot_writer.copy(view.half(r, 0), args.in, n * esize);
   slot_writer.publish();
   view.barrier();
+  slot_writer.startClock();
   detail::Blocks blocks(n, p, std::max<size_t>(1, 64 / esize));
   const size_t off = blocks.begin(r) * esize, len = blocks.size(r);
   if (len > 0) {
@@ -242,6 +243,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   pool.run(threads, first, spin_us);
   slot_writer.publish();
   view.barrier();
+  slot_writer.startClock();
   // Step k: pull segment k-1, reduce segment k, stage segment k+1; then a barrier. The three
   // touch different buffers (k-1, k, k+1 mod 3), so parts may interleave them freely.
   for (size_t k = 0; k <= nseg; ++k) {

@@ -32,6 +32,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   if (root) slot_writer.copy(view.half(comm.rank(), 0), data, len(0));
   slot_writer.publish();
   view.barrier();
+  slot_writer.startClock();
   for (size_t k = 0; k < nseg; ++k) {
     if (!root) {
       std::memcpy(data + k * seg, view.half(args.root, k % 2), len(k));

@@ -63,6 +63,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   };
   copyIn(0);
   view.barrier();
+  slot_writer.startClock();
   for (size_t k = 0; k < rounds; ++k) {
     size_t n = pieceLen(r, k);
     if (n > 0) {

@@ -2,12 +2,15 @@
 
 #include <cstring>
 
+#include "common/logging.h"
 #include "kernels/reduce.h"
 
 namespace perseus::collectives {
 namespace {
 // Weight of a new sample in the running time per byte of the mode in use.
 constexpr double kSmoothing = 0.3;
+// A mode takes over only when it is this much faster: near-equal figures are noise.
+constexpr double kMargin = 0.9;
 }  // namespace
 
 SlotStoreChooser& SlotStoreChooser::instance() {
@@ -42,16 +45,23 @@ void SlotStoreChooser::record(SlotStores mode, Collective kind, size_t bytes, do
   double& est = c.ns_per_byte[m];
   // A trial replaces the stale figure of the other mode; the mode in use is smoothed.
   est = (est == 0.0 || m != c.best) ? sample : est + kSmoothing * (sample - est);
+  const int before = c.best;
   if (m != c.best) {
-    if (est < c.ns_per_byte[c.best]) {
+    if (est < kMargin * c.ns_per_byte[c.best]) {
       c.best = m;
       c.period = kFirstPeriod;
     } else if (c.period < kLastPeriod) {
       c.period *= 2;
     }
-  } else if (c.ns_per_byte[1 - m] > 0.0 && est > c.ns_per_byte[1 - m]) {
+  } else if (c.ns_per_byte[1 - m] > 0.0 && kMargin * est > c.ns_per_byte[1 - m]) {
     c.best = 1 - m;  // the mode in use got slower than the other's last figure: go back
     c.period = kFirstPeriod;
+  }
+  if (c.best != before) {
+    PERSEUS_LOG(DEBUG, kCollectives)
+        << collectiveName(kind) << " of " << bytes << " bytes: slot stores now "
+        << (c.best == 0 ? "cached" : "streaming") << " (ns/byte cached " << c.ns_per_byte[0]
+        << ", streaming " << c.ns_per_byte[1] << ")";
   }
 }
 
@@ -69,6 +79,8 @@ void SlotWriter::copy(void* slot, const void* src, size_t len) const {
 void SlotWriter::publish() const {
   if (streaming()) kernels::nonTemporalFence();
 }
+
+void SlotWriter::startClock() { start_ = std::chrono::steady_clock::now(); }
 
 void SlotWriter::finished() {
   SlotStoreChooser::instance().record(

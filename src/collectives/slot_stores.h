@@ -10,9 +10,11 @@
 // and at 1.7 vs 7.5 in the second.
 //
 // So with PERSEUS_SHM_STORES=auto the choice is made online, per collective and size class
-// (by factors of 4): every call
+// (by factors of 4 from 16 KiB): every call
 // reports its time; the mode with the lower recent time per byte is used, and the other one
-// is re-tried every `period` calls (8, doubling to 256 while it keeps losing), so a change of
+// is re-tried every `period` calls (8, doubling to 256 while it keeps losing); a mode must be
+// 10% faster to take over. Times run from the call's first barrier, so a late peer does not
+// count. A change of
 // placement is noticed within a few hundred calls at most, while a losing mode costs at most
 // 1/8 of the calls and usually 1/256. The choice is per process: it needs no agreement
 // between ranks, because a reader never depends on how a line was written (each writer
@@ -42,7 +44,7 @@ class SlotStoreChooser {
   // The wall time of a call made in `mode`. Thread-safe.
   void record(SlotStores mode, Collective kind, size_t bytes, double seconds);
 
-  static constexpr size_t kChosenBytes = 4096;
+  static constexpr size_t kChosenBytes = 16 * 1024;
 
  private:
   static constexpr int kKinds = 7;     // Collective's values
@@ -72,6 +74,9 @@ class SlotWriter {
   // Call before the barrier that tells the peers the slot is written: streaming stores are
   // weakly ordered and must be fenced first. Every thread that copied must call it.
   void publish() const;
+  // Call after the call's first barrier: the time a rank waits there for late peers says
+  // nothing about the stores, and on a busy host it can dwarf the transfer.
+  void startClock();
   void finished();
 
  private:
