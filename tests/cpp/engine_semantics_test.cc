@@ -239,8 +239,10 @@ TEST(EngineSemantics, TimelineIsValidJsonWithPhases) {
     EngineRanks ranks(2, p);
     ranks.run([&](int r, Engine& e) {
       for (int i = 0; i < 3; ++i) {
-        std::vector<float> a(4, 1.0f), b(4, 1.0f);
-        auto h1 = e.allreduce("tl.a", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum, 2.0);
+        std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4, 1.0f);
+        // Grouped, so that the fusion phases appear whatever cycle "tl.b" lands in.
+        auto h1 = e.allreduce("tl.a", {arg(a.data(), {4}), arg(c.data(), {4})},
+                              {a.data(), c.data()}, ReduceOp::kSum, 2.0);
         auto h2 = e.allreduce("tl.b", {arg(b.data(), {4})}, {b.data()}, ReduceOp::kSum, 2.0);
         expectOk(h1);
         expectOk(h2);
