@@ -13,7 +13,7 @@ void OwnedTensor::allocate(DataType t, std::vector<int64_t> s) {
   for (int64_t d : shape) n *= d;
   bytes = static_cast<size_t>(n) * dataTypeSize(t);
   // At least one byte so that data() is a valid pointer even for empty outputs.
-  data.reset(new uint8_t[bytes > 0 ? bytes : 1]);
+  data = HostBufferPool::instance().take(bytes);
 }
 
 bool Handle::wait(double timeout_s, int64_t spin_us) const {

@@ -22,6 +22,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "engine/host_buffer_pool.h"
 
 namespace perseus::backends {
 class GpuWork;
@@ -34,7 +35,7 @@ namespace perseus::engine {
 struct OwnedTensor {
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
-  std::unique_ptr<uint8_t[]> data;
+  HostBufferPool::Buffer data;  // Note [Recycled outputs]
   size_t bytes = 0;
   // CUDA outputs: device memory from GpuBackend::allocate() on CUDA ordinal `device`
   // (data stays null); device == -1 for host outputs.
