@@ -6,6 +6,7 @@
 //   claim/<r>  counter: a second process with the same rank is refused
 //   rank/<r>   "<size>\n<hostname>\n<data-plane host:port>" of rank r
 //   shm/<host index>/<n>, shm/<host index>/<n>/done   the n-th local barrier of a host
+#include <cstdlib>
 #include <sstream>
 
 #include "common/logging.h"
@@ -103,7 +104,11 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   transport::tcp::TcpListener listener(transport::tcp::chooseListenHost(
       params.iface, info.controller_host, info.controller_port, all_local));
 
-  if (t.rank == 0) {
+  // perseusrun names the job (PERSEUS_JOB_ID) so that it can remove exactly this job's
+  // shared-memory segments if ranks die; otherwise rank 0 draws a name for everyone.
+  const char* given_job_id = std::getenv("PERSEUS_JOB_ID");
+  const bool job_id_given = given_job_id != nullptr && given_job_id[0] != '\0';
+  if (t.rank == 0 && !job_id_given) {
     uint8_t id[8];
     transport::tcp::fillRandom(id, sizeof(id));
     store.set("perseus/job_id", toBytes(transport::tcp::toHex(id, sizeof(id))));
@@ -116,7 +121,9 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   store.set(rankKey(t.rank), toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" +
                                      listener.address().str()));
   std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
-  const std::string job_id = fromBytes(store.get("perseus/job_id", until(deadline)));
+  const std::string job_id = job_id_given
+                                 ? std::string(given_job_id)
+                                 : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
 
   std::vector<std::string> addresses(t.size);

@@ -114,6 +114,31 @@ def test_ctrl_c_stops_everything(tmp_path):
     assert {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")} <= shm_before
 
 
+def test_cleanup_removes_this_jobs_segments_only():
+    """Ranks unlink their segments once every local rank has mapped them, so a name is left
+    only by a rank killed during start-up; perseusrun then removes this job's names
+    (perseus-<PERSEUS_JOB_ID>-*) and never another job's that appeared meanwhile. Rank 0
+    plants one name of each kind, then dies."""
+    other = "/dev/shm/perseus-0123456789abcdef-0"
+    code = ("import os,signal,sys\n"
+            "jid = os.environ['PERSEUS_JOB_ID']\n"
+            "print('job', jid, flush=True)\n"
+            "if os.environ['PERSEUS_RANK'] == '0':\n"
+            "    open('/dev/shm/perseus-%s-7' % jid, 'w').write('left at start-up')\n"
+            "    open(sys.argv[1], 'w').write('another job')\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "import time; time.sleep(100)")
+    try:
+        r = perseusrun(["-np", 2, PY, "-c", code, other])
+        assert r.returncode != 0
+        assert os.path.exists(other), r.stderr
+        jid = re.search(r"job ([0-9a-f]{16})", r.stdout).group(1)
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith("perseus-%s-" % jid)]
+    finally:
+        if os.path.exists(other):
+            os.unlink(other)
+
+
 def test_bad_arguments():
     r = perseusrun(["-np", 4, "-H", "localhost:2", PY, "-c", "pass"])
     assert r.returncode == 2 and "more processes than the 2 slots" in r.stderr

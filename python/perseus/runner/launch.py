@@ -35,9 +35,11 @@ def _raise_interrupt(signum, frame):
     raise _Interrupted(signum)
 
 
-def _shm_names():
+def _shm_names(job_id):
+    """This job's shared-memory segments (the ranks name them perseus-<job id>-<rank>), never
+    another job's."""
     try:
-        return {n for n in os.listdir(_SHM_DIR) if n.startswith("perseus-")}
+        return {n for n in os.listdir(_SHM_DIR) if n.startswith("perseus-%s-" % job_id)}
     except OSError:
         return set()
 
@@ -177,16 +179,17 @@ def run(args):
     slots = hostmod.assign_slots(host_list, args.np)
     bind, address = _controller_address(slots, args)
     secret = secrets.token_hex(32)
+    job_id = secrets.token_hex(8)
     server = _start_store(bind, secret)
     base_env = envmod.job_env(os.environ, args, max(s.local_size for s in slots))
     base_env.update({"PERSEUS_CONTROLLER_ADDR": address,
                      "PERSEUS_CONTROLLER_PORT": str(server.port),
-                     "PERSEUS_SECRET": secret})
+                     "PERSEUS_SECRET": secret,
+                     "PERSEUS_JOB_ID": job_id})
     if args.verbose:
         _log("%d ranks on %s; rendezvous store at %s:%d"
              % (args.np, ",".join("%s:%d" % h for h in host_list), address, server.port))
 
-    shm_before = _shm_names()
     job = Job(OutputSink(args.output_filename), args.verbose)
     previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -209,7 +212,7 @@ def run(args):
         job.cleanup()
         job.sink.close()
         server.stop()
-        for name in _shm_names() - shm_before:  # left by ranks killed during start-up
+        for name in _shm_names(job_id):  # left by ranks killed during start-up
             try:
                 os.unlink(os.path.join(_SHM_DIR, name))
             except OSError:
