@@ -57,10 +57,12 @@ def negotiation_section(rows):
            "A step submits T named 16-byte allreduces (`allreduce_async_`, as "
            "DistributedOptimizer's gradient hooks do) and then synchronizes them all; the payload "
            "is negligible. The step splits into: *submit*, the Python loop that enqueues "
-           "(framework-side, linear in T for any library); *engine*, from the last enqueue until "
-           "the last tensor has completed (`synchronize` of the last handle): what negotiating "
-           "the T tensors across ranks, fusion and the collective add once the framework has "
-           "handed everything over; *completion*, the Python `synchronize` calls for the other "
+           "(framework-side, linear in T for any library); *engine*, from the last enqueue of the "
+           "last rank to finish submitting until the last rank has seen the last tensor "
+           "complete (`synchronize` of the last handle; the ranks share one host and so one "
+           "monotonic clock): what negotiating the T tensors across ranks, fusion and the "
+           "collective add once every rank's framework has handed everything over (a tensor "
+           "cannot be negotiated before its last rank submits it); *completion*, the Python `synchronize` calls for the other "
            "handles (framework-side, linear in T). Both libraries negotiate while the loop still "
            "submits, so *engine* is the negotiation cost the step actually waits for.", ""]
     if not data:
