@@ -8,7 +8,8 @@
 // barrier; each rank copies the whole result out of its own slot. Two barriers.
 //
 // Large (pipelined): the vector is processed in segments of at most 256 KiB per thread
-// (Note [Reduce threads]), so the working set stays in L2 whatever the vector size. Slot buffers k % 3 hold segment k. Per
+// (Note [Reduce threads]), so the working set stays in L2 whatever the vector size. Slot
+// buffers k % 5 hold segment k (Note [Pipeline lag], common/reduce_threads.h: L = 2). Per
 // segment, sub-block q belongs to rank q:
 //   copy-in   rank r copies the sub-blocks q != r of its input segment into its buffer (its
 //             own sub-block is never staged: only r reads it, straight from the input);
@@ -18,8 +19,9 @@
 //             (for the peers) and to its output; then it copies in segment k+1;
 //   barrier;
 //   pull      rank r copies sub-blocks q != r of segment k out of rank q's buffer.
-// With three buffers per slot, segment k+1 is staged while peers still pull segment k-1, so
-// n segments take n + 2 barriers. Every element is reduced by one rank only, so all ranks get
+// Step k pulls segment k-L, reduces segment k and stages segment k+L, so a peer reads what
+// was written L steps earlier, out of the shared L3 rather than the writer's L2; n segments
+// take n + L + 1 barriers. Every element is reduced by one rank only, so all ranks get
 // the same bits. Memory traffic is one read of the input and one write of the output (the
 // floor of perf-anchors.md §3); outputs beyond L3 are written with non-temporal stores (no
 // read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and
@@ -36,7 +38,7 @@
 // segment k, stage segment k+1 -- is one fork-join on the process's WorkerPool, and part t
 // does piece t of every sub-block in each of the three. The segment grows to T x 256 KiB, so
 // each thread's share stays L2-sized and the fork-join (~1-2 µs) stays small against it; T
-// drops when the slot's three buffers or the message cannot give every thread 64 KiB. Only
+// drops when the slot's buffers or the message cannot give every thread 64 KiB. Only
 // the calling thread passes barriers, and parts run strictly between two barriers, so the
 // slot discipline is unchanged; every element is still reduced by one rank, in rank order,
 // whatever thread does it, so all ranks still get the same bits. Workers fence their
@@ -88,9 +90,11 @@ bool supports(const Communicator& comm, const CollectiveArgs& args) {
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   if (isTiny(comm, args)) return cost::kBarrierUs;
   size_t bytes = args.totalBytes();
-  size_t seg = reduce_threads::segmentBytes(1, detail::ArenaView::dataBytesOf(*comm.arena()) / 3);
+  size_t seg = reduce_threads::segmentBytes(
+      1, detail::ArenaView::dataBytesOf(*comm.arena()) / reduce_threads::kPipelineBuffers);
   double segments = static_cast<double>((bytes + seg - 1) / seg);
-  return (segments + 2) * cost::kBarrierUs + 2.5 * bytes * cost::kArenaUsPerByte;
+  return (segments + reduce_threads::kPipelineLag + 1) * cost::kBarrierUs +
+         2.5 * bytes * cost::kArenaUsPerByte;
 }
 
 void runTiny(Communicator& comm, const CollectiveArgs& args, const void** srcs) {
@@ -182,9 +186,10 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
   const size_t esize = args.elementSize();
-  const size_t third = (view.dataBytes() / 3) & ~size_t{63};
-  const int threads = threadsFor(comm, args.totalBytes(), third);
-  const size_t seg = reduce_threads::segmentBytes(threads, third) / esize;
+  constexpr size_t kLag = reduce_threads::kPipelineLag, kBuffers = reduce_threads::kPipelineBuffers;
+  const size_t buffer = (view.dataBytes() / kBuffers) & ~size_t{63};
+  const int threads = threadsFor(comm, args.totalBytes(), buffer);
+  const size_t seg = reduce_threads::segmentBytes(threads, buffer) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
   SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllreduce, args.totalBytes());
@@ -192,7 +197,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
   const size_t align = std::max<size_t>(1, 64 / esize);
-  auto buf = [&](int q, size_t k) { return view.data(q) + (k % 3) * third; };
+  auto buf = [&](int q, size_t k) { return view.data(q) + (k % kBuffers) * buffer; };
   auto segLen = [&](size_t k) { return std::min(seg, args.count - k * seg); };
   // Part t's piece of sub-block q of segment k: byte offset in the segment, byte length.
   auto piece = [&](const detail::Blocks& blocks, int q, int t) {
@@ -237,20 +242,22 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const int64_t spin_us = comm.params().spin_us;
 
   auto first = [&](int t) {
-    copyIn(0, t);
+    for (size_t k = 0; k < kLag && k < nseg; ++k) copyIn(k, t);
     if (t > 0) slot_writer.publish();
   };
   pool.run(threads, first, spin_us);
   slot_writer.publish();
   view.barrier();
   slot_writer.startClock();
-  // Step k: pull segment k-1, reduce segment k, stage segment k+1; then a barrier. The three
-  // touch different buffers (k-1, k, k+1 mod 3), so parts may interleave them freely.
-  for (size_t k = 0; k <= nseg; ++k) {
+  // Step k: pull segment k-kLag, reduce segment k, stage segment k+kLag; then a barrier. The
+  // three touch different buffers (mod kBuffers = 2 kLag + 1), so parts may interleave them
+  // freely; a buffer is staged again (step k + kLag + 1) only after its pulls (step k + kLag)
+  // and the barrier that ends them.
+  for (size_t k = 0; k < nseg + kLag; ++k) {
     auto step = [&](int t) {
-      if (k > 0) pull(k - 1, t);
+      if (k >= kLag) pull(k - kLag, t);
       if (k < nseg) reduce(k, t);
-      if (k + 1 < nseg) copyIn(k + 1, t);
+      if (k + kLag < nseg) copyIn(k + kLag, t);
       // A worker's streamed stores must be visible before it reports the part done.
       if (fence && t > 0) kernels::nonTemporalFence();
     };

@@ -46,7 +46,7 @@ namespace perseus {
     "AIACC wire type for float32 allreduce: 0 fp16, 1 none, 2 mixed.")                          \
   X(bool, allreduce_nancheck, "PERSEUS_ALLREDUCE_NANCHECK", false,                             \
     "Report which tensor first carried a NaN or Inf into an allreduce.")                       \
-  X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{1} << 20,                       \
+  X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{2} << 20,                       \
     "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")       \
   X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                            \
     "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host, 1 to 8.") \

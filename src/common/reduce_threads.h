@@ -10,6 +10,18 @@
 
 namespace perseus::reduce_threads {
 
+// Note [Pipeline lag]: the pipelined shm allreduce stages segment k + kPipelineLag while it
+// reduces segment k, and pulls segment k - kPipelineLag's results, so a peer reads a line
+// kPipelineLag steps (~1.5 MiB of this core's traffic) after it was written. By then the line
+// has left the writer's 1 MiB L2 for the shared L3, where the other core reads it several times
+// faster than out of a peer's L2 (floor_probe_bench: 7.3 GB/s for 256 KiB blocks, 28 GB/s for
+// 4 MiB ones, in the VM's fast placement). Measured on 2 ranks: 1 MiB 11.5 -> 15.3-15.5 GB/s,
+// 4 MiB 11.8 -> 12.8-13.6, 16 MiB 7.1 -> 7.7-7.8 (docs/algorithms.md). The slot holds
+// 2 * kPipelineLag + 1 buffers: one being reduced, kPipelineLag staged ahead, kPipelineLag
+// waiting for their pulls.
+constexpr int kPipelineLag = 2;
+constexpr int kPipelineBuffers = 2 * kPipelineLag + 1;
+
 // Auto never goes beyond this: eight cores already move more than one socket's share of
 // memory bandwidth for two ranks.
 constexpr int kAutoMaxReduceThreads = 8;
@@ -28,7 +40,7 @@ inline int requestedReduceThreads(int64_t setting, int usable_cpus, int local_ra
 }
 
 // The threads one pipelined allreduce of `bytes` uses, given each slot buffer holds `buffer`
-// bytes (a third of the slot's data area): fewer than requested when the message or the
+// bytes (1 / kPipelineBuffers of the slot's data area): fewer than requested when the message or the
 // buffer cannot give each thread kMinThreadShareBytes.
 inline int effectiveReduceThreads(int requested, size_t bytes, size_t buffer) {
   const size_t fit = std::min(bytes, buffer) / kMinThreadShareBytes;

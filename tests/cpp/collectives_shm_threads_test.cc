@@ -61,9 +61,10 @@ constexpr DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType:
                                DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
-// 640 KiB slots: three buffers of ~210 KiB, enough for 3 threads of 64 KiB each, so the
-// vectors below run 3 segments or more with 3 threads.
-constexpr size_t kSlotBytes = 640 * 1024;
+// 1 MiB slots: five pipeline buffers of ~203 KiB, enough for 3 threads of 64 KiB each, so the
+// vectors below run 3 segments or more with 3 threads (fewer segments than the pipeline's
+// depth, too: Note [Pipeline lag]).
+constexpr size_t kSlotBytes = 1024 * 1024;
 // Odd element counts of about 450 KiB for every element size.
 size_t countFor(DataType t) { return (450 * 1024) / dataTypeSize(t) + 7; }
 

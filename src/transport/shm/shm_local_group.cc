@@ -43,7 +43,7 @@ void validate(const std::string& job_id, int local_rank, const std::vector<int>&
   }
 }
 
-// Note [Slot for reduce threads]: the shm allreduce pipelines through three buffers of the
+// Note [Slot for reduce threads]: the shm allreduce pipelines through kPipelineBuffers of the
 // slot, each thread wanting a 256 KiB share of a segment (common/reduce_threads.h), and the
 // slot's end holds the per-group small-message lines (collectives/arena_view.h). So the slot
 // grows past PERSEUS_SHM_SLOT_BYTES to fit the threads that auto (or a forced count) would
@@ -54,7 +54,8 @@ size_t slotBytes(const Params& params, int local_size) {
   const int threads = reduce_threads::requestedReduceThreads(
       params.reduce_threads, static_cast<int>(std::max(1L, online)), local_size);
   constexpr size_t kLinesBytes = size_t{ShmArena::kMaxGroups} * 2 * 64;
-  const size_t wanted = 3 * reduce_threads::segmentBytes(threads, SIZE_MAX) + kLinesBytes;
+  const size_t wanted = reduce_threads::kPipelineBuffers *
+                            reduce_threads::segmentBytes(threads, SIZE_MAX) + kLinesBytes;
   const size_t set = static_cast<size_t>(params.shm_slot_bytes);
   return threads > 1 ? std::max(set, wanted) : set;
 }
