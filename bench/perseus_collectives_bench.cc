@@ -110,7 +110,10 @@ void sweep(double max_mib, const std::string& only) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter"};
   for (const char* name : names) {
     if (only != "all" && only != name) continue;
+    // MIN_BYTES skips the small sizes (profiling one size range).
+    const size_t first = std::getenv("MIN_BYTES") ? std::strtoull(std::getenv("MIN_BYTES"), nullptr, 10) : 4;
     for (size_t bytes = 4; bytes <= static_cast<size_t>(max_mib * (1 << 20)); bytes *= 4) {
+      if (bytes < first) continue;
       Op op;
       op.collective = name;
       size_t n = bytes / 4;

@@ -45,6 +45,12 @@
 // non-temporal stores before they report done. T = 1 runs everything on the caller, exactly
 // the single-threaded scheme.
 //
+// Note [Scaled shm allreduce]
+// A postscale (Average = Sum x 1/n) is applied by whoever reduces an element, to the reduced
+// chunk while it is in L1 and before it is pushed to the peers: no pass over the output, so
+// the engine runs a scaled tensor as one call instead of in cache-sized pieces (Note
+// [Cache-sized pieces]). The bits are those of reducing and then scaling.
+//
 // Note [One-barrier small allreduce]
 // Rank r writes its input into its line (group, seq % 2) with the sequence number seq (its
 // count of tiny allreduces on this group), passes one barrier, and then every rank reads
@@ -122,6 +128,7 @@ void runTiny(Communicator& comm, const CollectiveArgs& args, const void** srcs) 
     srcs[q] = line->payload;
   }
   kernels::reduceN(args.out, srcs, p, args.count, args.dtype, args.op);
+  if (args.postscale != 1.0) kernels::scale(args.out, args.count, args.dtype, args.postscale);
 }
 
 // One segment (small vectors): the reducer pushes its result into every slot, so the copy-out
@@ -141,6 +148,7 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
     for (int q = 0; q < p; ++q) srcs[q] = view.half(q, 0) + off;
     unsigned char* mine = view.half(r, 0) + off;
     kernels::reduceN(mine, srcs, p, len, args.dtype, args.op);
+    if (args.postscale != 1.0) kernels::scale(mine, len, args.dtype, args.postscale);
     for (int q = 0; q < p; ++q) {
       if (q != r) slot_writer.copy(view.half(q, 0) + off, mine, len * esize);
     }
@@ -166,6 +174,7 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
     for (int q = 0; q < p; ++q) srcs[q] = (q == r ? own : slots[q]) + off;
     unsigned char* red = slot_writer.streaming() ? scratch : slots[r] + off;
     kernels::reduceN(red, srcs, p, m, args.dtype, args.op);
+    if (args.postscale != 1.0) kernels::scale(red, m, args.dtype, args.postscale);
     if (slot_writer.streaming()) slot_writer.copy(slots[r] + off, red, m * esize);
     if (streaming) kernels::copyNonTemporal(out + off, red, m * esize);
     else std::memcpy(out + off, red, m * esize);

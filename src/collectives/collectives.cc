@@ -7,6 +7,7 @@
 
 #include "collectives/detail.h"
 #include "collectives/registry.h"
+#include "kernels/reduce.h"
 #include "common/status.h"
 
 namespace perseus::collectives {
@@ -57,8 +58,10 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 }  // namespace detail
 
+extern const Algorithm kAllreduceShm;
+
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
-               ReduceOp op) {
+               ReduceOp op, double postscale) {
   if (op == ReduceOp::kAverage) {
     throw InvalidArgumentError(
         "allreduce: Average must be turned into Sum plus a postscale before the collective");
@@ -70,8 +73,18 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   args.count = count;
   args.dtype = dtype;
   args.op = op;
-  if (comm.size() == 1 || count == 0) return detail::run(comm, args);
-  runCollective(comm, args);
+  bool scaled = false;
+  if (comm.size() == 1 || count == 0) {
+    detail::run(comm, args);
+  } else {
+    const Algorithm& algorithm = selectAlgorithm(comm, args, comm.params().allreduce_algo);
+    // Only a top-level shm call scales inside: one nested in another algorithm (hierarchical)
+    // gets a copy of these args with the default postscale of 1.
+    scaled = &algorithm == &kAllreduceShm;
+    if (scaled) args.postscale = postscale;
+    algorithm.run(comm, args);
+  }
+  if (!scaled && postscale != 1.0 && count > 0) kernels::scale(out, count, dtype, postscale);
 }
 
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes) {

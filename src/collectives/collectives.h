@@ -16,10 +16,12 @@
 
 namespace perseus::collectives {
 
-// out[i] = op over ranks of in[i]. in == out is allowed. op is never kAverage here: the
-// engine turns Average into Sum with a postscale. float16/bfloat16 reduce in float32.
+// out[i] = postscale * (op over ranks of in[i]). in == out is allowed. op is never kAverage
+// here: the engine turns Average into Sum with a postscale. float16/bfloat16 reduce in
+// float32. The shared-memory algorithm scales each reduced chunk while it is still in L1
+// (Note [Scaled shm allreduce]); the others scale the result afterwards, with the same bits.
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
-               ReduceOp op);
+               ReduceOp op, double postscale = 1.0);
 
 // Concatenates each rank's `bytes[r]` bytes in rank order into out (sum of bytes).
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes);

@@ -6,9 +6,10 @@
 // Note [Cache-sized pieces]
 // An allreduce group is run in pieces of at most kPieceBytes: small tensors (up to
 // kAloneBytes) are packed into a piece of the fusion buffer, larger ones run alone on their
-// own buffers, in pieces when larger than one. A piece's fusion copy-in, its collective and its
-// copy-out (or, for a tensor run alone, its postscale) all touch data that is still in the
-// last-level cache, so the memory sees one read of each input and
+// own buffers: in one collective call that applies the postscale itself, or in pieces when a
+// prescale must be copied first. A piece's fusion copy-in, its collective and its copy-out
+// (or, for a tensor run alone, its prescale) all touch data that is still in the last-level
+// cache, so the memory sees one read of each input and
 // one write of each output, as for a single allreduce. One 64 MiB fusion buffer would make
 // three passes through DRAM (copy-in, collective, copy-out). Every rank cuts the same pieces:
 // they depend only on the negotiated response.
@@ -149,12 +150,13 @@ class CpuExecutor final : public Executor {
       out = static_cast<uint8_t*>(e->outputs[it.tensor]);
     }
     const double post = e == nullptr ? 1.0 : red.postscale;
-    // With nothing to scale a piece buys nothing: the collective already works in L2-sized
-    // segments, and only a call that sees the whole tensor knows to stream its output past
-    // the caches (Note [Shared-memory allreduce]). In 2 MiB pieces an out-of-place 256 MiB
-    // Sum read every output line before writing it: 5.7 GB/s against 9.2 in place.
-    const bool scaled = red.prescale != 1.0 || post != 1.0;
-    const size_t step = scaled ? std::max<size_t>(1, kPieceBytes / esize) : count;
+    // Only a prescale needs pieces (its copy must still be in cache when the collective reads
+    // it); the postscale is applied inside the collective (Note [Scaled shm allreduce]). A
+    // piece buys nothing else: the collective already works in L2-sized segments, and only a
+    // call that sees the whole tensor knows to stream its output past the caches (Note
+    // [Shared-memory allreduce]). In 2 MiB pieces an out-of-place 256 MiB Sum read every
+    // output line before writing it: 5.7 GB/s against 9.2 in place.
+    const size_t step = red.prescale != 1.0 ? std::max<size_t>(1, kPieceBytes / esize) : count;
     timer.begin();
     for (size_t k = 0; k < count; k += step) {
       const size_t n = std::min(step, count - k);
@@ -164,8 +166,7 @@ class CpuExecutor final : public Executor {
         copyScaled(dst, src, n, dt, red.prescale);
         src = dst;
       }
-      collectives::allreduce(comm, src, dst, n, dt, red.op);
-      if (post != 1.0) kernels::scale(dst, n, dt, post);
+      collectives::allreduce(comm, src, dst, n, dt, red.op, post);
     }
     timer.end("COMMUNICATE");
   }

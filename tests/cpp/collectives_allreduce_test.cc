@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "collectives/registry.h"
 #include "common/status.h"
+#include "kernels/reduce.h"
 #include "support/inproc_values.h"
 #include "support/inproc_world.h"
 
@@ -94,6 +95,32 @@ TEST_P(CollectivesAllreduce, EveryAlgorithmTypeOpAndCount) {
       if (algo) runCollective(*comm, probe, name); else allreduce(*comm, in.data(), out.data(), big, DataType::kFloat32, ReduceOp::kSum);
       if (out != testing::referenceReduce(size, big, DataType::kFloat32, ReduceOp::kSum, 1)) {
         throw std::runtime_error(name + ": wrong result for 1000003 float32");
+      }
+    }
+  });
+}
+
+// A postscale gives the bits of reducing, then scaling: inside the shm algorithm's reduction
+// (Note [Scaled shm allreduce]), after the others. Every scheme of the shm allreduce (tiny,
+// one segment, pipelined over many 16 KiB-slot segments) and every forced algorithm.
+TEST_P(CollectivesAllreduce, PostscaleEqualsReduceThenScale) {
+  auto [size, topo] = GetParam();
+  testing::InProcWorld world(optionsFor(size, topo));
+  world.runOk([&](int rank) {
+    auto comm = world.makeWorldComm(rank);
+    for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                       DataType::kFloat64, DataType::kInt32}) {
+      for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{5003}, size_t{60001}}) {
+        Bytes in = testing::testVector(rank, count, t), out(in.size(), 0xEE);
+        const double factor = 1.0 / 3.0;
+        allreduce(*comm, in.data(), out.data(), count, t, ReduceOp::kSum, factor);
+        Bytes want = testing::referenceReduce(size, count, t, ReduceOp::kSum);
+        kernels::scale(want.data(), count, t, factor);
+        long bad = testing::firstDifference(out, want, t);
+        if (bad >= 0) {
+          throw std::runtime_error(PERSEUS_STR("postscale " << dataTypeName(t) << " count "
+                                               << count << ": first wrong element " << bad));
+        }
       }
     }
   });
