@@ -8,7 +8,9 @@ import subprocess
 import sys
 import threading
 
-_MPI_TAG = re.compile(rb"^\[\d+,(\d+)\]<(stdout|stderr)>:")
+# mpirun --tag-output prefixes what it reads from each rank; a rank's line may arrive in two
+# reads, so a tag can also appear in the middle of a line of mpirun's own output.
+_MPI_TAG = re.compile(rb"\[\d+,(\d+)\]<(stdout|stderr)>:")
 
 
 class OutputSink:
@@ -78,18 +80,34 @@ class LaunchedProcess:
             t.start()
 
     def _pump(self, pipe, stream):
-        for line in iter(pipe.readline, b""):
-            rank = self.rank
-            if rank is None:
-                m = _MPI_TAG.match(line)
-                if m:
-                    rank, stream_tag = int(m.group(1)), m.group(2).decode()
-                    line = line[m.end():]
-                    self._emit(rank, stream_tag, line)
-                    continue
-                rank = 0
-            self._emit(rank, stream, line)
+        if self.rank is not None:
+            for line in iter(pipe.readline, b""):
+                self._emit(self.rank, stream, line)
+        else:
+            self._pump_mpirun(pipe, stream)
         pipe.close()
+
+    def _pump_mpirun(self, pipe, stream):
+        """Splits mpirun's tagged output back into whole lines per rank: a piece of a line
+        waits until the rest of it, under the same tag, has arrived."""
+        partial = {}  # (rank, stream) -> the start of a line
+        key = (0, stream)  # untagged text belongs to the last tag seen (or is mpirun's own)
+
+        def add(key, text):
+            text = partial.pop(key, b"") + text
+            if text.endswith(b"\n"):
+                self._emit(key[0], key[1], text)
+            elif text:
+                partial[key] = text
+
+        for line in iter(pipe.readline, b""):
+            start = 0
+            for m in _MPI_TAG.finditer(line):
+                add(key, line[start:m.start()])
+                key, start = (int(m.group(1)), m.group(2).decode()), m.end()
+            add(key, line[start:])
+        for (rank, tag), text in partial.items():
+            self._emit(rank, tag, text + b"\n")
 
     def _emit(self, rank, stream, line):
         if stream == "stderr":
