@@ -28,7 +28,10 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t nseg = (args.bytes + seg - 1) / seg;
   auto* data = detail::bytePtr(args.out);
   auto len = [&](size_t k) { return std::min(seg, args.bytes - k * seg); };
-  SlotWriter slot_writer(comm.params().shm_stores, Collective::kBroadcast, args.bytes);
+  // Only the root writes its slot, so only its time says anything about the stores.
+  SlotWriter slot_writer =
+      root ? SlotWriter(comm.params().shm_stores, Collective::kBroadcast, args.bytes)
+           : SlotWriter::readerOnly(Collective::kBroadcast);
   if (root) slot_writer.copy(view.half(comm.rank(), 0), data, len(0));
   slot_writer.publish();
   view.barrier();

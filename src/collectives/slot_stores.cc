@@ -26,7 +26,7 @@ SlotStoreChooser::SizeClass& SlotStoreChooser::classOf(Collective kind, size_t b
 
 SlotStores SlotStoreChooser::pick(const std::string& setting, Collective kind, size_t bytes) {
   if (setting == "streaming") return SlotStores::kStreaming;
-  if (setting == "cached" || bytes < kChosenBytes) return SlotStores::kCached;
+  if (!measures(setting, bytes)) return SlotStores::kCached;
   std::lock_guard<std::mutex> lock(mu_);
   SizeClass& c = classOf(kind, bytes);
   const int other = 1 - c.best;
@@ -67,9 +67,9 @@ void SlotStoreChooser::record(SlotStores mode, Collective kind, size_t bytes, do
 
 SlotWriter::SlotWriter(const std::string& setting, Collective kind, size_t bytes)
     : mode_(SlotStoreChooser::instance().pick(setting, kind, bytes)),
+      timed_(SlotStoreChooser::measures(setting, bytes)),
       kind_(kind),
-      bytes_(bytes),
-      start_(std::chrono::steady_clock::now()) {}
+      bytes_(bytes) {}
 
 void SlotWriter::copy(void* slot, const void* src, size_t len) const {
   if (streaming()) kernels::copyNonTemporal(slot, src, len);
@@ -80,9 +80,12 @@ void SlotWriter::publish() const {
   if (streaming()) kernels::nonTemporalFence();
 }
 
-void SlotWriter::startClock() { start_ = std::chrono::steady_clock::now(); }
+void SlotWriter::startClock() {
+  if (timed_) start_ = std::chrono::steady_clock::now();
+}
 
 void SlotWriter::finished() {
+  if (!timed_) return;
   SlotStoreChooser::instance().record(
       mode_, kind_, bytes_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }

@@ -10,15 +10,14 @@
 // and at 1.7 vs 7.5 in the second.
 //
 // So with PERSEUS_SHM_STORES=auto the choice is made online, per collective and size class
-// (by factors of 4 from 16 KiB): every call
-// reports its time; the mode with the lower recent time per byte is used, and the other one
-// is re-tried every `period` calls (8, doubling to 256 while it keeps losing); a mode must be
-// 10% faster to take over. Times run from the call's first barrier, so a late peer does not
-// count. A change of
-// placement is noticed within a few hundred calls at most, while a losing mode costs at most
-// 1/8 of the calls and usually 1/256. The choice is per process: it needs no agreement
-// between ranks, because a reader never depends on how a line was written (each writer
-// fences its streaming stores before the barrier that publishes them).
+// (factors of 4 from 16 KiB): every call reports its time per byte, counted from its first
+// barrier so that a late peer does not count; the mode with the lower recent figure is used,
+// and the other is retried every `period` calls (8, doubling to 256 while it keeps losing); a
+// mode must be 10% faster to take over. A change of placement is noticed within a few hundred
+// calls at most, while a losing mode costs at most 1/8 of the calls and usually 1/256. The
+// choice is per process: it needs no agreement between ranks, because a reader never depends
+// on how a line was written (each writer fences its streaming stores before the barrier that
+// publishes them).
 #pragma once
 
 #include <chrono>
@@ -41,6 +40,11 @@ class SlotStoreChooser {
   // "cached" or "streaming", Params::shm_stores). Below kChosenBytes, auto is always cached:
   // a few lines cost the same either way and their timings are noise. Thread-safe.
   SlotStores pick(const std::string& setting, Collective kind, size_t bytes);
+  // Whether pick() measures (auto, at least kChosenBytes) rather than follows a fixed rule;
+  // only such calls need timing and record().
+  static bool measures(const std::string& setting, size_t bytes) {
+    return setting == "auto" && bytes >= kChosenBytes;
+  }
   // The wall time of a call made in `mode`. Thread-safe.
   void record(SlotStores mode, Collective kind, size_t bytes, double seconds);
 
@@ -64,10 +68,12 @@ class SlotStoreChooser {
 
 // One collective call's slot writes: picks the mode when constructed, writes in it, and
 // reports the call's time to the chooser when the call finishes (not when it throws: a lost
-// peer says nothing about the stores).
+// peer says nothing about the stores). Calls the chooser does not measure read no clock.
 class SlotWriter {
  public:
   SlotWriter(const std::string& setting, Collective kind, size_t bytes);
+  // A rank that writes nothing into its slot (a broadcast's receivers): cached, untimed.
+  static SlotWriter readerOnly(Collective kind) { return SlotWriter("cached", kind, 0); }
   bool streaming() const { return mode_ == SlotStores::kStreaming; }
   // Copies bytes that another core will read into a slot. Buffers must not overlap.
   void copy(void* slot, const void* src, size_t len) const;
@@ -81,9 +87,10 @@ class SlotWriter {
 
  private:
   SlotStores mode_;
+  bool timed_;
   Collective kind_;
   size_t bytes_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_{};
 };
 
 }  // namespace perseus::collectives
