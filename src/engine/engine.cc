@@ -445,27 +445,23 @@ void Engine::loop() {
 }
 
 void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase({set.id, e->request.name});
-  }
-  auto handle = e->handle;
-  auto node = set.entries.extract(e->request.name);  // e stays alive until the end of scope
-  handle->complete(code, message);
+  e->error = code;
+  e->error_message = message;
+  Entry* one[] = {e};
+  finishGroup(set, one, 1);
 }
 
-void Engine::finishGroup(ProcessSet& set, std::vector<Entry*>& done) {
-  if (done.empty()) return;
+void Engine::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
+  if (n == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Entry* e : done) in_flight_.erase({set.id, e->request.name});
+    for (size_t i = 0; i < n; ++i) in_flight_.erase({set.id, done[i]->request.name});
   }
-  for (Entry* e : done) {
+  for (size_t i = 0; i < n; ++i) {
     // Keep the entry (and the name the map key refers to) alive until its handle completed.
-    auto node = set.entries.extract(e->request.name);
-    e->handle->complete(e->error, e->error_message);
+    auto node = set.entries.extract(done[i]->request.name);
+    done[i]->handle->complete(done[i]->error, done[i]->error_message);
   }
-  done.clear();
 }
 
 void Engine::finishGpu(ProcessSet& set, Entry* e) {

@@ -156,9 +156,9 @@ class Engine {
   void addSet(const Response& r, Entry* e);
   void removeSet(const Response& r, Entry* e);
   void finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message);
-  // Completes CPU entries of one fusion group with their own error or success: one lock of
-  // mu_ for all their names, then each handle. Empties `done`.
-  void finishGroup(ProcessSet& set, std::vector<Entry*>& done);
+  // Completes CPU entries (one fusion group's) with their own error or success: one lock of
+  // mu_ for all their names, then each handle.
+  void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
   void finishGpu(ProcessSet& set, Entry* e);
   void pollGpu();
   void prepareDevice(Entry& e);

@@ -83,7 +83,8 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
         done_scratch_.push_back(e);
       }
     }
-    finishGroup(set, done_scratch_);
+    finishGroup(set, done_scratch_.data(), done_scratch_.size());
+    done_scratch_.clear();
   }
   if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");
 }
