@@ -9,10 +9,10 @@
 // own buffers: in one collective call that applies the postscale itself, or in pieces when a
 // prescale must be copied first. A piece's fusion copy-in, its collective and its copy-out
 // (or, for a tensor run alone, its prescale) all touch data that is still in the last-level
-// cache, so the memory sees one read of each input and
-// one write of each output, as for a single allreduce. One 64 MiB fusion buffer would make
-// three passes through DRAM (copy-in, collective, copy-out). Every rank cuts the same pieces:
-// they depend only on the negotiated response.
+// cache, so the memory sees one read of each input and one write of each output, as for a
+// single allreduce. One 64 MiB fusion buffer would make three passes through DRAM (copy-in,
+// collective, copy-out). Every rank cuts the same pieces: they depend only on the negotiated
+// response.
 #include <algorithm>
 #include <cstring>
 
@@ -112,7 +112,7 @@ class CpuExecutor final : public Executor {
     const DataType dt = r0.tensors[g.items[0].tensor].dtype;
     auto bytesOf = [&](const FusionItem& it) { return rs[it.response].tensors[it.tensor].bytes(); };
     // Note [Cache-sized pieces]: consecutive small tensors share a piece; a tensor above
-    // kAloneBytes runs alone, on its own buffers (in pieces when larger than one).
+    // kAloneBytes runs alone, on its own buffers.
     auto alone = [&](const FusionItem& it) { return bytesOf(it) > kAloneBytes; };
     size_t i = 0;
     while (i < g.items.size()) {
@@ -131,7 +131,8 @@ class CpuExecutor final : public Executor {
     }
   }
 
-  // One tensor on its own buffers (a joined rank reduces zeros into scratch), in pieces.
+  // One tensor on its own buffers (a joined rank reduces zeros into scratch): one collective
+  // call, or pieces when it has a prescale.
   static void allreduceAlone(const FusionItem& it, const std::vector<Response>& rs,
                              const std::vector<Entry*>& es, collectives::Communicator& comm,
                              FusionBuffer& buffer, PhaseTimer& timer, const Reduction& red,
