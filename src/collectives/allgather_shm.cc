@@ -32,7 +32,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t rounds = (largest + piece - 1) / piece;
   auto* out = detail::bytePtr(args.out);
   const auto* in = detail::bytePtr(args.in);
-  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllgatherv, args.totalBytes());
+  SlotWriter slot_writer(comm, Collective::kAllgatherv, args.totalBytes());
 
   auto pieceOf = [&](int q, size_t k) {
     size_t begin = std::min(bytes[q], k * piece);
@@ -54,9 +54,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
       if (out + off[q] + begin != src) std::memmove(out + off[q] + begin, src, len);
     }
     if (k + 1 < rounds) copyIn(k + 1);
-    view.barrier();
+    slot_writer.barrier(view, k + 1 == rounds);
   }
-  slot_writer.finished();
 }
 
 }  // namespace

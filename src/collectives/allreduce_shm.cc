@@ -137,7 +137,7 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
   detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
   const size_t esize = args.elementSize(), n = args.count;
-  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllreduce, n * esize);
+  SlotWriter slot_writer(comm, Collective::kAllreduce, n * esize);
   slot_writer.copy(view.half(r, 0), args.in, n * esize);
   slot_writer.publish();
   view.barrier();
@@ -154,9 +154,8 @@ void runOneSegment(Communicator& comm, const CollectiveArgs& args, const void** 
     }
   }
   slot_writer.publish();
-  view.barrier();
+  slot_writer.barrier(view, true);
   std::memcpy(args.out, view.half(r, 0), n * esize);
-  slot_writer.finished();
 }
 
 // Rank r's part of segment k (Note [Shared-memory allreduce]): `own` is sub-block r of its
@@ -201,7 +200,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t seg = reduce_threads::segmentBytes(threads, buffer) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >= kStreamingOutputBytes;
-  SlotWriter slot_writer(comm.params().shm_stores, Collective::kAllreduce, args.totalBytes());
+  SlotWriter slot_writer(comm, Collective::kAllreduce, args.totalBytes());
   const bool fence = streaming || slot_writer.streaming();
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
@@ -272,9 +271,8 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     };
     pool.run(threads, step, spin_us);
     if (fence) kernels::nonTemporalFence();
-    view.barrier();
+    slot_writer.barrier(view, k + 1 == nseg + kLag);
   }
-  slot_writer.finished();
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {

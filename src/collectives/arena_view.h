@@ -74,6 +74,9 @@ class ArenaView {
     return reinterpret_cast<SmallLine*>(base) + comm_.groupId() * 2 + parity;
   }
   void barrier() const { arena_->barrier(comm_.groupId(), comm_.arenaMembers()); }
+  uint64_t barrierMax(uint64_t value) const {
+    return arena_->barrierMax(comm_.groupId(), comm_.arenaMembers(), value);
+  }
 
  private:
   Communicator& comm_;

@@ -30,8 +30,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   auto len = [&](size_t k) { return std::min(seg, args.bytes - k * seg); };
   // Only the root writes its slot, so only its time says anything about the stores.
   SlotWriter slot_writer =
-      root ? SlotWriter(comm.params().shm_stores, Collective::kBroadcast, args.bytes)
-           : SlotWriter::readerOnly(Collective::kBroadcast);
+      root ? SlotWriter(comm, Collective::kBroadcast, args.bytes)
+           : SlotWriter::readerOnly(comm, Collective::kBroadcast, args.bytes);
   if (root) slot_writer.copy(view.half(comm.rank(), 0), data, len(0));
   slot_writer.publish();
   view.barrier();
@@ -43,9 +43,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
       slot_writer.copy(view.half(comm.rank(), (k + 1) % 2), data + (k + 1) * seg, len(k + 1));
       slot_writer.publish();
     }
-    view.barrier();
+    slot_writer.barrier(view, k + 1 == nseg);
   }
-  slot_writer.finished();
 }
 
 }  // namespace

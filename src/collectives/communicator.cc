@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "collectives/slot_stores.h"
 #include "common/status.h"
 
 namespace perseus::collectives {
@@ -106,6 +107,13 @@ Communicator& Communicator::crossComm() {
 }
 
 void Communicator::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+void Communicator::ChooserDeleter::operator()(SlotStoreChooser* c) const { delete c; }
+
+SlotStoreChooser& Communicator::storeChooser() {
+  if (!store_chooser_) store_chooser_.reset(new SlotStoreChooser());
+  return *store_chooser_;
+}
 
 void* Communicator::scratch(int index, size_t bytes) {
   PERSEUS_CHECK(index >= 0 && index < kScratchBuffers, "scratch index " << index);

@@ -14,6 +14,8 @@
 
 namespace perseus::collectives {
 
+class SlotStoreChooser;
+
 class Communicator {
  public:
   // `members` are global ranks in set-rank order and must contain transport->rank().
@@ -57,6 +59,9 @@ class Communicator {
   Communicator& hostComm();
   Communicator& crossComm();
 
+  // How this communicator's shared-memory collectives write their slots (slot_stores.h).
+  SlotStoreChooser& storeChooser();
+
   // --- Scratch memory -----------------------------------------------------------------------
   // Buffer `index` (0 .. kScratchBuffers-1) of at least `bytes`, 64-byte aligned. It only
   // grows, so steady-state collectives neither allocate nor page-fault. Valid until the next
@@ -83,6 +88,10 @@ class Communicator {
     void operator()(void* p) const;
   };
   std::unique_ptr<void, FreeDeleter> scratch_[kScratchBuffers];
+  struct ChooserDeleter {
+    void operator()(SlotStoreChooser* c) const;
+  };
+  std::unique_ptr<SlotStoreChooser, ChooserDeleter> store_chooser_;
   size_t scratch_bytes_[kScratchBuffers] = {};
 };
 

@@ -48,7 +48,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
   std::vector<const void*> srcs(p);
-  SlotWriter slot_writer(comm.params().shm_stores, Collective::kReducescatterv, args.totalBytes());
+  SlotWriter slot_writer(comm, Collective::kReducescatterv, args.totalBytes());
 
   auto pieceLen = [&](int q, size_t k) {
     size_t begin = std::min(counts[q], k * c);
@@ -71,9 +71,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
       kernels::reduceN(out + k * c * esize, srcs.data(), p, n, args.dtype, args.op);
     }
     if (k + 1 < rounds) copyIn(k + 1);
-    view.barrier();
+    slot_writer.barrier(view, k + 1 == rounds);
   }
-  slot_writer.finished();
 }
 
 }  // namespace

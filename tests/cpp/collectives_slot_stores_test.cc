@@ -2,9 +2,17 @@
 // test with made-up timings, since which mode wins depends on where the host put the cores.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/collectives.h"
 #include "collectives/slot_stores.h"
 #include "common/params.h"
 #include "common/status.h"
+#include "support/shared_barrier.h"
+#include "support/shm_groups.h"
 
 namespace perseus::collectives {
 namespace {
@@ -63,6 +71,16 @@ TEST(SlotStores, FollowsAChangeOfPlacement) {
   EXPECT_LE(retries, 2);
 }
 
+TEST(SlotStores, OneDescheduledCallDoesNotFlipTheChoice) {
+  SlotStoreChooser c;
+  const double cached_wins[2] = {1e-4, 2e-4}, preempted[2] = {3e-3, 2e-4};
+  for (int i = 0; i < 100; ++i) call(c, cached_wins);
+  call(c, preempted);  // 30x: a rank lost its core for a time slice
+  int streaming = 0;
+  for (int i = 0; i < 8; ++i) streaming += call(c, cached_wins) == SlotStores::kStreaming;
+  EXPECT_LE(streaming, 1);  // at most the scheduled retry
+}
+
 TEST(SlotStores, SmallCallsStayCachedAndCollectivesChooseApart) {
   SlotStoreChooser c;
   const double streaming_wins[2] = {4e-4, 1e-4};
@@ -81,6 +99,48 @@ TEST(SlotStores, SizeClassesChooseApart) {
   }
   EXPECT_EQ(c.pick("auto", Collective::kAllreduce, 256 * 1024), SlotStores::kCached);
   EXPECT_EQ(c.pick("auto", Collective::kAllreduce, 64 * kMiB), SlotStores::kStreaming);
+}
+
+// The members of a communicator time each call by its slowest member (the last barrier carries
+// the times), so their choosers hold the same figures and pick the same mode for every call.
+TEST(SlotStores, MembersOfACommunicatorChooseAlike) {
+  const int n = 2;
+  Params params = testing::shmTestParams();
+  params.shm_stores = "auto";
+  auto groups = testing::createShmGroupsAsThreads(n, testing::uniqueJobId("stores"), params);
+  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
+  for (int r = 0; r < n; ++r) tps.push_back(testing::makeShmTransport(*groups[r], r, n, params));
+  const size_t count = 64 * 1024;  // 256 KiB of float32: pipelined, measured
+  std::vector<std::vector<double>> seen(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Communicator comm(tps[r].get(), groups[r]->arena.get(), {0, 1}, 0, params);
+        std::vector<float> in(count, 1.f + r), out(count);
+        for (int i = 0; i < 200; ++i) {
+          if (r == 1 && i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+          allreduce(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          if (out[count - 1] != 3.f) throw std::runtime_error("wrong sum");
+          SlotStoreChooser::Figures f =
+              comm.storeChooser().figures(Collective::kAllreduce, count * sizeof(float));
+          seen[r].insert(seen[r].end(), {f.ns_per_byte[0], f.ns_per_byte[1],
+                                         static_cast<double>(f.best)});
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        tps[r]->abort(e.what());
+        groups[r]->arena->abort(e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_EQ(seen[0].size(), seen[1].size());
+  EXPECT_GT(seen[0][0], 0.0);  // measured
+  EXPECT_EQ(std::memcmp(seen[0].data(), seen[1].data(), seen[0].size() * sizeof(double)), 0)
+      << "the ranks' choosers drifted apart";
 }
 
 }  // namespace

@@ -72,6 +72,23 @@ TEST(ShmArena, OverlappingGroupsKeepSeparateBarriers) {
   EXPECT_EQ(counter.load(), n);
 }
 
+TEST(ShmArena, BarrierMaxGivesEveryMemberTheLargestValue) {
+  const int n = 3;
+  auto groups = createShmGroupsAsThreads(n, uniqueJobId("max"), shmTestParams());
+  runRanks(n, [&](int r) {
+    ShmArena& a = *groups[r]->arena;
+    for (uint64_t round = 0; round < 500; ++round) {
+      // The largest value moves between ranks; plain barriers in between share the counters.
+      const uint64_t mine = round * 10 + static_cast<uint64_t>((r + round) % n);
+      ASSERT_EQ(a.barrierMax(3, {0, 1, 2}, mine), round * 10 + n - 1) << "rank " << r;
+      if (round % 3 == 0) a.barrier(3, {0, 1, 2});
+      if (r != 1) {
+        ASSERT_EQ(a.barrierMax(5, {0, 2}, round + r), round + 2);
+      }
+    }
+  });
+}
+
 TEST(ShmArena, BadBarrierArgumentsAreRejected) {
   auto groups = createShmGroupsAsThreads(2, uniqueJobId("badargs"), shmTestParams());
   ShmArena& a = *groups[0]->arena;

@@ -33,6 +33,10 @@ class ShmArena {
   // the same barrier call for this group. Spins, then yields; throws PeerLostError if a member
   // process died, TimeoutError after PERSEUS_TIMEOUT, ShutDownError after abort().
   virtual void barrier(int group_id, const std::vector<int>& members) = 0;
+  // barrier(), which also returns the largest `value` that any member passed to this call
+  // (every member must call barrierMax, not barrier, at this point). Lets members agree on a
+  // figure, e.g. the slowest member's time, without a message of its own.
+  virtual uint64_t barrierMax(int group_id, const std::vector<int>& members, uint64_t value) = 0;
   virtual void abort(const std::string& reason) = 0;
   // This rank stops because global rank `lost_rank` was lost (`reason`): published where the
   // other local ranks read it when they see this rank go, so that they name `lost_rank`, not

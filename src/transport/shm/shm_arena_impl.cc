@@ -72,21 +72,38 @@ int ShmArenaImpl::firstMissing(int group_id, const std::vector<int>& members,
 }
 
 void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
+  arrive(group_id, members, nullptr);
+}
+
+uint64_t ShmArenaImpl::barrierMax(int group_id, const std::vector<int>& members,
+                                  uint64_t value) {
+  const uint64_t target = arrive(group_id, members, &value);
+  uint64_t largest = value;
+  for (int m : members) {
+    // Stored before the member's counter, which arrive() read with seq_cst.
+    largest = std::max(largest, set_->carried(m, group_id, target)->load(std::memory_order_relaxed));
+  }
+  return largest;
+}
+
+uint64_t ShmArenaImpl::arrive(int group_id, const std::vector<int>& members,
+                              const uint64_t* carried) {
   validateMembers(group_id, members);
   checkAborted();
   const uint64_t target = ++epochs_[group_id];
+  if (carried) set_->carried(localRank(), group_id, target)->store(*carried, std::memory_order_relaxed);
   set_->epoch(localRank(), group_id)->store(target, std::memory_order_seq_cst);  // see notify()
   for (int m : members) {
     if (m != localRank()) set_->notify(m);
   }
 
   int missing = firstMissing(group_id, members, target);
-  if (missing < 0) return;
+  if (missing < 0) return target;
   const Clock::time_point start = Clock::now();
   Clock::time_point last_check = start;
   for (uint32_t i = 1;; ++i) {
     missing = firstMissing(group_id, members, target);
-    if (missing < 0) return;
+    if (missing < 0) return target;
     if (!yield_when_idle_ && (i & 63u) != 0) continue;
     checkAborted();
     const Clock::time_point now = Clock::now();

@@ -35,6 +35,10 @@ class ShmArenaImpl : public ShmArena {
   // member makes the same sequence of barrier calls per group, so a member that already left
   // for the next barrier (counter ahead) still counts as arrived.
   void barrier(int group_id, const std::vector<int>& members) override;
+  // The value travels in the member's own barrier line, slot (barrier number % 2): a member
+  // can reach the barrier after next, which reuses the slot, only once every member has
+  // arrived at the next one, i.e. has read this one's values.
+  uint64_t barrierMax(int group_id, const std::vector<int>& members, uint64_t value) override;
   void abort(const std::string& reason) override;
   void recordLostPeer(int lost_rank, const std::string& reason) override {
     set_->recordCause(lost_rank, reason);
@@ -45,6 +49,9 @@ class ShmArenaImpl : public ShmArena {
   void checkAborted() const;
   // First member whose counter for the group is below `target`, or -1 when all arrived.
   int firstMissing(int group_id, const std::vector<int>& members, uint64_t target) const;
+  // barrier() and barrierMax(): `carried`, if not null, is stored in this rank's line before
+  // it arrives. Returns the barrier's number.
+  uint64_t arrive(int group_id, const std::vector<int>& members, const uint64_t* carried);
 
   std::shared_ptr<ShmSegmentSet> set_;
   std::shared_ptr<ShmDoorbell> doorbell_;

@@ -48,9 +48,11 @@ struct SegmentHeader {
   char cause[kCauseBytes];
 };
 
-// One arena-barrier counter per group, written only by the owner (see ShmArenaImpl::barrier).
+// One arena-barrier counter per group, written only by the owner (see ShmArenaImpl::barrier),
+// and the values the owner carried into barrierMax() calls: barrier e uses carried[e % 2].
 struct alignas(kCacheLine) BarrierEpoch {
   std::atomic<uint64_t> value;
+  std::atomic<uint64_t> carried[2];
 };
 
 // Positions are byte counts since creation (never wrap in practice: 2^64 bytes).

@@ -40,6 +40,10 @@ class ShmSegmentSet {
   std::atomic<uint64_t>* epoch(int lr, int group) const {
     return &reinterpret_cast<BarrierEpoch*>(base(lr) + layout_.epochs_offset)[group].value;
   }
+  std::atomic<uint64_t>* carried(int lr, int group, uint64_t barrier) const {
+    return &reinterpret_cast<BarrierEpoch*>(base(lr) + layout_.epochs_offset)[group]
+                .carried[barrier % 2];
+  }
   RingControl* ring(int owner, int sender) const {
     return reinterpret_cast<RingControl*>(base(owner) + layout_.ringOffset(owner, sender));
   }

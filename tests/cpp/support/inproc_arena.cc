@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -27,8 +28,25 @@ class InProcArenaView : public transport::ShmArena {
   }
 
   void barrier(int group_id, const std::vector<int>& members) override {
+    arrive(group_id, members, nullptr);
+  }
+
+  uint64_t barrierMax(int group_id, const std::vector<int>& members, uint64_t value) override {
+    const uint64_t target = arrive(group_id, members, &value);
+    uint64_t largest = value;
+    for (int m : members) {
+      largest = std::max(largest, line(m, group_id).carried[target % 2].load(std::memory_order_relaxed));
+    }
+    return largest;
+  }
+
+  void abort(const std::string&) override { host_->abortAll("aborted"); }
+
+ private:
+  uint64_t arrive(int group_id, const std::vector<int>& members, const uint64_t* carried) {
     if (group_id < 0 || group_id >= kMaxGroups) throw InvalidArgumentError("bad group id");
     const uint64_t target = ++epochs_[group_id];
+    if (carried) line(local_rank_, group_id).carried[target % 2].store(*carried, std::memory_order_relaxed);
     epoch(local_rank_, group_id).store(target, std::memory_order_release);
     auto start = std::chrono::steady_clock::now();
     for (int m : members) {
@@ -46,14 +64,12 @@ class InProcArenaView : public transport::ShmArena {
         }
       }
     }
+    return target;
   }
-
-  void abort(const std::string&) override { host_->abortAll("aborted"); }
-
- private:
-  std::atomic<uint64_t>& epoch(int local_rank, int group) {
-    return host_->epochs_[static_cast<size_t>(local_rank) * kMaxGroups + group].value;
+  InProcArenaHost::Epoch& line(int local_rank, int group) {
+    return host_->epochs_[static_cast<size_t>(local_rank) * kMaxGroups + group];
   }
+  std::atomic<uint64_t>& epoch(int local_rank, int group) { return line(local_rank, group).value; }
   InProcArenaHost* host_;
   int local_rank_;
   std::vector<uint64_t> epochs_;

@@ -30,6 +30,7 @@ class InProcArenaHost {
   friend class InProcArenaView;
   struct alignas(64) Epoch {
     std::atomic<uint64_t> value{0};
+    std::atomic<uint64_t> carried[2] = {};  // barrierMax(): barrier e uses carried[e % 2]
   };
   std::vector<int> global_ranks_;
   size_t slot_bytes_;
