@@ -5,6 +5,7 @@
 //   perseusrun -np 2 build/release/bench/perseus_collectives_bench latency
 //   perseusrun -np 2 build/release/bench/perseus_collectives_bench model-step
 #include <perseus/c_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -58,9 +60,31 @@ double busFactor(const std::string& c, int n) {
   return static_cast<double>(n - 1) / n;
 }
 
+// BENCH_HUGEPAGES=1: buffers are advised as transparent huge pages before their first touch.
+template <class T>
+struct BenchAllocator {
+  using value_type = T;
+  BenchAllocator() = default;
+  template <class U>
+  BenchAllocator(const BenchAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t huge = size_t{2} << 20, bytes = (n * sizeof(T) + huge - 1) / huge * huge;
+    void* p = std::aligned_alloc(huge, bytes);
+    if (!p) throw std::bad_alloc();
+    if (std::getenv("BENCH_HUGEPAGES") && std::atoi(std::getenv("BENCH_HUGEPAGES")) != 0) {
+      madvise(p, bytes, MADV_HUGEPAGE);
+    }
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const BenchAllocator&) const { return true; }
+  bool operator!=(const BenchAllocator&) const { return false; }
+};
+using Buffer = std::vector<float, BenchAllocator<float>>;
+
 struct Op {
   std::string collective;
-  std::vector<float> in, out;
+  Buffer in, out;
   int64_t shape[1];
   size_t bytes = 0;  // nccl-tests' S
   bool in_place = false;  // allreduce only: out is in

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -34,6 +35,17 @@ static double bus_factor(coll_t c, int n) {
   return (double)(n - 1) / n;
 }
 
+/* BENCH_HUGEPAGES=1: buffers advised as transparent huge pages before their first touch, as
+ * perseus_collectives_bench does under the same setting. */
+static float* bench_alloc(size_t bytes) {
+  const size_t huge = (size_t)2 << 20;
+  bytes = (bytes + huge - 1) / huge * huge;
+  float* p = aligned_alloc(huge, bytes);
+  if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+  if (getenv("BENCH_HUGEPAGES") && atoi(getenv("BENCH_HUGEPAGES")) != 0) madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -43,8 +55,8 @@ int main(int argc, char** argv) {
   const char* only = argc > 2 ? argv[2] : "all";
   int samples = getenv("SAMPLES") ? atoi(getenv("SAMPLES")) : 11;
   double min_sample = getenv("MIN_SAMPLE_S") ? atof(getenv("MIN_SAMPLE_S")) : 0.02;
-  float* in = malloc(max_bytes + 64);
-  float* out = malloc(max_bytes + 64);
+  float* in = bench_alloc(max_bytes + 64);
+  float* out = bench_alloc(max_bytes + 64);
   int* counts = malloc(sizeof(int) * size);
   memset(in, 0, max_bytes + 64);
   memset(out, 0, max_bytes + 64);
