@@ -17,8 +17,20 @@ std::shared_ptr<engine::Handle> completedOk(perseus_handle id, const char* call)
   return h;
 }
 
+// The running engine, which may run its cycles on the waiting thread; null once shut down.
+std::shared_ptr<engine::Engine> currentEngine() {
+  std::lock_guard<std::mutex> lock(capi::runtime().mu);
+  return capi::runtime().engine;
+}
+
+bool waitFor(const engine::Handle& h, double timeout_s, int64_t spin_us) {
+  if (h.done()) return true;
+  if (auto e = currentEngine()) return e->waitFor(h, timeout_s, spin_us);
+  return h.wait(timeout_s, spin_us);
+}
+
 std::shared_ptr<engine::Handle> waitOk(const std::shared_ptr<engine::Handle>& h, double spin_us) {
-  h->wait(-1, static_cast<int64_t>(spin_us));
+  waitFor(*h, -1, static_cast<int64_t>(spin_us));
   if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
   return h;
 }
@@ -37,7 +49,7 @@ perseus_status perseus_poll(perseus_handle handle, int* done) {
 perseus_status perseus_wait(perseus_handle handle, double timeout_s) {
   return guarded([&] {
     auto h = findHandle(handle);
-    if (!h->wait(timeout_s, capi::runtime().spin_us.load(std::memory_order_relaxed))) {
+    if (!waitFor(*h, timeout_s, capi::runtime().spin_us.load(std::memory_order_relaxed))) {
       throw Error(StatusCode::kInProgress,
                   PERSEUS_STR("'" << h->name() << "' did not complete within " << timeout_s << " s"));
     }

@@ -45,8 +45,7 @@ bool Engine::runCycle() {
   }
 }
 
-void Engine::classifyFresh(ProcessSet& set, std::vector<int>* invalid_bits) {
-  const auto now = Clock::now();
+void Engine::classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<int>* invalid_bits) {
   for (Entry* e : set.fresh) {
     if (e->request.op == OpType::kJoin) set.joined = true;
     ResponseCache::Result hit = set.cache.lookup(e->request);
@@ -71,8 +70,8 @@ void Engine::classifyFresh(ProcessSet& set, std::vector<int>* invalid_bits) {
 
 std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   std::vector<int> invalid_bits;
-  classifyFresh(set, &invalid_bits);
   const auto now = Clock::now();
+  classifyFresh(set, now, &invalid_bits);
 
   ControlVector cv(set.cache.numBits());
   std::vector<Request> announced;  // other sets' new requests, for the cross-set check
@@ -103,7 +102,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
 
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control with " << set.entries.size()
                               << " entries, " << set.uncached.size() << " uncached";
-  const auto exchange_start = Clock::now();
+  const auto exchange_start = now;  // what came before it is a few lookups
   allreduceAnd(*set.comm, cv.data(), cv.numWords());
   control_exchanges_.fetch_add(1, std::memory_order_relaxed);
   control_bytes_.fetch_add(cv.numWords() * sizeof(uint64_t), std::memory_order_relaxed);

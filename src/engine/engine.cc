@@ -14,6 +14,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Note [Caller-run cycles] (engine.h). The window covers the gap between a caller's waits in a
+// loop of synchronous calls (a few µs) with a wide margin; a parked engine thread looks for
+// due cycles this often.
+constexpr std::chrono::microseconds kDriveWindow{2000};
+constexpr std::chrono::microseconds kParkSlice{100};
+
+// The engine whose cycle this thread is running as a caller: a completion callback that waits
+// must not try to drive again (the cycle lock is not recursive).
+thread_local const void* t_driving_engine = nullptr;
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 // Handle ids are unique in the process, across engines (the C API may re-initialise), so a
 // stale id never finds another engine's handle.
 std::shared_ptr<Handle> newHandle(const std::string& name) {
@@ -395,7 +410,7 @@ void Engine::idleWait(bool pending) {
   const auto spin_end = Clock::now() + std::chrono::microseconds(params_.spin_us);
   do {
     if (queue_nonempty_.load(std::memory_order_acquire) || shutdown_requested_.load() ||
-        transport_->hasIncoming()) {
+        drive_requested_.load() || transport_->hasIncoming()) {
       return;
     }
     // GPU work finishing during the spin completes its handle now, not after the spin and
@@ -412,36 +427,131 @@ void Engine::idleWait(bool pending) {
     auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
   }
+  // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
+  // read this one.
   engine_blocked_.store(true);
-  if (!queue_nonempty_.load() && !shutdown_requested_.load()) transport_->waitIncoming(timeout);
+  if (!queue_nonempty_.load() && !shutdown_requested_.load() && !drive_requested_.load()) {
+    transport_->waitIncoming(timeout);
+  }
   engine_blocked_.store(false);
 }
 
-void Engine::loop() {
+bool Engine::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
+  *pending = false;
+  if (!gpu_pending_.empty()) pollGpu();
+  if (stopped_.load()) return false;
+  bool fresh = drainQueue();
+  if (t_driving_engine == this && gpu_device_.load() >= 0) {
+    // A CUDA tensor came in: its cycles belong to the engine thread, which takes over.
+    more_work_ = more_work_ || fresh;
+    return false;
+  }
+  for (auto& [group, set] : sets_) *pending = *pending || set->hasWork();
+  bool due = *pending && Clock::now() >= next_retry_;
+  if (!fresh && !more_work_ && !due && !shutdown_requested_.load() &&
+      !transport_->hasIncoming()) {
+    return false;
+  }
+  more_work_ = false;
+  bool progress = runCycle();
+  cycles_.fetch_add(1, std::memory_order_relaxed);
+  if (timeline_) timeline_->flush();
+  if (!progress) {
+    next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(retry_s));
+  }
+  return true;
+}
+
+bool Engine::drivenRecently() const {
+  const int64_t t = last_drive_ns_.load(std::memory_order_relaxed);
+  return t != 0 && nowNs() - t < std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
+}
+
+void Engine::park() {
+  std::unique_lock<std::mutex> lock(park_mu_);
+  park_cv_.wait_for(lock, kParkSlice);
+}
+
+void Engine::loop() {
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
   while (!stopped_.load()) {
-    if (!gpu_pending_.empty()) pollGpu();
-    if (stopped_.load()) break;
-    bool fresh = drainQueue();
-    bool pending = false;
-    for (auto& [group, set] : sets_) pending = pending || set->hasWork();
-    const auto now = Clock::now();
-    bool due = pending && now >= next_retry_;
-    if (!fresh && !more_work_ && !due && !shutdown_requested_.load() &&
-        !transport_->hasIncoming()) {
-      idleWait(pending);
+    if (!cycle.owns_lock() && !cycle.try_lock()) {
+      park();  // a caller is running cycles
       continue;
     }
-    more_work_ = false;
-    bool progress = runCycle();
-    cycles_.fetch_add(1, std::memory_order_relaxed);
-    if (timeline_) timeline_->flush();
-    if (!progress) {
-      next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(retry_s));
+    bool pending = false;
+    const bool worked = step(&pending);
+    if (drive_requested_.load() || drivenRecently()) {
+      // Callers run the cycles; this thread only looks for due ones (a peer's, with no caller
+      // here) once per slice.
+      cycle.unlock();
+      park();
+      continue;
+    }
+    if (!worked) idleWait(pending);
+  }
+}
+
+void Engine::drive(const Handle& handle, int64_t spin_us) {
+  const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
+  if (!cycle.owns_lock()) {
+    // The engine thread gives the lock up between its cycles when asked.
+    drive_requested_.store(true);
+    if (engine_blocked_.load()) transport_->wake();
+    const auto until = Clock::now() + spin;
+    while (!cycle.try_lock()) {
+      if (handle.done() || stopped_.load() || Clock::now() >= until) {
+        drive_requested_.store(false);
+        return;
+      }
+      sched_yield();  // the engine thread may need this core to reach its next check
     }
   }
+  drive_requested_.store(false);
+  last_drive_ns_.store(nowNs(), std::memory_order_relaxed);
+  t_driving_engine = this;
+  bool stalled = false;
+  // The idle time is counted from the first turn that found nothing to do.
+  bool idle = false;
+  Clock::time_point idle_since;
+  while (!handle.done() && !stopped_.load()) {
+    bool pending = false;
+    if (step(&pending)) {
+      idle = false;
+    } else if (gpu_device_.load() >= 0) {
+      stalled = true;
+      break;
+    } else if (!idle) {
+      idle = true;
+      idle_since = Clock::now();
+    } else if (Clock::now() - idle_since >= spin) {
+      stalled = true;
+      break;
+    }
+  }
+  t_driving_engine = nullptr;
+  // A stalled caller blocks next; the engine thread listens again from now on.
+  last_drive_ns_.store(stalled ? 0 : nowNs(), std::memory_order_relaxed);
+  cycle.unlock();
+  if (stalled) park_cv_.notify_one();
+}
+
+bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
+  if (handle.done()) return true;
+  const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
+  // Once a CUDA tensor was submitted, every cycle runs on the engine thread (Note [Caller-run
+  // cycles]); a zero timeout is a poll.
+  if (gpu_device_.load() < 0 && timeout_s != 0 && t_driving_engine != this && !stopped_.load()) {
+    drive(handle, spin_us);
+    if (handle.done()) return true;
+  }
+  if (timeout_s < 0) return handle.wait(-1, 0);
+  const double left = timeout_s - std::chrono::duration<double>(Clock::now() - start).count();
+  return handle.wait(std::max(left, 0.0), 0);
 }
 
 void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
@@ -561,7 +671,9 @@ void Engine::shutdown() {
   shutdown_requested_.store(true);
   transport_->wake();
   thread_.join();
-  // Anything submitted after the thread ended fails here rather than waiting forever.
+  // Anything submitted after the thread ended fails here rather than waiting forever. A caller
+  // may still be in a cycle's last turn (it stops at the next one).
+  std::lock_guard<std::mutex> cycle(cycle_mu_);
   stopAll(StatusCode::kShutDown, "Perseus was shut down");
   if (timeline_) timeline_->flush();
 }

@@ -25,7 +25,7 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       entries[i]->tensors_left = responses[i].tensors.size();
     }
   }
-  const auto negotiated = Clock::now();
+  const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
   std::vector<FusionGroup> plan =
       planFusion(responses, set.comm->size(), params_.fusion_threshold);
   std::string stop_message;  // set by a stall-shutdown response: the job stops after this list
