@@ -38,6 +38,8 @@ namespace perseus {
     "TCP connections per pair of ranks on different hosts; large messages are striped over them.") \
   X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                         \
     "Microseconds a waiting thread busy-polls before it blocks.")                              \
+  X(bool, caller_cycles, "PERSEUS_CALLER_CYCLES", true,                                         \
+    "A thread that waits for a handle runs the engine's cycles itself (0: the engine thread only).") \
   X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                         \
     "Negotiated tensors remembered by the response cache; 0 disables the cache.")              \
   X(int64_t, num_streams, "PERSEUS_NUM_STREAMS", int64_t{1},                                   \

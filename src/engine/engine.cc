@@ -545,7 +545,8 @@ bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
   // Once a CUDA tensor was submitted, every cycle runs on the engine thread (Note [Caller-run
   // cycles]); a zero timeout is a poll.
-  if (gpu_device_.load() < 0 && timeout_s != 0 && t_driving_engine != this && !stopped_.load()) {
+  if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
+      t_driving_engine != this && !stopped_.load()) {
     drive(handle, spin_us);
     if (handle.done()) return true;
   }
