@@ -54,20 +54,19 @@ def collective_shortfalls(rows):
                 lat += (f"with the engine's timeline on ({us(split['time_us'])} per op), the "
                         f"collective itself takes {us(split.get('communicate_us', 0))} "
                         f"(Open MPI's whole 4-byte op: {us(mpi4['time_us'])}), "
-                        f"submission to negotiated {us(split.get('negotiate_us', 0))} (the "
-                        "engine thread's wake-up and one control exchange), and the rest is the "
-                        "completion handed back to the waiting caller and its next "
-                        "submission; ")
+                        f"submission to negotiated {us(split.get('negotiate_us', 0))} (one "
+                        "control exchange and the bookkeeping around it), and the rest is the "
+                        "completion and the next submission; ")
             out.append(
                 f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
-                "at these sizes the time is the fixed per-op cost: every Perseus op is handed "
-                "to the engine thread, negotiated (a response-cache hit) and completed back, "
-                "where the peer runs the collective on the caller's thread. Where the sweep "
-                "time is far above the engine latency, the ranks were descheduled (2 ranks × "
-                "caller + engine thread on 2 cores). Fix: let a caller that waits run the "
-                "engine's cycle itself while the engine thread is idle (no hand-off either "
-                "way, as Open MPI runs on the caller's thread), and block instead of spinning "
-                "when the cores are oversubscribed.")
+                "at these sizes the time is the fixed per-op cost. The waiting caller runs the "
+                "engine's cycle itself (Note [Caller-run cycles]: no hand-off to the engine "
+                "thread), but every op still pays one control exchange with the peer before "
+                "its collective (a response-cache hit) and ~1 µs of submission, bookkeeping "
+                "and completion (one rank alone: 1.0–1.1 µs per op), where Open MPI runs one "
+                "exchange on the caller's thread. Fix: send a cached small tensor's payload "
+                "with its control vector (one exchange instead of two) and an allocation-free "
+                "submission path (docs/algorithms.md, Caller-run cycles).")
         if large:
             out.append(
                 f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. Fix: fewer passes "
@@ -168,7 +167,10 @@ def negotiation_shortfall(rows, verdict):
             "run during a 5 ms loop of 1000 submissions; 300-600 tensors are left when the "
             "loops end, and are negotiated, fused, run and completed after it at ~0.45 µs "
             "each (0.57-0.65 µs before a fused group's handles were completed under one lock "
-            "and the in-flight names moved to a hash set). Fix, not built: do that per-tensor "
+            "and the in-flight names moved to a hash set). Since session 4 the waiting caller "
+            "runs those last cycles itself (Note [Caller-run cycles]), which halved the engine "
+            "time at 10 and at 1000 tensors alike (docs/algorithms.md), so the ratio stayed. "
+            "Fix, not built: do that per-tensor "
             "work while the framework still submits, without needing both engine threads at "
             "once (negotiation bits and small fused payloads posted one-sidedly in shared "
             "memory, the last rank to arrive completing the cycle), or give the engine threads "

@@ -8,15 +8,12 @@
 
 namespace perseus::collectives {
 namespace {
-// Weight of a new sample in the running time per byte of the mode in use.
-constexpr double kSmoothing = 0.3;
 // A mode takes over only when it is this much faster: near-equal figures are noise.
 constexpr double kMargin = 0.9;
-// A sample of the mode in use counts as at most this many times its running figure. A rank
-// descheduled for a time slice makes one call 10-40x slower (a 1 MiB allreduce: 0.3-2.2
-// ns/byte against 0.055); unclamped, one such call switched both ranks to the slower mode
-// until its next trial. A real change of placement still moves the figure by 1.3x per call.
-constexpr double kOutlier = 2.0;
+
+double median3(const double (&v)[3]) {
+  return std::max(std::min(v[0], v[1]), std::min(std::max(v[0], v[1]), v[2]));
+}
 }  // namespace
 
 SlotStoreChooser::SizeClass& SlotStoreChooser::classOf(Collective kind, size_t bytes) {
@@ -50,23 +47,30 @@ void SlotStoreChooser::record(SlotStores mode, Collective kind, size_t bytes, do
   const int m = static_cast<int>(mode);
   const double sample = seconds * 1e9 / static_cast<double>(bytes);
   double& est = c.ns_per_byte[m];
-  // A trial replaces the stale figure of the other mode; the mode in use is smoothed.
+  // A trial replaces the stale figure of the other mode. The mode in use takes the median of
+  // its last three calls: a rank descheduled for a time slice makes one call 10-40x slower (a
+  // 1 MiB allreduce: 0.3-2.2 ns/byte against 0.055), and such a call used to switch both ranks
+  // to the slower mode until its next trial; a real change of placement shows in two calls.
   if (est == 0.0 || m != c.best) {
-    est = sample;
+    for (double& v : c.recent[m]) v = sample;
   } else {
-    est += kSmoothing * (std::min(sample, kOutlier * est) - est);
+    c.recent[m][c.next[m]] = sample;
+    c.next[m] = (c.next[m] + 1) % 3;
   }
+  est = median3(c.recent[m]);
   const int before = c.best;
   if (m != c.best) {
     if (est < kMargin * c.ns_per_byte[c.best]) {
       c.best = m;
       c.period = kFirstPeriod;
+      c.since_trial = 0;
     } else if (c.period < kLastPeriod) {
       c.period *= 2;
     }
   } else if (c.ns_per_byte[1 - m] > 0.0 && kMargin * est > c.ns_per_byte[1 - m]) {
     c.best = 1 - m;  // the mode in use got slower than the other's last figure: go back
     c.period = kFirstPeriod;
+    c.since_trial = 0;  // the mode just left is retried a full period later, not at once
   }
   if (c.best != before) {
     PERSEUS_LOG(DEBUG, kCollectives)

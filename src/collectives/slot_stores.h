@@ -15,8 +15,8 @@
 // is used, and the other is retried every `period` calls (8, doubling to 256 while it keeps
 // losing); a mode must be 10% faster to take over. A change of placement is noticed within a
 // few hundred calls at most, while a losing mode costs at most 1/8 of the calls and usually
-// 1/256. A call of the mode in use counts as at most twice its running figure, so that one
-// descheduled rank does not flip the choice.
+// 1/256. The mode in use is judged by the median of its last three calls, so that one
+// descheduled rank does not flip the choice while a real change shows within two calls.
 //
 // Members agree on the mode of every call. A reader never depends on how a line was written
 // (each writer fences its streaming stores before the barrier that publishes them), so a
@@ -73,7 +73,9 @@ class SlotStoreChooser {
   static constexpr int kClasses = 8;   // sizes by factors of 4: < 16 KiB, ..., >= 64 MiB
   static constexpr unsigned kFirstPeriod = 8, kLastPeriod = 256;
   struct SizeClass {
-    double ns_per_byte[2] = {0.0, 0.0};  // 0: not measured yet
+    double ns_per_byte[2] = {0.0, 0.0};  // the median of `recent`; 0: not measured yet
+    double recent[2][3] = {};            // each mode's last samples
+    int next[2] = {0, 0};                // where each mode's next sample goes
     int best = 0;
     unsigned since_trial = 0;
     unsigned period = kFirstPeriod;

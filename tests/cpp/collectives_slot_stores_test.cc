@@ -55,9 +55,9 @@ TEST(SlotStores, FollowsAChangeOfPlacement) {
   SlotStoreChooser c;
   const double cached_wins[2] = {1e-4, 2e-4}, streaming_wins[2] = {5e-4, 1.5e-4};
   for (int i = 0; i < 2000; ++i) call(c, cached_wins);  // long settled: retries every 256
-  // The cached mode gets slower than streaming's last figure: back within a few calls.
+  // The cached mode gets slower than streaming's last figure: back within two calls.
   int calls = 0;
-  while (call(c, streaming_wins) != SlotStores::kStreaming) ASSERT_LT(++calls, 10);
+  while (call(c, streaming_wins) != SlotStores::kStreaming) ASSERT_LT(++calls, 3);
   // From here on only retries use cached: every 8th call, then every 16th...
   int retries = 0;
   for (int i = 0; i < 20; ++i) retries += call(c, streaming_wins) == SlotStores::kCached;
