@@ -545,14 +545,19 @@ bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
   // Once a CUDA tensor was submitted, every cycle runs on the engine thread (Note [Caller-run
   // cycles]); a zero timeout is a poll.
+  // Without driving, the wait spins first as it always did: the engine thread finishes small
+  // ops within microseconds, and a blocking wake-up costs tens of them. A caller that drove
+  // has spun already.
+  int64_t spin = spin_us;
   if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
       t_driving_engine != this && !stopped_.load()) {
     drive(handle, spin_us);
     if (handle.done()) return true;
+    spin = 0;
   }
-  if (timeout_s < 0) return handle.wait(-1, 0);
+  if (timeout_s < 0) return handle.wait(-1, spin);
   const double left = timeout_s - std::chrono::duration<double>(Clock::now() - start).count();
-  return handle.wait(std::max(left, 0.0), 0);
+  return handle.wait(std::max(left, 0.0), spin);
 }
 
 void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
