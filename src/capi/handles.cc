@@ -42,7 +42,9 @@ extern "C" {
 perseus_status perseus_poll(perseus_handle handle, int* done) {
   return guarded([&] {
     if (done == nullptr) throw InvalidArgumentError("perseus_poll: done is NULL");
-    *done = findHandle(handle)->done() ? 1 : 0;
+    auto h = findHandle(handle);
+    auto e = h->done() ? nullptr : currentEngine();
+    *done = (e ? e->poll(*h) : h->done()) ? 1 : 0;
   });
 }
 

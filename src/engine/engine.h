@@ -127,6 +127,9 @@ class Engine {
   // the engine's cycles on this thread while that makes progress (Note [Caller-run cycles]).
   // Returns false if `timeout_s` (< 0: none) passed first.
   bool waitFor(const Handle& handle, double timeout_s, int64_t spin_us);
+  // Whether `handle` is done (any thread, never blocks). A handle that is polled rather than
+  // waited for is the engine thread's to finish: a parked engine thread listens again.
+  bool poll(const Handle& handle);
 
   // Stops the job's engines together: this rank's next cycle tells every rank, and each fails
   // its pending requests with ShutDownError and stops. Returns when this engine thread ended.

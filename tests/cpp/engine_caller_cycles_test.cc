@@ -93,6 +93,30 @@ TEST(EngineCallerCycles, ARankWhoseCallerDoesNotWaitStillAnswers) {
   });
 }
 
+// After waits that drove, handles that are only polled complete too: polling hands the cycles
+// back to the engine thread (a busy poller would otherwise keep the core from it).
+TEST(EngineCallerCycles, PolledHandlesCompleteAfterDrivenWaits) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> x(4);
+    for (int round = 0; round < 50; ++round) {
+      std::fill(x.begin(), x.end(), 1.0f);
+      auto h = e.allreduce("p", {arg(x.data(), 4)}, {x.data()}, ReduceOp::kSum);
+      if (round % 2 == 0) {
+        waitOk(e, h);
+      } else {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!e.poll(*h)) {
+          if (std::chrono::steady_clock::now() > until) throw std::runtime_error("no progress");
+          std::this_thread::yield();
+        }
+        ASSERT_EQ(h->status(), StatusCode::kOk) << h->message();
+      }
+      ASSERT_EQ(x[3], 2.0f) << "round " << round;
+    }
+  });
+}
+
 // A wait with a zero timeout is a poll, and a timed wait that cannot finish returns false.
 TEST(EngineCallerCycles, PollsAndTimeoutsDoNotBlock) {
   EngineRanks ranks(2, engineTestParams());
