@@ -543,11 +543,14 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
 bool Engine::poll(const Handle& handle) {
   if (handle.done()) return true;
   // A busy poll loop keeps its core: a parked engine thread, waking once per slice, would get
-  // a core only when the poller's time slice ends (a 4-byte allreduce took 4 ms).
+  // a core only when the poller's time slice ends, and so may the engine thread that a
+  // submission woke, when the scheduler queued it behind the poller (a 4-byte allreduce took
+  // 4 ms, one scheduler tick, in some runs). So the poller also gives its core up once.
   if (last_drive_ns_.load(std::memory_order_relaxed) != 0) {
     last_drive_ns_.store(0, std::memory_order_relaxed);
     park_cv_.notify_one();
   }
+  sched_yield();
   return false;
 }
 
