@@ -2,7 +2,6 @@
 // forcing and its errors, and the collectives over the real shared-memory transport and arena.
 #include <gtest/gtest.h>
 
-#include <thread>
 
 #include "collectives/collectives.h"
 #include "collectives/registry.h"
@@ -78,16 +77,9 @@ TEST(CollectivesGroups, HierarchicalUnevenHosts) {
 
 TEST(CollectivesGroups, RealSharedMemoryTransportAndArena) {
   const int n = 3;
-  Params params = testing::shmTestParams();
-  auto groups = testing::createShmGroupsAsThreads(n, "coll" + std::to_string(::getpid()), params);
-  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
-  for (int r = 0; r < n; ++r) tps.push_back(testing::makeShmTransport(*groups[r], r, n, params));
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(tps[r].get(), groups[r]->arena.get(), {0, 1, 2}, 0, params);
+  auto errors = testing::runOnShmCommunicators(
+      n, "coll" + std::to_string(::getpid()), testing::shmTestParams(),
+      [&](int r, Communicator& comm) {
         for (const Algorithm* a : allAlgorithms()) {
           if (a->kind != Collective::kAllreduce || !a->supports(comm, CollectiveArgs())) continue;
           for (size_t count : {size_t{1}, size_t{4099}, size_t{300007}}) {
@@ -110,14 +102,7 @@ TEST(CollectivesGroups, RealSharedMemoryTransportAndArena) {
         want.insert(want.end(), b1.begin(), b1.end());
         if (all != want) throw std::runtime_error("wrong allgatherv");
         barrier(comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        tps[r]->abort(e.what());
-        groups[r]->arena->abort(e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 

@@ -163,18 +163,11 @@ TEST(ShmThreadsRealArena, ThreeThreadsPerRank) {
   Params params = testing::shmTestParams();
   params.shm_slot_bytes = kSlotBytes;
   params.reduce_threads = 3;
-  auto groups = testing::createShmGroupsAsThreads(n, "mt" + std::to_string(::getpid()), params);
-  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
-  for (int r = 0; r < n; ++r) tps.push_back(testing::makeShmTransport(*groups[r], r, n, params));
   const size_t big = 1000003, odd = 333331;
   const Bytes want_big = testing::referenceReduce(n, big, DataType::kFloat32, ReduceOp::kSum, 3);
   const Bytes want_odd = testing::referenceReduce(n, odd, DataType::kFloat16, ReduceOp::kMax, 4);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < n; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        Communicator comm(tps[r].get(), groups[r]->arena.get(), {0, 1}, 0, params);
+  auto errors = testing::runOnShmCommunicators(
+      n, "mt" + std::to_string(::getpid()), params, [&](int r, Communicator& comm) {
         Bytes in = testing::testVector(r, big, DataType::kFloat32, 3), out(in.size());
         CollectiveArgs args;
         args.in = in.data();
@@ -190,12 +183,7 @@ TEST(ShmThreadsRealArena, ThreeThreadsPerRank) {
         args.op = ReduceOp::kMax;
         runCollective(comm, args, "shm");
         if (half != want_odd) throw std::runtime_error("wrong in-place float16 max");
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+      });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 

@@ -107,17 +107,10 @@ TEST(SlotStores, MembersOfACommunicatorChooseAlike) {
   const int n = 2;
   Params params = testing::shmTestParams();
   params.shm_stores = "auto";
-  auto groups = testing::createShmGroupsAsThreads(n, testing::uniqueJobId("stores"), params);
-  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
-  for (int r = 0; r < n; ++r) tps.push_back(testing::makeShmTransport(*groups[r], r, n, params));
   const size_t count = 64 * 1024;  // 256 KiB of float32: pipelined, measured
   std::vector<std::vector<double>> seen(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(tps[r].get(), groups[r]->arena.get(), {0, 1}, 0, params);
+  auto errors = testing::runOnShmCommunicators(
+      n, testing::uniqueJobId("stores"), params, [&](int r, Communicator& comm) {
         std::vector<float> in(count, 1.f + r), out(count);
         for (int i = 0; i < 200; ++i) {
           if (r == 1 && i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -128,14 +121,7 @@ TEST(SlotStores, MembersOfACommunicatorChooseAlike) {
           seen[r].insert(seen[r].end(), {f.ns_per_byte[0], f.ns_per_byte[1],
                                          static_cast<double>(f.best)});
         }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        tps[r]->abort(e.what());
-        groups[r]->arena->abort(e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   ASSERT_EQ(seen[0].size(), seen[1].size());
   EXPECT_GT(seen[0][0], 0.0);  // measured

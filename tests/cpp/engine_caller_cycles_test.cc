@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -24,6 +25,19 @@ void waitOk(Engine& e, const std::shared_ptr<Handle>& h) {
     throw std::runtime_error("'" + h->name() + "' did not complete");
   }
   if (h->status() != StatusCode::kOk) throw std::runtime_error(h->name() + ": " + h->message());
+}
+
+// Spins on done() (a poll), pausing `pause` between calls (zero: a yield), for at most 20 s.
+void pollUntilDone(const std::function<bool()>& done, std::chrono::microseconds pause) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) throw std::runtime_error("no progress");
+    if (pause.count() > 0) {
+      std::this_thread::sleep_for(pause);
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 // Synchronous calls driven by their callers, while a second thread per rank submits other
@@ -81,11 +95,7 @@ TEST(EngineCallerCycles, ARankWhoseCallerDoesNotWaitStillAnswers) {
       if (r == 0 || round % 2 == 0) {
         waitOk(e, h);
       } else {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (!h->done()) {
-          if (std::chrono::steady_clock::now() > until) throw std::runtime_error("no progress");
-          std::this_thread::sleep_for(std::chrono::microseconds(300));
-        }
+        pollUntilDone([&] { return h->done(); }, std::chrono::microseconds(300));
         ASSERT_EQ(h->status(), StatusCode::kOk) << h->message();
       }
       ASSERT_EQ(x[3], 2.0f) << "round " << round;
@@ -105,11 +115,7 @@ TEST(EngineCallerCycles, PolledHandlesCompleteAfterDrivenWaits) {
       if (round % 2 == 0) {
         waitOk(e, h);
       } else {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (!e.poll(*h)) {
-          if (std::chrono::steady_clock::now() > until) throw std::runtime_error("no progress");
-          std::this_thread::yield();
-        }
+        pollUntilDone([&] { return e.poll(*h); }, std::chrono::microseconds(0));
         ASSERT_EQ(h->status(), StatusCode::kOk) << h->message();
       }
       ASSERT_EQ(x[3], 2.0f) << "round " << round;

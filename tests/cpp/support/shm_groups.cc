@@ -41,6 +41,32 @@ std::unique_ptr<transport::ChannelTransport> makeShmTransport(
                                                        group.doorbell);
 }
 
+std::vector<std::string> runOnShmCommunicators(
+    int n, const std::string& job_id, const Params& params,
+    const std::function<void(int, collectives::Communicator&)>& body) {
+  auto groups = createShmGroupsAsThreads(n, job_id, params);
+  std::vector<std::unique_ptr<transport::ChannelTransport>> tps;
+  for (int r = 0; r < n; ++r) tps.push_back(makeShmTransport(*groups[r], r, n, params));
+  std::vector<int> members(n);
+  for (int r = 0; r < n; ++r) members[r] = r;
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        collectives::Communicator comm(tps[r].get(), groups[r]->arena.get(), members, 0, params);
+        body(r, comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        tps[r]->abort(e.what());
+        groups[r]->arena->abort(e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
 Params shmTestParams() {
   Params p;
   p.timeout_s = 10;

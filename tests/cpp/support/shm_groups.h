@@ -2,10 +2,12 @@
 // ranks as threads, and wrap a group into a ChannelTransport.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "common/params.h"
 #include "transport/channel_transport.h"
 #include "transport/shm/shm_local_group.h"
@@ -24,5 +26,13 @@ std::unique_ptr<transport::ChannelTransport> makeShmTransport(
 
 // Small and fast defaults for tests: short timeout, small rings and slots.
 Params shmTestParams();
+
+// Runs body(rank, comm) on one thread per rank of a one-host job of n ranks over the real
+// shared-memory transport and arena, each with a Communicator of every rank (group 0). A rank
+// whose body throws aborts its transport and arena, so the others fail instead of waiting.
+// Returns each rank's error message ("" when it finished).
+std::vector<std::string> runOnShmCommunicators(
+    int n, const std::string& job_id, const Params& params,
+    const std::function<void(int, collectives::Communicator&)>& body);
 
 }  // namespace perseus::testing
