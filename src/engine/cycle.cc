@@ -102,7 +102,6 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
 
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control with " << set.entries.size()
                               << " entries, " << set.uncached.size() << " uncached";
-  const auto exchange_start = now;  // what came before it is a few lookups
   allreduceAnd(*set.comm, cv.data(), cv.numWords());
   control_exchanges_.fetch_add(1, std::memory_order_relaxed);
   control_bytes_.fetch_add(cv.numWords() * sizeof(uint64_t), std::memory_order_relaxed);
@@ -181,7 +180,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   if (!set.uncached.empty()) more_work_ = true;
   cached_responses_.fetch_add(cached, std::memory_order_relaxed);
   negotiation_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                Clock::now() - exchange_start).count()),
+                                Clock::now() - now).count()),
                             std::memory_order_relaxed);
   if (timeline_) {
     for (const Response& r : responses) {

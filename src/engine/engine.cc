@@ -512,7 +512,8 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
     }
   }
   drive_requested_.store(false);
-  last_drive_ns_.store(nowNs(), std::memory_order_relaxed);
+  // While this thread holds the lock the engine thread parks anyway; the window that keeps
+  // it parked afterwards starts when the lock is given back, below.
   t_driving_engine = this;
   bool stalled = false;
   // The idle time is counted from the first turn that found nothing to do.
@@ -557,11 +558,10 @@ bool Engine::poll(const Handle& handle) {
 bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
-  // Once a CUDA tensor was submitted, every cycle runs on the engine thread (Note [Caller-run
-  // cycles]); a zero timeout is a poll.
-  // Without driving, the wait spins first as it always did: the engine thread finishes small
-  // ops within microseconds, and a blocking wake-up costs tens of them. A caller that drove
-  // has spun already.
+  // No driving once a CUDA tensor was submitted (Note [Caller-run cycles]), nor for a zero
+  // timeout, which is a poll. A wait that did not drive spins first: the engine thread
+  // finishes small ops within microseconds, and a blocking wake-up costs tens of them. A
+  // caller that drove has spun already.
   int64_t spin = spin_us;
   if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
       t_driving_engine != this && !stopped_.load()) {

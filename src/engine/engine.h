@@ -34,7 +34,8 @@
 // no caller here waits), then parks again; after the window it takes the lock back and
 // listens as before. A caller drives only while its handle is pending and cycles make progress,
 // at most PERSEUS_SPIN_US idle; then it falls back to a blocking wait and ends the window, so
-// the engine thread listens again. Once the process submitted a CUDA tensor, every cycle stays
+// the engine thread listens again. Polling a pending handle ends the window too, and yields
+// the core once: a busy poller would otherwise keep its core from the engine thread. Once the process submitted a CUDA tensor, every cycle stays
 // on the engine thread (the GPU backend sets the calling thread's CUDA device, which must not
 // change under a framework thread): a driver that drains one stops before running a cycle.
 // A caller never drives from inside a completion callback of the cycle it runs.
