@@ -90,6 +90,7 @@ typedef struct {
   uint64_t cached_responses;    /* responses served from the response cache */
   uint64_t coordinated_responses; /* responses the coordinator produced */
   uint64_t negotiation_ns;      /* time in negotiation: control exchange and coordinator */
+  uint64_t posted_allreduces;   /* small allreduces completed without negotiation (posted) */
 } perseus_engine_stats;
 
 /* --- lifetime and topology ------------------------------------------------------------ */

@@ -108,6 +108,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control done, uncached="
                               << cv.anyFlag(ControlFlag::kUncached);
 
+  set.any_joined = cv.anyFlag(ControlFlag::kJoined);
   if (global) {
     if (cv.anyFlag(ControlFlag::kShutdown)) {
       stopAll(StatusCode::kShutDown,

@@ -63,7 +63,10 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
       transport_(transport),
       arena_(arena),
       params_(params),
-      cpu_executor_(makeCpuExecutor()) {
+      cpu_executor_(makeCpuExecutor()),
+      // Posted operations have no timeline spans: with a timeline, everything is negotiated.
+      posted_(params.timeline.empty() ? arena : nullptr, transport ? transport->rank() : 0,
+              transport ? transport->size() : 0, params) {
   PERSEUS_CHECK(transport_ != nullptr, "engine without a transport");
   const int rank = transport_->rank();
   const int size = transport_->size();
@@ -187,6 +190,8 @@ std::shared_ptr<Handle> Engine::barrier(int32_t set) {
 }
 
 std::shared_ptr<Handle> Engine::join() {
+  // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted allreduce]).
+  posted_.revokeAll();
   return submit(makeEntry(OpType::kJoin, "__join", kGlobalSet, {}));
 }
 
@@ -332,17 +337,75 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
       }
       in_flight_.insert(key);
       e->handle = newHandle(e->request.name);
-      auto handle = e->handle;
-      queue_.push_back(std::move(e));
-      queue_nonempty_.store(true);
-      if (engine_blocked_.load()) transport_->wake();
-      return handle;
+      if (!posted_.enabled() || e->request.process_set != kGlobalSet) {
+        auto handle = e->handle;
+        queue_.push_back(std::move(e));
+        queue_nonempty_.store(true);
+        if (engine_blocked_.load()) transport_->wake();
+        return handle;
+      }
     }
+  }
+  if (stop_code == StatusCode::kOk) {
+    auto handle = e->handle;
+    if (posted_.take(e)) {
+      progressPosted(*handle);  // the other ranks may have posted already
+    } else {
+      enqueue(std::move(e));
+    }
+    return handle;
   }
   auto handle = newHandle(e->request.name);
   handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
                                           << "' was not run: " << stop_message));
   return handle;
+}
+
+void Engine::enqueue(std::unique_ptr<Entry> e) {
+  StatusCode stop_code;
+  std::string stop_message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_code = stop_code_;
+    if (stop_code == StatusCode::kOk) {
+      queue_.push_back(std::move(e));
+      queue_nonempty_.store(true);
+      if (engine_blocked_.load()) transport_->wake();
+      return;
+    }
+    stop_message = stop_message_;
+    in_flight_.erase({e->request.process_set, e->request.name});
+  }
+  e->handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
+                                             << "' failed: " << stop_message));
+}
+
+void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
+  for (PostedAllreduce::Settled& s : settled) {
+    if (s.renegotiate) {
+      enqueue(std::move(s.entry));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.erase({s.entry->request.process_set, s.entry->request.name});
+    }
+    s.entry->handle->complete(StatusCode::kOk, "");
+  }
+  settled.clear();
+}
+
+void Engine::progressPosted() {
+  if (!posted_.hasPending()) return;
+  std::vector<PostedAllreduce::Settled> settled;
+  posted_.progressAll(&settled);
+  settlePosted(settled);
+}
+
+void Engine::progressPosted(const Handle& h) {
+  std::vector<PostedAllreduce::Settled> settled;
+  posted_.progress(h.postedSlot(), &settled);
+  settlePosted(settled);
 }
 
 Engine::Stats Engine::stats() const {
@@ -355,6 +418,7 @@ Engine::Stats Engine::stats() const {
   s.cached_responses = cached_responses_.load(r);
   s.coordinated_responses = coordinated_responses_.load(r);
   s.negotiation_ns = negotiation_ns_.load(r);
+  s.posted_allreduces = posted_.completedPosts();
   return s;
 }
 
@@ -419,10 +483,13 @@ void Engine::idleWait(bool pending) {
       pollGpu();
       if (stopped_.load()) return;
     }
+    if (posted_.hasPending()) progressPosted();
     sched_yield();
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
-  auto timeout = std::chrono::microseconds(gpu_pending_.empty() ? 100000 : 50);
+  // Pending posts ring this rank when they complete; the bound is for their patience.
+  auto timeout = std::chrono::microseconds(!gpu_pending_.empty() ? 50
+                                           : posted_.hasPending() ? 1000 : 100000);
   if (pending) {
     auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
@@ -430,9 +497,12 @@ void Engine::idleWait(bool pending) {
   // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
   // read this one.
   engine_blocked_.store(true);
-  if (!queue_nonempty_.load() && !shutdown_requested_.load() && !drive_requested_.load()) {
+  const bool listening = posted_.hasPending() && posted_watchers_.load() == 0 && posted_.listen();
+  if (!queue_nonempty_.load() && !shutdown_requested_.load() && !drive_requested_.load() &&
+      (listening || !posted_.hasPending() || posted_watchers_.load() > 0)) {
     transport_->waitIncoming(timeout);
   }
+  if (listening) posted_.stopListening();
   engine_blocked_.store(false);
 }
 
@@ -440,6 +510,7 @@ bool Engine::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
   *pending = false;
+  progressPosted();
   if (!gpu_pending_.empty()) pollGpu();
   if (stopped_.load()) return false;
   bool fresh = drainQueue();
@@ -543,6 +614,10 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
 
 bool Engine::poll(const Handle& handle) {
   if (handle.done()) return true;
+  if (handle.postedSlot() >= 0) {
+    progressPosted(handle);
+    if (handle.done()) return true;
+  }
   // A busy poll loop keeps its core: a parked engine thread, waking once per slice, would get
   // a core only when the poller's time slice ends, and so may the engine thread that a
   // submission woke, when the scheduler queued it behind the poller (a 4-byte allreduce took
@@ -557,6 +632,23 @@ bool Engine::poll(const Handle& handle) {
 
 bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
+  if (handle.postedSlot() >= 0 && timeout_s != 0) {
+    // A post completes as soon as the last rank posts: watch it for the spin. The engine
+    // thread does not listen for posts meanwhile (Note [Posted allreduce]).
+    posted_watchers_.fetch_add(1);
+    const auto until = Clock::now() + std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
+    for (uint32_t i = 1;; ++i) {
+      progressPosted(handle);
+      if (handle.done()) break;
+      if ((i & 255u) == 0) {
+        if (Clock::now() >= until) break;
+        sched_yield();  // the last rank may need this core
+      }
+    }
+    posted_watchers_.fetch_sub(1);
+    if (handle.done()) return true;
+    if (engine_blocked_.load()) transport_->wake();  // to listen for it from now on
+  }
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
   // No driving once a CUDA tensor was submitted (Note [Caller-run cycles]), nor for a zero
   // timeout, which is a poll. A wait that did not drive spins first: the engine thread
@@ -648,6 +740,7 @@ void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank)
     return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
   };
   for (auto& e : queued) e->handle->complete(code, describe(*e));
+  for (auto& e : posted_.close()) e->handle->complete(code, describe(*e));
   if (gpu_) {
     // Fails the backend's pending work and aborts its communicators, so no NCCL call waits
     // for a peer that will never come.

@@ -60,6 +60,7 @@
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
+#include "engine/posted_allreduce.h"
 #include "engine/process_set.h"
 #include "engine/set_conflict.h"
 #include "engine/timeline.h"
@@ -148,12 +149,20 @@ class Engine {
   // Counters for perseus_get_engine_stats (any thread; each value is read atomically).
   struct Stats {
     uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
-             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0;
+             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0,
+             posted_allreduces = 0;
   };
   Stats stats() const;
 
  private:
   std::shared_ptr<Handle> submit(std::unique_ptr<Entry> entry);
+  // Note [Posted allreduce]: finishes settled posts (completes them or queues them for
+  // negotiation). Any thread.
+  void settlePosted(std::vector<PostedAllreduce::Settled>& settled);
+  void progressPosted();                // every pending post
+  void progressPosted(const Handle& h);  // h's post only
+  // Queues `e` for negotiation, or fails it if the engine stopped. Any thread, mu_ not held.
+  void enqueue(std::unique_ptr<Entry> e);
   void validateSet(Entry& entry) const;  // caller holds mu_
 
   // The holder of cycle_mu_ (the engine thread, or a caller in waitFor).
@@ -214,6 +223,9 @@ class Engine {
   std::unique_ptr<Executor> gpu_executor_;
   std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
   std::unique_ptr<Timeline> timeline_;
+  // Note [Posted allreduce]; thread-safe on its own.
+  PostedAllreduce posted_;
+  std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
 
   // Submission side (any thread), guarded by mu_.
   mutable std::mutex mu_;

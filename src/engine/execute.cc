@@ -25,6 +25,10 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       entries[i]->tensors_left = responses[i].tensors.size();
     }
   }
+  if (set.group_id == kGlobalGroup && posted_.enabled()) {
+    // Before any of these entries completes (Note [Posted allreduce]).
+    for (const Response& r : responses) posted_.learn(r, set.any_joined);
+  }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
   std::vector<FusionGroup> plan =
       planFusion(responses, set.comm->size(), params_.fusion_threshold);

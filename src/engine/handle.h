@@ -75,6 +75,10 @@ class Handle {
   const std::vector<int64_t>& receivedSplits() const { return received_splits_; }
   // join: the last rank to join; add process set: the new set's id.
   int32_t intResult() const { return int_result_; }
+  // The post-board slot the operation was posted in (Note [Posted allreduce]), or -1. Set
+  // before the handle is handed out.
+  void setPostedSlot(int slot) { posted_slot_ = slot; }
+  int postedSlot() const { return posted_slot_; }
 
   // CUDA operations. The engine thread publishes the enqueued GPU work once (before the GPU
   // finished); streamWait() (any thread) blocks on the host only until that happened or the
@@ -92,6 +96,7 @@ class Handle {
   std::vector<OwnedTensor> outputs_;
   std::vector<int64_t> received_splits_;
   int32_t int_result_ = -1;
+  int posted_slot_ = -1;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_
 

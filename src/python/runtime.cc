@@ -100,6 +100,7 @@ void registerRuntime(py::module_& m) {
     d["cached_responses"] = s.cached_responses;
     d["coordinated_responses"] = s.coordinated_responses;
     d["negotiation_ns"] = s.negotiation_ns;
+    d["posted_allreduces"] = s.posted_allreduces;
     return d;
   }, "This rank's engine counters since init (perseus_engine_stats).");
   m.def("add_process_set", [](const std::vector<int32_t>& ranks) {

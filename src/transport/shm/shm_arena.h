@@ -10,7 +10,9 @@
 // Thread contract: the engine thread (or a test's rank thread) only.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +47,24 @@ class ShmArena {
     (void)lost_rank;
     (void)reason;
   }
+
+  // Shared memory for posted allreduces (Note [Posted allreduce], engine/posted_allreduce.h):
+  // state words (local rank 0's are the shared ones), two payload pools per local rank and
+  // its "ring me" flag. Any thread. Empty (null) where the arena has none.
+  struct PostBoardMemory {
+    std::atomic<uint64_t>* listening = nullptr;
+    std::atomic<uint64_t>* states = nullptr;
+    size_t num_states = 0;
+    unsigned char* pool[2] = {nullptr, nullptr};
+    size_t pool_bytes = 0;
+  };
+  virtual PostBoardMemory postBoard(int local_rank) {
+    (void)local_rank;
+    return {};
+  }
+  // Wakes local rank `local_rank`'s sleeping engine thread, after a seq_cst store of what it
+  // may be waiting for. Any thread.
+  virtual void notify(int local_rank) { (void)local_rank; }
 };
 
 }  // namespace perseus::transport

@@ -41,6 +41,18 @@ void* ShmArenaImpl::slot(int local_rank) {
   return set_->slot(local_rank);
 }
 
+ShmArena::PostBoardMemory ShmArenaImpl::postBoard(int local_rank) {
+  slot(local_rank);  // validates local_rank
+  PostBoardMemory m;
+  m.listening = set_->postListening(local_rank);
+  m.states = set_->postStates(local_rank);
+  m.num_states = kPostStates;
+  m.pool[0] = set_->postPool(local_rank, 0);
+  m.pool[1] = set_->postPool(local_rank, 1);
+  m.pool_bytes = kPostPoolBytes;
+  return m;
+}
+
 void ShmArenaImpl::validateMembers(int group_id, const std::vector<int>& members) const {
   const bool group_ok = group_id >= 0 && group_id < kMaxGroups;
   const bool sorted = std::adjacent_find(members.begin(), members.end(),

@@ -3,6 +3,7 @@
 // creator constructs them in zero-filled memory before it publishes `magic`.
 //
 //   [SegmentHeader][kMaxGroups x BarrierEpoch][(local_size-1) x (RingControl + ring bytes)][slot]
+//   [post board: listening line, kPostStates x state word][2 x kPostPoolBytes payload pool]
 //
 // Rings live in the segment of the rank that RECEIVES on them: the owner is the only consumer
 // of its rings, and sender s writes ring index (s < owner ? s : s - 1).
@@ -20,7 +21,11 @@ constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
 constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
+// The post board (ShmArena::PostBoard): state words (used in local rank 0's segment only) and
+// this rank's payload pool, one per parity of a post's generation.
+constexpr size_t kPostStates = 4096;
+constexpr size_t kPostPoolBytes = 1u << 20;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared 64-bit atomics must be lock-free");
 
@@ -70,7 +75,9 @@ struct SegmentLayout {
     rings_offset = alignUp(epochs_offset + ShmArena::kMaxGroups * sizeof(BarrierEpoch), kPage);
     ring_stride = alignUp(sizeof(RingControl), kPage) + alignUp(ring_bytes, kPage);
     slot_offset = rings_offset + static_cast<size_t>(local_size - 1) * ring_stride;
-    total_bytes = slot_offset + alignUp(slot_bytes, kPage);
+    posts_offset = slot_offset + alignUp(slot_bytes, kPage);
+    pool_offset = posts_offset + alignUp(kCacheLine + kPostStates * sizeof(uint64_t), kPage);
+    total_bytes = pool_offset + 2 * kPostPoolBytes;
   }
   // Offset of the ring that `sender` writes in `owner`'s segment.
   size_t ringOffset(int owner, int sender) const {
@@ -81,7 +88,8 @@ struct SegmentLayout {
   }
 
   size_t ring_bytes, slot_bytes;
-  size_t epochs_offset, rings_offset, ring_stride, slot_offset, total_bytes;
+  size_t epochs_offset, rings_offset, ring_stride, slot_offset, posts_offset, pool_offset,
+      total_bytes;
 };
 
 }  // namespace perseus::transport::shm

@@ -51,6 +51,15 @@ class ShmSegmentSet {
     return base(owner) + layout_.ringDataOffset(owner, sender);
   }
   char* slot(int lr) const { return base(lr) + layout_.slot_offset; }
+  std::atomic<uint64_t>* postListening(int lr) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset);
+  }
+  std::atomic<uint64_t>* postStates(int lr) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + kCacheLine);
+  }
+  unsigned char* postPool(int lr, int parity) const {
+    return reinterpret_cast<unsigned char*>(base(lr) + layout_.pool_offset) + parity * kPostPoolBytes;
+  }
 
   // Wakes local rank `lr` if it sleeps on its doorbell. Call after publishing whatever it may
   // be waiting for WITH A seq_cst STORE, which the sleeper re-checks with seq_cst loads (see

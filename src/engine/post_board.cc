@@ -1,0 +1,45 @@
+#include "engine/post_board.h"
+
+#include <utility>
+
+namespace perseus::engine {
+
+PostBoard::PostBoard(std::atomic<uint64_t>* states, size_t num_states,
+                     std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
+                     std::vector<std::atomic<uint64_t>*> listening, int rank)
+    : states_(states),
+      num_states_(num_states),
+      pools_(std::move(pools)),
+      pool_bytes_(pool_bytes),
+      listening_(std::move(listening)),
+      rank_(rank) {}
+
+bool PostBoard::publish(size_t slot) {
+  std::atomic<uint64_t>& word = states_[slot];
+  uint64_t seen = word.load(std::memory_order_relaxed);
+  do {
+    if (seen & kRevokedBit) return false;
+    // Release: a rank that reads the count (acquire) sees the payload written before it. The
+    // chain of read-modify-writes carries every poster's release to that reader.
+  } while (!word.compare_exchange_weak(seen, seen + 1, std::memory_order_seq_cst,
+                                       std::memory_order_relaxed));
+  return true;
+}
+
+PostBoard::State PostBoard::classify(uint64_t word, uint64_t gen) const {
+  if (gen > 0 && (word & ~kRevokedBit) >= gen * static_cast<uint64_t>(size())) {
+    return State::kComplete;
+  }
+  return (word & kRevokedBit) ? State::kRevoked : State::kWaiting;
+}
+
+PostBoard::State PostBoard::state(size_t slot, uint64_t gen) const {
+  return classify(states_[slot].load(std::memory_order_seq_cst), gen);
+}
+
+PostBoard::State PostBoard::revoke(size_t slot, uint64_t gen) {
+  const uint64_t before = states_[slot].fetch_or(kRevokedBit, std::memory_order_seq_cst);
+  return classify(before | kRevokedBit, gen);
+}
+
+}  // namespace perseus::engine

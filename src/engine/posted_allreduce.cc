@@ -1,0 +1,242 @@
+#include "engine/posted_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/reduce.h"
+
+namespace perseus::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Pool offsets keep every payload on its own cache lines (and the reduction aligned).
+constexpr size_t kAlign = 64;
+
+}  // namespace
+
+PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
+                                 const Params& params)
+    : arena_(arena), size_(size) {
+  const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
+  patience_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
+  if (!params.posted_allreduce || arena == nullptr || size < 2 || arena->localSize() != size) return;
+  // Set rank r of the global set is the local rank whose global rank is r.
+  const std::vector<int>& globals = arena->globalRanks();
+  std::vector<std::array<unsigned char*, 2>> pools(static_cast<size_t>(size));
+  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size));
+  local_rank_of_.assign(static_cast<size_t>(size), -1);
+  size_t pool_bytes = 0;
+  for (int lr = 0; lr < size; ++lr) {
+    transport::ShmArena::PostBoardMemory m = arena->postBoard(lr);
+    if (m.states == nullptr || globals[lr] < 0 || globals[lr] >= size) return;
+    const auto r = static_cast<size_t>(globals[lr]);
+    pools[r] = {m.pool[0], m.pool[1]};
+    listening[r] = m.listening;
+    local_rank_of_[r] = lr;
+    pool_bytes = m.pool_bytes;
+  }
+  transport::ShmArena::PostBoardMemory shared = arena->postBoard(0);
+  board_.emplace(shared.states, shared.num_states, std::move(pools), pool_bytes,
+                 std::move(listening), rank);
+  slots_.reserve(shared.num_states);
+}
+
+bool PostedAllreduce::matches(const Slot& s, const Entry& e) const {
+  const Request& q = e.request;
+  return q.op == OpType::kAllreduce && q.device_kind == DeviceKind::kCpu && e.device < 0 &&
+         q.tensors.size() == 1 && q.tensors[0] == s.meta && q.reduce_op == s.reduce_op &&
+         q.prescale == s.prescale && q.postscale == s.postscale;
+}
+
+void PostedAllreduce::learn(const Response& r, bool any_joined) {
+  if (!enabled() || r.is_error || r.op != OpType::kAllreduce || r.device_kind != DeviceKind::kCpu ||
+      r.tensors.size() != 1) {
+    return;
+  }
+  const size_t bytes = r.tensors[0].bytes();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(r.name);
+  if (it != by_name_.end()) {
+    // Another negotiated run of a name with a slot: every rank retires the old slot here
+    // (revoking it if no rank has), so all give the name the same new one below.
+    Slot& old = slots_[it->second];
+    if (!old.dead) board_->revoke(it->second, 0);
+    old.dead = true;
+    by_name_.erase(it);
+  }
+  const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (any_joined || bytes == 0 || bytes > kMaxBytes || slots_.size() >= board_->numSlots() ||
+      next_offset_ + span > board_->poolBytes()) {
+    return;
+  }
+  Slot s;
+  s.meta = r.tensors[0];
+  s.reduce_op = r.reduce_op;
+  s.prescale = r.prescale;
+  s.postscale = r.postscale;
+  s.reduction = reductionOf(r, size_);
+  s.offset = next_offset_;
+  next_offset_ += span;
+  by_name_.emplace(r.name, slots_.size());
+  slots_.push_back(std::move(s));
+}
+
+bool PostedAllreduce::take(std::unique_ptr<Entry>& e) {
+  if (!enabled()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  auto it = by_name_.find(e->request.name);
+  if (it == by_name_.end()) return false;
+  const size_t index = it->second;
+  Slot& s = slots_[index];
+  if (s.dead) return false;
+  if (!matches(s, *e)) {
+    // Every rank's posts of this name go the negotiated way, which reports the difference.
+    board_->revoke(index, 0);
+    s.dead = true;
+    return false;
+  }
+  const uint64_t gen = s.gen + 1;
+  unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
+  const size_t count = static_cast<size_t>(s.meta.numElements());
+  if (s.prescale != 1.0) {
+    kernels::scaleCopy(mine, e->inputs[0], count, s.meta.dtype, s.prescale);
+  } else {
+    std::memcpy(mine, e->inputs[0], s.meta.bytes());
+  }
+  if (!board_->publish(index)) {
+    s.dead = true;
+    return false;
+  }
+  s.gen = gen;
+  e->handle->setPostedSlot(static_cast<int>(index));
+  s.pending = std::move(e);
+  s.pending_pos = pending_slots_.size();
+  pending_slots_.push_back(index);
+  pending_count_.fetch_add(1, std::memory_order_release);
+  if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
+  return true;
+}
+
+void PostedAllreduce::ringPeers() const {
+  for (int r = 0; r < size_; ++r) {
+    if (r != board_->rank() && board_->listening(r)) arena_->notify(local_rank_of_[static_cast<size_t>(r)]);
+  }
+}
+
+bool PostedAllreduce::listen() {
+  if (!enabled()) return false;
+  board_->setListening(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t index : pending_slots_) {
+    if (board_->state(index, slots_[index].gen) != PostBoard::State::kWaiting) {
+      board_->setListening(false);
+      return false;
+    }
+  }
+  return true;
+}
+
+void PostedAllreduce::stopListening() {
+  if (enabled()) board_->setListening(false);
+}
+
+void PostedAllreduce::dropPendingLocked(Slot& s) {
+  const size_t pos = s.pending_pos;
+  const size_t last = pending_slots_.back();
+  pending_slots_[pos] = last;
+  slots_[last].pending_pos = pos;
+  pending_slots_.pop_back();
+  pending_count_.fetch_sub(1, std::memory_order_release);
+}
+
+std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
+                                                                   const Clock::time_point* now) {
+  Slot& s = slots_[index];
+  if (!s.pending) return std::nullopt;
+  PostBoard::State st = board_->state(index, s.gen);
+  if (st == PostBoard::State::kWaiting) {
+    if (now == nullptr || *now - s.pending->submitted < patience_) return std::nullopt;
+    // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
+    st = board_->revoke(index, s.gen);
+  }
+  if (st == PostBoard::State::kRevoked) s.dead = true;
+  Claim c;
+  c.complete = st == PostBoard::State::kComplete;
+  c.gen = s.gen;
+  c.offset = s.offset;
+  c.meta = s.meta;
+  c.reduction = s.reduction;
+  c.entry = std::move(s.pending);
+  dropPendingLocked(s);
+  return c;
+}
+
+void PostedAllreduce::settle(Claim c, std::vector<Settled>* out) {
+  if (c.complete) {
+    // The generation's payloads stay put until this rank posts again (post_board.h).
+    const int n = board_->size();
+    const void* sources[64];
+    std::vector<const void*> many;
+    const void** srcs = sources;
+    if (n > 64) {
+      many.resize(static_cast<size_t>(n));
+      srcs = many.data();
+    }
+    for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, c.offset);
+    const size_t count = static_cast<size_t>(c.meta.numElements());
+    void* dst = c.entry->outputs[0];
+    kernels::reduceN(dst, srcs, n, count, c.meta.dtype, c.reduction.op);
+    if (c.reduction.postscale != 1.0) kernels::scale(dst, count, c.meta.dtype, c.reduction.postscale);
+    completed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  out->push_back({std::move(c.entry), !c.complete});
+}
+
+void PostedAllreduce::progress(int slot, std::vector<Settled>* out) {
+  if (slot < 0 || !hasPending()) return;
+  std::optional<Claim> c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<size_t>(slot) >= slots_.size()) return;
+    c = claimLocked(static_cast<size_t>(slot), nullptr);
+  }
+  if (c) settle(std::move(*c), out);
+}
+
+void PostedAllreduce::progressAll(std::vector<Settled>* out) {
+  if (!hasPending()) return;
+  std::vector<Claim> claims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    // Backwards: claiming moves the last pending slot into the claimed one's place.
+    for (size_t i = pending_slots_.size(); i-- > 0;) {
+      if (std::optional<Claim> c = claimLocked(pending_slots_[i], &now)) claims.push_back(std::move(*c));
+    }
+  }
+  for (Claim& c : claims) settle(std::move(c), out);
+}
+
+void PostedAllreduce::revokeAll() {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].dead) continue;
+    board_->revoke(i, 0);
+    slots_[i].dead = true;
+  }
+}
+
+std::vector<std::unique_ptr<Entry>> PostedAllreduce::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  std::vector<std::unique_ptr<Entry>> left;
+  for (size_t index : pending_slots_) left.push_back(std::move(slots_[index].pending));
+  pending_slots_.clear();
+  pending_count_.store(0, std::memory_order_release);
+  return left;
+}
+
+}  // namespace perseus::engine

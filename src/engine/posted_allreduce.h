@@ -1,0 +1,137 @@
+// Small allreduces of the global set that skip negotiation once their name is known.
+//
+// Note [Posted allreduce]
+// A negotiated cycle costs two exchanges (the control vector, then the collective) and the
+// hand-offs between threads; for a 1 KiB allreduce that is most of the time (docs/algorithms.md,
+// "Posted allreduce"). When every rank of the job shares one host, a small CPU allreduce whose
+// name was negotiated before needs neither: each rank posts its (prescaled) input in its own
+// shared-memory pool and counts the post in the name's slot (post_board.h); whoever sees all
+// the posts of a generation reduces them itself, in rank order, so every rank gets the same
+// bits. No rank waits for another to take part: the caller's thread posts and, when it waits,
+// reduces; the engine thread finishes the posts that nobody waits for.
+//  - Slots: the engine gives a name a slot when it runs the name's allreduce response in the
+//    global set (learn()). Every rank runs the same responses in the same order, and the slots
+//    and pool offsets are handed out in that order, so a name has the same slot everywhere. The
+//    response runs before its handles complete, so a rank's next submission of the name (which
+//    must wait for that completion) always finds the slot. Slots and pool space are never
+//    reused; when they run out, names stay on the negotiated path.
+//  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling)
+//    revokes the slot, and so does a post that waited longer than the patience (PERSEUS_TIMEOUT
+//    / 8, within [10 ms, 1 s]), and join() revokes every slot. Revoking freezes the slot's count
+//    (post_board.h): generations already complete finish from the slot on every rank, the
+//    others go back to the queue and are negotiated like any request, where mismatches, stalls,
+//    joined ranks and lost ranks are found and reported as usual. A name whose slot was revoked
+//    gets a new slot at its next negotiated run (while no rank has joined).
+//  - Who finishes a post: the caller that waits for it (it watches its slot for
+//    PERSEUS_SPIN_US), else the engine thread. An engine thread that would sleep with posts
+//    pending and no watcher listens: the post that completes a generation rings it. Ringing
+//    every rank on every post would wake engine threads that watchers make idle, taking the
+//    core from the watcher (a reschedule interrupt per operation).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/params.h"
+#include "engine/entry.h"
+#include "engine/executor.h"
+#include "engine/post_board.h"
+#include "transport/shm/shm_arena.h"
+
+namespace perseus::engine {
+
+class PostedAllreduce {
+ public:
+  // The largest tensor that is posted: beyond it, reading every rank's input costs more than
+  // the negotiated collective's exchanges (docs/algorithms.md, "Posted allreduce").
+  static constexpr size_t kMaxBytes = 4u << 10;
+
+  // Enabled only when `arena` holds every rank of the job (`size` >= 2) and it has a post board.
+  PostedAllreduce(transport::ShmArena* arena, int rank, int size, const Params& params);
+  bool enabled() const { return board_.has_value(); }
+
+  // The cycle's holder, for every response the global set runs, before its entries complete.
+  // `any_joined`: some rank has joined (no slot is given until the join completes).
+  void learn(const Response& r, bool any_joined);
+
+  // Any thread (submission). Posts `e` and takes it when its name has a live slot with the same
+  // metadata; a global-set request that differs from its name's slot revokes the slot. On
+  // success the handle knows its slot and `e` is empty.
+  bool take(std::unique_ptr<Entry>& e);
+
+  // A settled post: complete (its output written) or to be negotiated.
+  struct Settled {
+    std::unique_ptr<Entry> entry;
+    bool renegotiate = false;
+  };
+  // Any thread: settles the post in `slot` (the handle's postedSlot()) if it can; appends.
+  void progress(int slot, std::vector<Settled>* out);
+  // Any thread: settles every post that can be.
+  void progressAll(std::vector<Settled>* out);
+  bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
+
+  // The engine thread, before it sleeps with posts pending that no caller watches: asks the
+  // other ranks to ring it when they complete a generation. False (and not listening) when a
+  // post can be settled already.
+  bool listen();
+  void stopListening();
+
+  // join(): every live slot is revoked.
+  void revokeAll();
+  // The engine stops: returns every pending entry (to fail); take() refuses from now on.
+  std::vector<std::unique_ptr<Entry>> close();
+
+  uint64_t completedPosts() const { return completed_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Slot {
+    TensorMeta meta;
+    ReduceOp reduce_op = ReduceOp::kSum;
+    double prescale = 1.0, postscale = 1.0;
+    Reduction reduction{};
+    size_t offset = 0;
+    uint64_t gen = 0;   // this rank's last posted generation
+    bool dead = false;  // revoked (seen by this rank) or replaced
+    std::unique_ptr<Entry> pending;
+    size_t pending_pos = 0;  // index in pending_slots_
+  };
+  // What a settling thread needs once it let go of the lock.
+  struct Claim {
+    std::unique_ptr<Entry> entry;
+    bool complete = false;
+    uint64_t gen = 0;
+    size_t offset = 0;
+    TensorMeta meta;
+    Reduction reduction{};
+  };
+  bool matches(const Slot& s, const Entry& e) const;
+  // Caller holds mu_. Moves the slot's pending entry into a claim when it can be settled.
+  // `now`: checks the patience too (null: the caller watches and will hand over in time).
+  std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
+  void dropPendingLocked(Slot& s);
+  void settle(Claim c, std::vector<Settled>* out);
+  void ringPeers() const;
+
+  transport::ShmArena* const arena_;
+  const int size_;
+  std::vector<int> local_rank_of_;  // by set rank
+  std::chrono::steady_clock::duration patience_{};
+  std::optional<PostBoard> board_;
+
+  mutable std::mutex mu_;
+  bool closed_ = false;
+  std::vector<Slot> slots_;  // by slot index; size() is the next free slot
+  size_t next_offset_ = 0;
+  std::unordered_map<std::string, size_t> by_name_;
+  std::vector<size_t> pending_slots_;
+  std::atomic<size_t> pending_count_{0};
+  std::atomic<uint64_t> completed_{0};
+};
+
+}  // namespace perseus::engine
