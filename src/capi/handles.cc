@@ -63,9 +63,14 @@ perseus_status perseus_set_callback(perseus_handle handle, perseus_callback cb, 
   return guarded([&] {
     if (cb == nullptr) throw InvalidArgumentError("perseus_set_callback: cb is NULL");
     auto h = findHandle(handle);
-    h->setCallback([cb, user_data, handle](StatusCode code, const std::string&) {
+    engine::Handle::Callback call = [cb, user_data, handle](StatusCode code, const std::string&) {
       cb(handle, static_cast<perseus_status>(code), user_data);
-    });
+    };
+    if (auto e = h->done() ? nullptr : currentEngine()) {
+      e->setCallback(*h, std::move(call));
+    } else {
+      h->setCallback(std::move(call));
+    }
   });
 }
 

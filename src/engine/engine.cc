@@ -630,6 +630,11 @@ bool Engine::poll(const Handle& handle) {
   return false;
 }
 
+void Engine::setCallback(Handle& handle, Handle::Callback cb) {
+  handle.setCallback(std::move(cb));
+  if (handle.postedSlot() >= 0 && !handle.done() && engine_blocked_.load()) transport_->wake();
+}
+
 bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0 && timeout_s != 0) {

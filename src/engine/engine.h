@@ -133,6 +133,10 @@ class Engine {
   // waited for is the engine thread's to finish: a parked engine thread listens again.
   bool poll(const Handle& handle);
 
+  // Attaches `cb` to `handle` (Handle::setCallback). A pending post has no waiter to finish
+  // it, so the engine thread listens for it from now on (Note [Posted allreduce]).
+  void setCallback(Handle& handle, Handle::Callback cb);
+
   // Stops the job's engines together: this rank's next cycle tells every rank, and each fails
   // its pending requests with ShutDownError and stops. Returns when this engine thread ended.
   // Idempotent.

@@ -289,4 +289,45 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWithItsRank) {
   EXPECT_EQ(st[2].signal, SIGKILL);
 }
 
+TEST(CapiTest, SigkilledRankFailsTheOthersWhileTheyWaitForItsPost) {
+  // Small allreduces of one name are posted (Note [Posted allreduce]) after the first: the
+  // survivors wait on rank 2's post, then negotiate, and find rank 2 gone.
+  const int n = 3;
+  auto st = runJob(
+      n,
+      [&](int r) {
+        CHILD_CHECK(perseus_init() == PERSEUS_OK);
+        const int64_t count = 16;
+        std::vector<float> v(count, 1.0f);
+        perseus_tensor t = cpu(v.data(), PERSEUS_FLOAT32, 1, &count);
+        for (int i = 0; i < 1000; ++i) {
+          perseus_handle h;
+          if (r == 2 && i == 50) raise(SIGKILL);
+          CHILD_CHECK(perseus_allreduce("small", &t, &t, PERSEUS_MAX, 1, 1, 0, &h) == PERSEUS_OK);
+          const auto start = std::chrono::steady_clock::now();
+          perseus_status s = perseus_wait(h, 60);
+          if (s != PERSEUS_OK) {
+            double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::string msg = perseus_last_error();
+            fprintf(stderr, "rank %d: iteration %d, after %.2f s: status %d: %s\n", r, i, took, s, msg.c_str());
+            CHILD_CHECK(i == 50);
+            CHILD_CHECK(s == PERSEUS_ERR_PEER_LOST || s == PERSEUS_ERR_TIMEOUT);
+            CHILD_CHECK(msg.find("'small'") != std::string::npos);
+            if (s == PERSEUS_ERR_PEER_LOST) CHILD_CHECK(msg.find("rank 2 ") != std::string::npos);
+            CHILD_CHECK(took < 10);
+            perseus_engine_stats stats;
+            CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK && stats.posted_allreduces >= 40);
+            perseus_shutdown();
+            return 0;
+          }
+          perseus_release(h);
+        }
+        return 1;
+      },
+      "5");
+  EXPECT_TRUE(st[0].ok()) << st[0].describe();
+  EXPECT_TRUE(st[1].ok()) << st[1].describe();
+  EXPECT_EQ(st[2].signal, SIGKILL);
+}
+
 }  // namespace

@@ -1,0 +1,236 @@
+// Posted allreduces (Note [Posted allreduce], engine/posted_allreduce.h) through the engine:
+// small allreduces of a name negotiated before skip negotiation, give the negotiated results,
+// and fall back to negotiation whenever the ranks disagree, a rank is late or joins. Ranks as
+// threads with their own engines over real shared memory.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "kernels/reduce.h"
+#include "support/engine_ranks.h"
+
+namespace perseus::engine {
+namespace {
+
+using testing::EngineRanks;
+using testing::engineTestParams;
+
+TensorArg arg(const void* data, std::vector<int64_t> shape, DataType t = DataType::kFloat32) {
+  return TensorArg{data, t, std::move(shape), -1};
+}
+
+StatusCode waitFor(Engine& e, const std::shared_ptr<Handle>& h) {
+  if (!e.waitFor(*h, 20.0, 50)) throw std::runtime_error("handle '" + h->name() + "' did not complete");
+  return h->status();
+}
+
+void expectOk(Engine& e, const std::shared_ptr<Handle>& h) {
+  if (waitFor(e, h) != StatusCode::kOk) throw std::runtime_error(h->name() + ": " + h->message());
+}
+
+// Rank r's element i in iteration k, exact in every dtype below (small integers).
+double input(int r, int k, size_t i) { return static_cast<double>((r + 1) * ((k + static_cast<int>(i)) % 3 + 1)); }
+
+void fill(std::vector<unsigned char>& buf, DataType t, int r, int k) {
+  const size_t n = buf.size() / dataTypeSize(t);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>(input(r, k, i));
+  switch (t) {
+    case DataType::kFloat32: std::memcpy(buf.data(), f.data(), buf.size()); break;
+    case DataType::kFloat16: kernels::floatToHalfArray(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n); break;
+    case DataType::kBFloat16: kernels::floatToBfloat16Array(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n); break;
+    case DataType::kInt32:
+      for (size_t i = 0; i < n; ++i) reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(f[i]);
+      break;
+    case DataType::kFloat64:
+      for (size_t i = 0; i < n; ++i) reinterpret_cast<double*>(buf.data())[i] = f[i];
+      break;
+    default: throw std::runtime_error("dtype not covered by the test");
+  }
+}
+
+double element(const std::vector<unsigned char>& buf, DataType t, size_t i) {
+  switch (t) {
+    case DataType::kFloat32: return reinterpret_cast<const float*>(buf.data())[i];
+    case DataType::kFloat16: return kernels::halfToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+    case DataType::kBFloat16: return kernels::bfloat16ToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+    case DataType::kInt32: return reinterpret_cast<const int32_t*>(buf.data())[i];
+    case DataType::kFloat64: return reinterpret_cast<const double*>(buf.data())[i];
+    default: throw std::runtime_error("dtype not covered by the test");
+  }
+}
+
+double expected(ReduceOp op, int n, int k, size_t i, double pre, double post) {
+  double acc = op == ReduceOp::kProduct ? 1 : op == ReduceOp::kMin ? 1e30 : op == ReduceOp::kMax ? -1e30 : 0;
+  for (int r = 0; r < n; ++r) {
+    const double v = input(r, k, i) * pre;
+    switch (op) {
+      case ReduceOp::kSum: case ReduceOp::kAverage: acc += v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc *= v; break;
+    }
+  }
+  if (op == ReduceOp::kAverage) acc /= n;
+  return acc * post;
+}
+
+TEST(PostedAllreduce, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
+  for (int n : {2, 3}) {
+    EngineRanks ranks(n, engineTestParams());
+    ranks.run([&](int r, Engine& e) {
+      struct Case { DataType t; ReduceOp op; double pre, post; int64_t count; };
+      const Case cases[] = {
+          {DataType::kFloat32, ReduceOp::kSum, 1, 1, 1},      {DataType::kFloat32, ReduceOp::kAverage, 1, 1, 257},
+          {DataType::kFloat32, ReduceOp::kSum, 0.5, 4, 1023}, {DataType::kFloat64, ReduceOp::kMax, 1, 1, 5},
+          {DataType::kInt32, ReduceOp::kMin, 1, 1, 7},        {DataType::kInt32, ReduceOp::kProduct, 1, 1, 3},
+          {DataType::kFloat16, ReduceOp::kSum, 1, 1, 33},     {DataType::kBFloat16, ReduceOp::kSum, 2, 0.5, 9},
+      };
+      const uint64_t posted_before = e.stats().posted_allreduces;
+      int c = 0;
+      for (const Case& cs : cases) {
+        const std::string name = "posted." + std::to_string(c++);
+        std::vector<unsigned char> in(static_cast<size_t>(cs.count) * dataTypeSize(cs.t)), out(in.size());
+        for (int k = 0; k < 6; ++k) {
+          fill(in, cs.t, r, k);
+          // Out of place on even iterations, in place on odd ones.
+          void* dst = k % 2 ? in.data() : out.data();
+          expectOk(e, e.allreduce(name, {arg(in.data(), {cs.count}, cs.t)}, {dst}, cs.op, cs.pre, cs.post));
+          const std::vector<unsigned char>& got = k % 2 ? in : out;
+          for (size_t i = 0; i < static_cast<size_t>(cs.count); ++i) {
+            const double want = expected(cs.op, n, k, i, cs.pre, cs.post);
+            ASSERT_NEAR(element(got, cs.t, i), want, std::abs(want) * 1e-2 + (cs.t == DataType::kInt32 ? 0 : 1e-3))
+                << name << " n=" << n << " rank " << r << " iteration " << k << " element " << i;
+          }
+        }
+      }
+      // The first run of each name is negotiated, the five after it are posted.
+      EXPECT_EQ(e.stats().posted_allreduces - posted_before, 5u * (sizeof(cases) / sizeof(cases[0])));
+    });
+  }
+}
+
+TEST(PostedAllreduce, LargerTensorsAndGroupsAreNegotiated) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int, Engine& e) {
+    std::vector<float> big(PostedAllreduce::kMaxBytes / sizeof(float) + 1, 1.0f), a(4, 1.0f), b(4, 1.0f);
+    for (int k = 0; k < 3; ++k) {
+      expectOk(e, e.allreduce("big", {arg(big.data(), {static_cast<int64_t>(big.size())})}, {big.data()}, ReduceOp::kSum));
+      expectOk(e, e.allreduce("pair", {arg(a.data(), {4}), arg(b.data(), {4})}, {a.data(), b.data()}, ReduceOp::kSum));
+    }
+    EXPECT_EQ(e.stats().posted_allreduces, 0u);
+    EXPECT_FLOAT_EQ(big[0], 8.0f);
+    EXPECT_FLOAT_EQ(b[3], 8.0f);
+  });
+}
+
+TEST(PostedAllreduce, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedAgain) {
+  EngineRanks ranks(3, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> buf(8, 1.0f);
+    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    const uint64_t posted = e.stats().posted_allreduces;
+    EXPECT_EQ(posted, 2u);
+    // Shape on one rank, then the reduce op on another: every rank fails, naming the tensor.
+    auto h = e.allreduce("x", {arg(buf.data(), {r == 1 ? 8 : 4})}, {buf.data()}, ReduceOp::kMax);
+    EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
+    EXPECT_NE(h->message().find("'x'"), std::string::npos) << h->message();
+    EXPECT_NE(h->message().find("set rank 1"), std::string::npos) << h->message();
+    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    h = e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, r == 2 ? ReduceOp::kMin : ReduceOp::kMax);
+    EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
+    // An allgather of the posted name on one rank fails too.
+    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    h = r == 0 ? e.allgather("x", {arg(buf.data(), {4})})
+               : e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax);
+    EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
+    // Usable, and the name goes back to the posted path after one negotiated run.
+    std::vector<float> v(4, static_cast<float>(r));
+    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("x", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
+    EXPECT_FLOAT_EQ(v[0], 2.0f);
+    EXPECT_EQ(e.stats().posted_allreduces, posted + 1 + 1 + 2);
+  });
+}
+
+TEST(PostedAllreduce, ALateRankFallsBackToNegotiationWithTheRightResult) {
+  Params p = engineTestParams();
+  p.timeout_s = 2;  // patience: 0.25 s
+  EngineRanks ranks(2, p);
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4);
+    for (int k = 0; k < 5; ++k) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + k));
+      // Iteration 2: rank 1 comes 0.6 s late, past rank 0's patience.
+      if (r == 1 && k == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      // Rank 0 waits with the handle's own blocking wait: the engine thread finishes the post.
+      auto h = e.allreduce("late", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum);
+      if (r == 0) {
+        ASSERT_TRUE(h->wait(20.0));
+        ASSERT_EQ(h->status(), StatusCode::kOk) << h->message();
+      } else {
+        expectOk(e, h);
+      }
+      EXPECT_FLOAT_EQ(v[3], static_cast<float>(1 + 2 * k)) << "iteration " << k;
+    }
+    // Iterations 1, 3 (after the name got a new slot at 2) and 4 were posted.
+    EXPECT_EQ(e.stats().posted_allreduces, 3u);
+  });
+}
+
+TEST(PostedAllreduce, CallbacksCompleteWithoutAWaiter) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(16, 1.0f);
+    expectOk(e, e.allreduce("cb", {arg(v.data(), {16})}, {v.data()}, ReduceOp::kSum));
+    int slow = 0;
+    for (int k = 0; k < 20; ++k) {
+      std::atomic<bool> fired{false};
+      std::fill(v.begin(), v.end(), 1.0f);
+      // Rank 1 posts after rank 0's engine thread went to sleep listening.
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(k % 2 ? 5 : 0));
+      auto h = e.allreduce("cb", {arg(v.data(), {16})}, {v.data()}, ReduceOp::kSum);
+      e.setCallback(*h, [&](StatusCode s, const std::string&) { fired.store(s == StatusCode::kOk); });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!fired.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      ASSERT_TRUE(fired.load()) << "iteration " << k;
+      // The engine thread listens once the callback is attached: rung, not timed out.
+      if (std::chrono::steady_clock::now() - (deadline - std::chrono::seconds(5)) > std::chrono::milliseconds(50)) ++slow;
+      EXPECT_FLOAT_EQ(v[15], 2.0f);
+    }
+    EXPECT_LE(slow, 3) << "callbacks waited for a timeout instead of a ring";
+    EXPECT_GE(e.stats().posted_allreduces, 20u);
+  });
+}
+
+TEST(PostedAllreduce, JoinSendsPostsBackToNegotiationWithZerosFromTheJoinedRank) {
+  EngineRanks ranks(3, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4);
+    for (int k = 0; k < 3; ++k) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+      expectOk(e, e.allreduce("j", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+      EXPECT_FLOAT_EQ(v[0], 6.0f);
+    }
+    EXPECT_EQ(e.stats().posted_allreduces, 2u);
+    if (r == 2) {
+      expectOk(e, e.join());
+      return;
+    }
+    for (int k = 0; k < 3; ++k) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+      expectOk(e, e.allreduce("j", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+      EXPECT_FLOAT_EQ(v[0], 3.0f) << "iteration " << k;
+    }
+    expectOk(e, e.join());
+  });
+}
+
+}  // namespace
+}  // namespace perseus::engine
