@@ -163,7 +163,8 @@ PERSEUS_API perseus_status perseus_poll(perseus_handle handle, int* done);
  * may run the engine's cycles itself (PERSEUS_CALLER_CYCLES), completing other handles too. */
 PERSEUS_API perseus_status perseus_wait(perseus_handle handle, double timeout_s);
 /* Runs cb once, on the thread that completes the operation: the engine thread or a thread in
- * perseus_wait (or at once if already done). cb must not block nor wait for a handle. */
+ * perseus_wait or perseus_poll (or at once if already done). cb must not block nor wait for a
+ * handle. */
 PERSEUS_API perseus_status perseus_set_callback(perseus_handle handle, perseus_callback cb,
                                                 void* user_data);
 PERSEUS_API perseus_status perseus_handle_num_outputs(perseus_handle handle, int32_t* count);

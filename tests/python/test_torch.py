@@ -1,5 +1,6 @@
 """perseus.torch on real ranks started by perseusrun (workers/ hold the per-rank code)."""
 
+import os
 import pytest
 
 from perseus_test_support import run_worker
@@ -36,4 +37,9 @@ def test_sync_batch_norm_matches_batch_norm(np):
 
 
 def test_engine_stats_show_cached_negotiation():
+    env = dict(os.environ, PERSEUS_POSTED_ALLREDUCE="0")
+    assert run_worker(2, "torch_engine_stats.py", env=env).stdout.count("PASS engine_stats") == 2
+
+
+def test_engine_stats_show_posted_allreduces():
     assert run_worker(2, "torch_engine_stats.py").stdout.count("PASS engine_stats") == 2
