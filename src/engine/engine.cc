@@ -19,6 +19,10 @@ using Clock = std::chrono::steady_clock;
 // due cycles this often.
 constexpr std::chrono::microseconds kDriveWindow{2000};
 constexpr std::chrono::microseconds kParkSlice{100};
+// Note [Posted allreduce]: how often the engine thread finishes posts that nobody waits for
+// and no callback needs. A sweep scans every pending post: done on each turn of the engine
+// loop, it took the core from the framework thread that was submitting them.
+constexpr std::chrono::microseconds kPostedSweep{1000};
 
 // The engine whose cycle this thread is running as a caller: a completion callback that waits
 // must not try to drive again (the cycle lock is not recursive).
@@ -395,6 +399,14 @@ void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
   settled.clear();
 }
 
+void Engine::sweepPosted() {
+  if (!posted_.hasPending()) return;
+  const auto now = Clock::now();
+  if (!posted_.listeningWanted() && now < next_posted_sweep_) return;
+  next_posted_sweep_ = now + kPostedSweep;
+  progressPosted();
+}
+
 void Engine::progressPosted() {
   if (!posted_.hasPending()) return;
   std::vector<PostedAllreduce::Settled> settled;
@@ -483,13 +495,13 @@ void Engine::idleWait(bool pending) {
       pollGpu();
       if (stopped_.load()) return;
     }
-    if (posted_.hasPending()) progressPosted();
+    if (posted_.listeningWanted()) progressPosted();
     sched_yield();
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
   // Pending posts ring this rank when they complete; the bound is for their patience.
   auto timeout = std::chrono::microseconds(!gpu_pending_.empty() ? 50
-                                           : posted_.hasPending() ? 1000 : 100000);
+                                           : posted_.hasPending() ? 2000 : 100000);
   if (pending) {
     auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
@@ -497,9 +509,9 @@ void Engine::idleWait(bool pending) {
   // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
   // read this one.
   engine_blocked_.store(true);
-  const bool listening = posted_.hasPending() && posted_watchers_.load() == 0 && posted_.listen();
+  const bool listening = posted_.listeningWanted() && posted_watchers_.load() == 0 && posted_.listen();
   if (!queue_nonempty_.load() && !shutdown_requested_.load() && !drive_requested_.load() &&
-      (listening || !posted_.hasPending() || posted_watchers_.load() > 0)) {
+      (listening || !posted_.listeningWanted() || posted_watchers_.load() > 0)) {
     transport_->waitIncoming(timeout);
   }
   if (listening) posted_.stopListening();
@@ -510,7 +522,7 @@ bool Engine::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
   *pending = false;
-  progressPosted();
+  sweepPosted();
   if (!gpu_pending_.empty()) pollGpu();
   if (stopped_.load()) return false;
   bool fresh = drainQueue();
@@ -632,7 +644,10 @@ bool Engine::poll(const Handle& handle) {
 
 void Engine::setCallback(Handle& handle, Handle::Callback cb) {
   handle.setCallback(std::move(cb));
-  if (handle.postedSlot() >= 0 && !handle.done() && engine_blocked_.load()) transport_->wake();
+  if (handle.postedSlot() >= 0 && !handle.done()) {
+    posted_.wantListening();
+    if (engine_blocked_.load()) transport_->wake();
+  }
 }
 
 bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
@@ -640,18 +655,30 @@ bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.postedSlot() >= 0 && timeout_s != 0) {
     // A post completes as soon as the last rank posts: watch it for the spin. The engine
     // thread does not listen for posts meanwhile (Note [Posted allreduce]).
+    // While the other ranks keep posting they are still submitting, and will reach this one:
+    // the spin restarts (blocking would add a wake-up to the step's last operation).
     posted_watchers_.fetch_add(1);
-    const auto until = Clock::now() + std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
+    const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
+    auto until = Clock::now() + spin;
+    uint64_t others = posted_.othersPosts();
     for (uint32_t i = 1;; ++i) {
       progressPosted(handle);
       if (handle.done()) break;
       if ((i & 255u) == 0) {
-        if (Clock::now() >= until) break;
+        const auto now = Clock::now();
+        const uint64_t seen = posted_.othersPosts();
+        if (seen != others) {
+          others = seen;
+          until = now + spin;
+        } else if (now >= until) {
+          break;
+        }
         sched_yield();  // the last rank may need this core
       }
     }
     posted_watchers_.fetch_sub(1);
     if (handle.done()) return true;
+    posted_.wantListening();
     if (engine_blocked_.load()) transport_->wake();  // to listen for it from now on
   }
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};

@@ -164,6 +164,9 @@ class Engine {
   // negotiation). Any thread.
   void settlePosted(std::vector<PostedAllreduce::Settled>& settled);
   void progressPosted();                // every pending post
+  // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
+  // per kPostedSweep otherwise. Holder of the cycle lock.
+  void sweepPosted();
   void progressPosted(const Handle& h);  // h's post only
   // Queues `e` for negotiation, or fails it if the engine stopped. Any thread, mu_ not held.
   void enqueue(std::unique_ptr<Entry> e);
@@ -230,6 +233,7 @@ class Engine {
   // Note [Posted allreduce]; thread-safe on its own.
   PostedAllreduce posted_;
   std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
+  std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of cycle_mu_
 
   // Submission side (any thread), guarded by mu_.
   mutable std::mutex mu_;

@@ -29,7 +29,7 @@ PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
   size_t pool_bytes = 0;
   for (int lr = 0; lr < size; ++lr) {
     transport::ShmArena::PostBoardMemory m = arena->postBoard(lr);
-    if (m.states == nullptr || globals[lr] < 0 || globals[lr] >= size) return;
+    if (m.states == nullptr || m.posts != m.listening + 1 || globals[lr] < 0 || globals[lr] >= size) return;
     const auto r = static_cast<size_t>(globals[lr]);
     pools[r] = {m.pool[0], m.pool[1]};
     listening[r] = m.listening;
@@ -207,16 +207,26 @@ void PostedAllreduce::progress(int slot, std::vector<Settled>* out) {
 
 void PostedAllreduce::progressAll(std::vector<Settled>* out) {
   if (!hasPending()) return;
-  std::vector<Claim> claims;
+  std::vector<size_t> slots;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto now = Clock::now();
-    // Backwards: claiming moves the last pending slot into the claimed one's place.
-    for (size_t i = pending_slots_.size(); i-- > 0;) {
-      if (std::optional<Claim> c = claimLocked(pending_slots_[i], &now)) claims.push_back(std::move(*c));
-    }
+    slots = pending_slots_;
   }
-  for (Claim& c : claims) settle(std::move(c), out);
+  // A few slots per hold of the lock: a caller that watches its own post must not wait for a
+  // scan of thousands (measured: the step's last tensor took 15-30 us longer with 1000).
+  constexpr size_t kPerHold = 32;
+  const auto now = Clock::now();
+  std::vector<Claim> claims;
+  for (size_t begin = 0; begin < slots.size(); begin += kPerHold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = begin; i < std::min(slots.size(), begin + kPerHold); ++i) {
+        if (std::optional<Claim> c = claimLocked(slots[i], &now)) claims.push_back(std::move(*c));
+      }
+    }
+    for (Claim& c : claims) settle(std::move(c), out);
+    claims.clear();
+  }
 }
 
 void PostedAllreduce::revokeAll() {

@@ -23,10 +23,11 @@
 //    joined ranks and lost ranks are found and reported as usual. A name whose slot was revoked
 //    gets a new slot at its next negotiated run (while no rank has joined).
 //  - Who finishes a post: the caller that waits for it (it watches its slot for
-//    PERSEUS_SPIN_US), else the engine thread. An engine thread that would sleep with posts
-//    pending and no watcher listens: the post that completes a generation rings it. Ringing
-//    every rank on every post would wake engine threads that watchers make idle, taking the
-//    core from the watcher (a reschedule interrupt per operation).
+//    PERSEUS_SPIN_US), else the engine thread, every millisecond while posts are pending. When
+//    a callback waits for a post, or a caller stopped watching and blocks, the engine thread
+//    listens instead: the post that completes a generation rings it. Ringing on every post
+//    would wake engine threads that have nothing to do, taking the core from the watcher (a
+//    reschedule interrupt per operation) or from a loop that submits thousands of tensors.
 #pragma once
 
 #include <atomic>
@@ -81,6 +82,16 @@ class PostedAllreduce {
   // post can be settled already.
   bool listen();
   void stopListening();
+  // Someone needs the engine thread to finish pending posts promptly: a callback is attached
+  // to one, or a caller stopped watching its post and blocks. Without it the engine thread
+  // finishes posts every millisecond, and waiting callers finish their own: being rung for
+  // every post of a loop that submits thousands costs the submitting thread its core.
+  void wantListening() { listen_wanted_.store(true, std::memory_order_relaxed); }
+  // True when wanted and posts are pending; forgets the wish once none is.
+  bool listeningWanted() {
+    if (!hasPending()) listen_wanted_.store(false, std::memory_order_relaxed);
+    return listen_wanted_.load(std::memory_order_relaxed) && hasPending();
+  }
 
   // join(): every live slot is revoked.
   void revokeAll();
@@ -88,6 +99,8 @@ class PostedAllreduce {
   std::vector<std::unique_ptr<Entry>> close();
 
   uint64_t completedPosts() const { return completed_.load(std::memory_order_relaxed); }
+  // The other ranks' posts so far (0 when disabled): moving means they are still submitting.
+  uint64_t othersPosts() const { return enabled() ? board_->othersPosts() : 0; }
 
  private:
   struct Slot {
@@ -131,6 +144,7 @@ class PostedAllreduce {
   std::unordered_map<std::string, size_t> by_name_;
   std::vector<size_t> pending_slots_;
   std::atomic<size_t> pending_count_{0};
+  std::atomic<bool> listen_wanted_{false};
   std::atomic<uint64_t> completed_{0};
 };
 

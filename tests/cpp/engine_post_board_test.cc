@@ -17,18 +17,18 @@ namespace {
 struct Memory {
   explicit Memory(int n, size_t slots = 4, size_t pool_bytes = 256)
       : states(slots), pool_bytes(pool_bytes), pools(static_cast<size_t>(n) * 2 * pool_bytes),
-        flags(static_cast<size_t>(n)) {
+        flags(static_cast<size_t>(n) * 2) {
     for (auto& s : states) s.store(0);
     for (auto& f : flags) f.store(0);
   }
   PostBoard board(int rank) {
-    const int n = static_cast<int>(flags.size());
+    const int n = static_cast<int>(flags.size() / 2);
     std::vector<std::array<unsigned char*, 2>> p;
     std::vector<std::atomic<uint64_t>*> l;
     for (int r = 0; r < n; ++r) {
       unsigned char* base = pools.data() + static_cast<size_t>(r) * 2 * pool_bytes;
       p.push_back({base, base + pool_bytes});
-      l.push_back(&flags[static_cast<size_t>(r)]);
+      l.push_back(&flags[static_cast<size_t>(r) * 2]);
     }
     return PostBoard(states.data(), states.size(), p, pool_bytes, l, rank);
   }
@@ -70,7 +70,7 @@ TEST(PostBoard, RevokingFreezesWhatCompleted) {
   EXPECT_EQ(b0.revoke(0, 1), PostBoard::State::kComplete);
 }
 
-TEST(PostBoard, ListeningFlagsAreSeenByEveryRank) {
+TEST(PostBoard, ListeningFlagsAndPostCountsAreSeenByEveryRank) {
   Memory m(2);
   PostBoard b0 = m.board(0), b1 = m.board(1);
   EXPECT_FALSE(b1.listening(0));
@@ -78,6 +78,11 @@ TEST(PostBoard, ListeningFlagsAreSeenByEveryRank) {
   EXPECT_TRUE(b1.listening(0));
   b0.setListening(false);
   EXPECT_FALSE(b1.listening(0));
+  EXPECT_EQ(b1.othersPosts(), 0u);
+  ASSERT_TRUE(b0.publish(0));
+  ASSERT_TRUE(b0.publish(1));
+  EXPECT_EQ(b1.othersPosts(), 2u);
+  EXPECT_EQ(b0.othersPosts(), 0u);
 }
 
 // Ranks as threads post and reduce many generations of one slot with the double-buffered

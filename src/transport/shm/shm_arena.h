@@ -49,10 +49,11 @@ class ShmArena {
   }
 
   // Shared memory for posted allreduces (Note [Posted allreduce], engine/posted_allreduce.h):
-  // state words (local rank 0's are the shared ones), two payload pools per local rank and
-  // its "ring me" flag. Any thread. Empty (null) where the arena has none.
+  // state words (local rank 0's are the shared ones), two payload pools per local rank, its
+  // "ring me" flag and post count. Any thread. Empty (null) where the arena has none.
   struct PostBoardMemory {
     std::atomic<uint64_t>* listening = nullptr;
+    std::atomic<uint64_t>* posts = nullptr;  // the rank's posts so far (its own writes only)
     std::atomic<uint64_t>* states = nullptr;
     size_t num_states = 0;
     unsigned char* pool[2] = {nullptr, nullptr};

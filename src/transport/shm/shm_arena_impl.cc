@@ -45,6 +45,7 @@ ShmArena::PostBoardMemory ShmArenaImpl::postBoard(int local_rank) {
   slot(local_rank);  // validates local_rank
   PostBoardMemory m;
   m.listening = set_->postListening(local_rank);
+  m.posts = set_->postCount(local_rank);
   m.states = set_->postStates(local_rank);
   m.num_states = kPostStates;
   m.pool[0] = set_->postPool(local_rank, 0);

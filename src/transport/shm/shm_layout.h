@@ -3,7 +3,7 @@
 // creator constructs them in zero-filled memory before it publishes `magic`.
 //
 //   [SegmentHeader][kMaxGroups x BarrierEpoch][(local_size-1) x (RingControl + ring bytes)][slot]
-//   [post board: listening line, kPostStates x state word][2 x kPostPoolBytes payload pool]
+//   [post board: listening flag + post count line, kPostStates x state word][2 x kPostPoolBytes payload pool]
 //
 // Rings live in the segment of the rank that RECEIVES on them: the owner is the only consumer
 // of its rings, and sender s writes ring index (s < owner ? s : s - 1).

@@ -33,6 +33,7 @@ ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
     if (s != local_rank_) new (ring(local_rank_, s)) RingControl{};
   }
   new (postListening(local_rank_)) std::atomic<uint64_t>(0);
+  new (postCount(local_rank_)) std::atomic<uint64_t>(0);
   for (size_t i = 0; i < kPostStates; ++i) new (postStates(local_rank_) + i) std::atomic<uint64_t>(0);
   h->version = kLayoutVersion;
   h->owner_pid = static_cast<int32_t>(::getpid());

@@ -54,6 +54,7 @@ class ShmSegmentSet {
   std::atomic<uint64_t>* postListening(int lr) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset);
   }
+  std::atomic<uint64_t>* postCount(int lr) const { return postListening(lr) + 1; }
   std::atomic<uint64_t>* postStates(int lr) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + kCacheLine);
   }
