@@ -83,6 +83,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   }
   if (global && shutdown_requested_.load()) cv.setFlag(ControlFlag::kShutdown);
   if (set.joined) cv.setFlag(ControlFlag::kJoined);
+  if (global && !posted_.enabled()) cv.setFlag(ControlFlag::kNoPosts);
   if (!invalid_bits.empty()) cv.setFlag(ControlFlag::kInvalid);
   for (int b : invalid_bits) cv.setInvalid(b);
   if (global) {
@@ -109,6 +110,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
                               << cv.anyFlag(ControlFlag::kUncached);
 
   set.any_joined = cv.anyFlag(ControlFlag::kJoined);
+  if (global && cv.anyFlag(ControlFlag::kNoPosts)) set.posts_refused = true;
   if (global) {
     if (cv.anyFlag(ControlFlag::kShutdown)) {
       stopAll(StatusCode::kShutDown,

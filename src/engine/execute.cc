@@ -27,7 +27,8 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
   }
   if (set.group_id == kGlobalGroup && posted_.enabled()) {
     // Before any of these entries completes (Note [Posted allreduce]).
-    for (const Response& r : responses) posted_.learn(r, set.any_joined);
+    // Every rank decides from the same negotiation, so all give the same names slots.
+    for (const Response& r : responses) posted_.learn(r, !set.any_joined && !set.posts_refused);
   }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
   std::vector<FusionGroup> plan =

@@ -49,7 +49,7 @@ bool PostedAllreduce::matches(const Slot& s, const Entry& e) const {
          q.prescale == s.prescale && q.postscale == s.postscale;
 }
 
-void PostedAllreduce::learn(const Response& r, bool any_joined) {
+void PostedAllreduce::learn(const Response& r, bool may_add) {
   if (!enabled() || r.is_error || r.op != OpType::kAllreduce || r.device_kind != DeviceKind::kCpu ||
       r.tensors.size() != 1) {
     return;
@@ -66,7 +66,7 @@ void PostedAllreduce::learn(const Response& r, bool any_joined) {
     by_name_.erase(it);
   }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (any_joined || bytes == 0 || bytes > kMaxBytes || slots_.size() >= board_->numSlots() ||
+  if (!may_add || bytes == 0 || bytes > kMaxBytes || slots_.size() >= board_->numSlots() ||
       next_offset_ + span > board_->poolBytes()) {
     return;
   }

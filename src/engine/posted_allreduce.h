@@ -14,7 +14,9 @@
 //    and pool offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
 //    must wait for that completion) always finds the slot. Slots and pool space are never
-//    reused; when they run out, names stay on the negotiated path.
+//    reused; when they run out, names stay on the negotiated path. A rank that cannot post
+//    (PERSEUS_POSTED_ALLREDUCE=0, a timeline, no post board) says so in every negotiation
+//    (ControlFlag::kNoPosts), and from that cycle on no rank gives out slots.
 //  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling)
 //    revokes the slot, and so does a post that waited longer than the patience (PERSEUS_TIMEOUT
 //    / 8, within [10 ms, 1 s]), and join() revokes every slot. Revoking freezes the slot's count
@@ -58,8 +60,9 @@ class PostedAllreduce {
   bool enabled() const { return board_.has_value(); }
 
   // The cycle's holder, for every response the global set runs, before its entries complete.
-  // `any_joined`: some rank has joined (no slot is given until the join completes).
-  void learn(const Response& r, bool any_joined);
+  // `may_add`: false while some rank has joined, and for good once some rank cannot post
+  // (PERSEUS_POSTED_ALLREDUCE=0 or a timeline there): old slots are retired, none is given.
+  void learn(const Response& r, bool may_add);
 
   // Any thread (submission). Posts `e` and takes it when its name has a live slot with the same
   // metadata; a global-set request that differs from its name's slot revokes the slot. On

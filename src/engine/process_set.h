@@ -50,6 +50,7 @@ struct ProcessSet {
   std::vector<Entry*> uncached;  // to send to the coordinator at the next chance
   bool joined = false;           // global set: this rank called join() and it is not done
   bool any_joined = false;       // global set: some rank had joined at the last negotiation
+  bool posts_refused = false;    // global set: some rank cannot post (for good, from one cycle)
   std::chrono::steady_clock::time_point next_stall_check{};
   std::chrono::steady_clock::time_point last_stall_warning{};
 };

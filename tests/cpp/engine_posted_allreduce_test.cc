@@ -232,5 +232,22 @@ TEST(PostedAllreduce, JoinSendsPostsBackToNegotiationWithZerosFromTheJoinedRank)
   });
 }
 
+TEST(PostedAllreduce, ARankThatCannotPostTurnsPostingOffForEveryRank) {
+  // Rank 1 has PERSEUS_POSTED_ALLREDUCE=0: had rank 0 posted, each op would wait out the
+  // patience (1 s here) before negotiating.
+  EngineRanks ranks(2, engineTestParams(), [](int r, Params& p) { p.posted_allreduce = r != 1; });
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4);
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < 10; ++k) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + k));
+      expectOk(e, e.allreduce("off", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+      EXPECT_FLOAT_EQ(v[0], static_cast<float>(1 + 2 * k));
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.9);
+    EXPECT_EQ(e.stats().posted_allreduces, 0u);
+  });
+}
+
 }  // namespace
 }  // namespace perseus::engine

@@ -18,7 +18,11 @@ Params engineTestParams() {
   return p;
 }
 
-EngineRanks::EngineRanks(int n, const Params& params) {
+EngineRanks::EngineRanks(int n, const Params& params)
+    : EngineRanks(n, params, [](int, Params&) {}) {}
+
+EngineRanks::EngineRanks(int n, const Params& params,
+                         const std::function<void(int, Params&)>& per_rank) {
   static std::atomic<int> counter{0};
   std::string job = "engt" + std::to_string(getpid()) + "x" + std::to_string(counter++);
   groups_ = createShmGroupsAsThreads(n, job, params);
@@ -29,8 +33,10 @@ EngineRanks::EngineRanks(int n, const Params& params) {
     topo.size = n;
     topo.local_rank = r;
     topo.local_size = n;
+    Params mine = params;
+    per_rank(r, mine);
     engines_.push_back(std::make_unique<engine::Engine>(topo, transports_[r].get(),
-                                                        groups_[r]->arena.get(), params));
+                                                        groups_[r]->arena.get(), mine));
   }
 }
 

@@ -16,6 +16,8 @@ namespace perseus::testing {
 class EngineRanks {
  public:
   EngineRanks(int n, const Params& params);
+  // Rank r's engine gets `params` as changed by per_rank(r, params) (the transports share them).
+  EngineRanks(int n, const Params& params, const std::function<void(int, Params&)>& per_rank);
   ~EngineRanks();  // shuts every engine down, then the transports
 
   int size() const { return static_cast<int>(engines_.size()); }
