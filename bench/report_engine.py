@@ -97,14 +97,16 @@ def negotiation_section(rows):
         out += ["", "Perseus's engine counters per step (`perseus.torch.engine_stats()`, "
                 "differences around each step): the negotiation messages it sent. Cached tensors "
                 "are negotiated by one AND of a bit vector per cycle; *coordinator rounds* "
-                "count negotiations that went to the coordinator (new names, stall checks).", "",
+                "count negotiations that went to the coordinator (new names, stall checks); "
+                "*posted* allreduces skipped negotiation (Note [Posted allreduce]).", "",
                 "| tensors | cycles | control ANDs | control bytes | coordinator rounds | "
-                "cached / coordinated responses | time in negotiation (incl. waiting for the "
-                "other rank) |", "|---|---|---|---|---|---|---|"]
+                "cached / coordinated responses | posted | time in negotiation (incl. waiting "
+                "for the other rank) |", "|---|---|---|---|---|---|---|---|"]
         for t, st in counted:
             out.append(f"| {t} | {st['cycles']:.1f} | {st['control_exchanges']:.1f} | "
                        f"{st['control_bytes']:.0f} B | {st['coordinator_rounds']:.2f} | "
                        f"{st['cached_responses']:.0f} / {st['coordinated_responses']:.0f} | "
+                       f"{st.get('posted_allreduces', 0):.0f} | "
                        f"{us(st['negotiation_ns'] / 1e3)} |")
     link = plot(data, libs)
     if link:
