@@ -125,6 +125,10 @@ def training_shortfalls(rows, ranks):
         line = (f"- **{fw} training at {ranks} ranks**: {best_peer['library']} "
                 f"{best_peer['samples_per_s']:.0f} samples/s vs {best_mine['library']} "
                 f"{best_mine['samples_per_s']:.0f}.")
+        if best_mine["samples_per_s"] >= 0.95 * best_peer["samples_per_s"]:
+            line += (" Within 5%: less than this VM's run-to-run spread of the same figure "
+                     "(docs/PERFORMANCE.md, Run-to-run variance), so the split below is noise "
+                     "as much as cause.")
         none = by.get(("none", 1))
         if m1 and p1:
             mo = best_mine["step_ms"] - m1["step_ms"]
