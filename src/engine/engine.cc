@@ -384,18 +384,20 @@ void Engine::enqueue(std::unique_ptr<Entry> e) {
                                              << "' failed: " << stop_message));
 }
 
-void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
-  for (PostedAllreduce::Settled& s : settled) {
-    if (s.renegotiate) {
-      enqueue(std::move(s.entry));
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      in_flight_.erase({s.entry->request.process_set, s.entry->request.name});
-    }
-    s.entry->handle->complete(StatusCode::kOk, "");
+void Engine::settle(PostedAllreduce::Settled& s) {
+  if (s.renegotiate) {
+    enqueue(std::move(s.entry));
+    return;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({s.entry->request.process_set, s.entry->request.name});
+  }
+  s.entry->handle->complete(StatusCode::kOk, "");
+}
+
+void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
+  for (PostedAllreduce::Settled& s : settled) settle(s);
   settled.clear();
 }
 
@@ -415,9 +417,8 @@ void Engine::progressPosted() {
 }
 
 void Engine::progressPosted(const Handle& h) {
-  std::vector<PostedAllreduce::Settled> settled;
-  posted_.progress(h.postedSlot(), &settled);
-  settlePosted(settled);
+  PostedAllreduce::Settled one;
+  if (posted_.progress(h.postedSlot(), &one)) settle(one);
 }
 
 Engine::Stats Engine::stats() const {

@@ -163,6 +163,7 @@ class Engine {
   // Note [Posted allreduce]: finishes settled posts (completes them or queues them for
   // negotiation). Any thread.
   void settlePosted(std::vector<PostedAllreduce::Settled>& settled);
+  void settle(PostedAllreduce::Settled& settled);
   void progressPosted();                // every pending post
   // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
   // per kPostedSweep otherwise. Holder of the cycle lock.

@@ -166,14 +166,15 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
   c.complete = st == PostBoard::State::kComplete;
   c.gen = s.gen;
   c.offset = s.offset;
-  c.meta = s.meta;
+  c.count = static_cast<size_t>(s.meta.numElements());
+  c.dtype = s.meta.dtype;
   c.reduction = s.reduction;
   c.entry = std::move(s.pending);
   dropPendingLocked(s);
   return c;
 }
 
-void PostedAllreduce::settle(Claim c, std::vector<Settled>* out) {
+PostedAllreduce::Settled PostedAllreduce::settle(Claim c) {
   if (c.complete) {
     // The generation's payloads stay put until this rank posts again (post_board.h).
     const int n = board_->size();
@@ -185,24 +186,25 @@ void PostedAllreduce::settle(Claim c, std::vector<Settled>* out) {
       srcs = many.data();
     }
     for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, c.offset);
-    const size_t count = static_cast<size_t>(c.meta.numElements());
     void* dst = c.entry->outputs[0];
-    kernels::reduceN(dst, srcs, n, count, c.meta.dtype, c.reduction.op);
-    if (c.reduction.postscale != 1.0) kernels::scale(dst, count, c.meta.dtype, c.reduction.postscale);
+    kernels::reduceN(dst, srcs, n, c.count, c.dtype, c.reduction.op);
+    if (c.reduction.postscale != 1.0) kernels::scale(dst, c.count, c.dtype, c.reduction.postscale);
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
-  out->push_back({std::move(c.entry), !c.complete});
+  return {std::move(c.entry), !c.complete};
 }
 
-void PostedAllreduce::progress(int slot, std::vector<Settled>* out) {
-  if (slot < 0 || !hasPending()) return;
+bool PostedAllreduce::progress(int slot, Settled* out) {
+  if (slot < 0 || !hasPending()) return false;
   std::optional<Claim> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<size_t>(slot) >= slots_.size()) return;
+    if (static_cast<size_t>(slot) >= slots_.size()) return false;
     c = claimLocked(static_cast<size_t>(slot), nullptr);
   }
-  if (c) settle(std::move(*c), out);
+  if (!c) return false;
+  *out = settle(std::move(*c));
+  return true;
 }
 
 void PostedAllreduce::progressAll(std::vector<Settled>* out) {
@@ -224,7 +226,7 @@ void PostedAllreduce::progressAll(std::vector<Settled>* out) {
         if (std::optional<Claim> c = claimLocked(slots[i], &now)) claims.push_back(std::move(*c));
       }
     }
-    for (Claim& c : claims) settle(std::move(c), out);
+    for (Claim& c : claims) out->push_back(settle(std::move(c)));
     claims.clear();
   }
 }

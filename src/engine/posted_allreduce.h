@@ -74,8 +74,9 @@ class PostedAllreduce {
     std::unique_ptr<Entry> entry;
     bool renegotiate = false;
   };
-  // Any thread: settles the post in `slot` (the handle's postedSlot()) if it can; appends.
-  void progress(int slot, std::vector<Settled>* out);
+  // Any thread: settles the post in `slot` (the handle's postedSlot()) if it can; returns
+  // whether it did.
+  bool progress(int slot, Settled* out);
   // Any thread: settles every post that can be.
   void progressAll(std::vector<Settled>* out);
   bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
@@ -123,7 +124,8 @@ class PostedAllreduce {
     bool complete = false;
     uint64_t gen = 0;
     size_t offset = 0;
-    TensorMeta meta;
+    size_t count = 0;
+    DataType dtype = DataType::kFloat32;
     Reduction reduction{};
   };
   bool matches(const Slot& s, const Entry& e) const;
@@ -131,7 +133,7 @@ class PostedAllreduce {
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
   void dropPendingLocked(Slot& s);
-  void settle(Claim c, std::vector<Settled>* out);
+  Settled settle(Claim c);
   void ringPeers() const;
 
   transport::ShmArena* const arena_;
