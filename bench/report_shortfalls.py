@@ -182,11 +182,14 @@ def negotiation_shortfall(rows, verdict):
             "cycle per step, the rest are stall checks). What grows is the Python side of the "
             "step's last `synchronize`, which runs right after a loop that touched 1000 "
             "tensors, handles and their objects: split with bench/negotiation_tail_probe.py "
-            "(session 5, docs/algorithms.md), the framework's handle lookup took 9-10 µs after "
-            "1000 submissions against 0.6-2.8 µs after 10, and a plain Python dict pop after "
-            "such a loop 1.16 µs against 0.25 µs; the post itself was already complete. Fix, "
-            "not built: a leaner `synchronize` (handle state kept in the core object, no "
-            "Python-level table)."]
+            "(session 5, docs/algorithms.md), the framework's handle lookup took 9-12 µs after "
+            "1000 submissions against 0.6-2.8 µs after 10, and even two back-to-back "
+            "`time.perf_counter()` calls 1.1-1.4 µs against 0.2-0.3 µs: the loop's 1000 "
+            "tensors and handles pushed the interpreter's own state out of the core's caches, "
+            "and the first Python steps after it run cold, for Horovod too. That is more than "
+            "the 3× allowed over the 2 µs at 10 tensors, and not in the engine. Fix, not "
+            "built: a `synchronize` with fewer Python steps (handle state kept in the core "
+            "object, no Python-level table)."]
 
 
 def shortfalls_section(rows, ranks, lat_v, neg_v):
