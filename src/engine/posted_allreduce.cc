@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/logging.h"
 #include "kernels/reduce.h"
 
 namespace perseus::engine {
@@ -66,8 +67,14 @@ void PostedAllreduce::learn(const Response& r, bool may_add) {
     by_name_.erase(it);
   }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (!may_add || bytes == 0 || bytes > kMaxBytes || slots_.size() >= board_->numSlots() ||
-      next_offset_ + span > board_->poolBytes()) {
+  if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
+  if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {
+    if (!full_reported_) {
+      full_reported_ = true;
+      PERSEUS_LOG(INFO, kEngine) << "the post board is full (" << slots_.size() << " slots, "
+                                 << next_offset_ << " pool bytes): allreduces of names not "
+                                    "posted so far are negotiated every time";
+    }
     return;
   }
   Slot s;
@@ -160,6 +167,9 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
     if (now == nullptr || *now - s.pending->submitted < patience_) return std::nullopt;
     // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
     st = board_->revoke(index, s.gen);
+    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << s.pending->request.name
+                                << "' waited past its patience for the other ranks' posts; "
+                                   "it is negotiated instead";
   }
   if (st == PostBoard::State::kRevoked) s.dead = true;
   Claim c;

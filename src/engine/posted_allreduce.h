@@ -146,6 +146,7 @@ class PostedAllreduce {
   bool closed_ = false;
   std::vector<Slot> slots_;  // by slot index; size() is the next free slot
   size_t next_offset_ = 0;
+  bool full_reported_ = false;
   std::unordered_map<std::string, size_t> by_name_;
   std::vector<size_t> pending_slots_;
   std::atomic<size_t> pending_count_{0};

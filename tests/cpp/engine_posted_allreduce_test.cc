@@ -249,5 +249,24 @@ TEST(PostedAllreduce, ARankThatCannotPostTurnsPostingOffForEveryRank) {
   });
 }
 
+TEST(PostedAllreduce, NamesBeyondAFullBoardAreNegotiated) {
+  // 4 KiB tensors fill each rank's 1 MiB pool after 256 names (transport/shm/shm_layout.h).
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    constexpr int kNames = 300;
+    std::vector<std::vector<float>> bufs(kNames, std::vector<float>(PostedAllreduce::kMaxBytes / sizeof(float)));
+    for (int k = 0; k < 2; ++k) {
+      for (int i = 0; i < kNames; ++i) {
+        std::fill(bufs[i].begin(), bufs[i].end(), static_cast<float>(r + i));
+        auto& b = bufs[i];
+        expectOk(e, e.allreduce("full." + std::to_string(i), {arg(b.data(), {static_cast<int64_t>(b.size())})},
+                                {b.data()}, ReduceOp::kSum));
+        ASSERT_FLOAT_EQ(b.back(), static_cast<float>(1 + 2 * i)) << "name " << i << " round " << k;
+      }
+    }
+    EXPECT_EQ(e.stats().posted_allreduces, 256u);
+  });
+}
+
 }  // namespace
 }  // namespace perseus::engine
