@@ -65,7 +65,11 @@ void PostedAllreduce::learn(const Response& r, bool may_add) {
     if (!old.dead) board_->revoke(it->second, 0);
     old.dead = true;
     by_name_.erase(it);
+    ++retired_[r.name];
   }
+  // Slots are never reused: a name whose posts keep falling back (a rank that is regularly
+  // late past the patience, say while it writes a checkpoint) stays negotiated after a few.
+  if (retired_.count(r.name) && retired_[r.name] >= kMaxSlotsPerName) return;
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
   if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
   if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {

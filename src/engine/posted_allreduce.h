@@ -14,7 +14,8 @@
 //    and pool offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
 //    must wait for that completion) always finds the slot. Slots and pool space are never
-//    reused; when they run out, names stay on the negotiated path. A rank that cannot post
+//    reused; when they run out, names stay on the negotiated path, and so does a name that had
+//    kMaxSlotsPerName slots (the count is the same on every rank). A rank that cannot post
 //    (PERSEUS_POSTED_ALLREDUCE=0, a timeline, no post board) says so in every negotiation
 //    (ControlFlag::kNoPosts), and from that cycle on no rank gives out slots.
 //  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling)
@@ -54,6 +55,8 @@ class PostedAllreduce {
   // The largest tensor that is posted: beyond it, reading every rank's input costs more than
   // the negotiated collective's exchanges (docs/algorithms.md, "Posted allreduce").
   static constexpr size_t kMaxBytes = 4u << 10;
+  // Slots one name may be given in a job (each fall-back retires one).
+  static constexpr int kMaxSlotsPerName = 4;
 
   // Enabled only when `arena` holds every rank of the job (`size` >= 2) and it has a post board.
   PostedAllreduce(transport::ShmArena* arena, int rank, int size, const Params& params);
@@ -148,6 +151,7 @@ class PostedAllreduce {
   size_t next_offset_ = 0;
   bool full_reported_ = false;
   std::unordered_map<std::string, size_t> by_name_;
+  std::unordered_map<std::string, int> retired_;  // slots retired per name
   std::vector<size_t> pending_slots_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};

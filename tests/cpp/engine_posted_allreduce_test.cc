@@ -268,5 +268,20 @@ TEST(PostedAllreduce, NamesBeyondAFullBoardAreNegotiated) {
   });
 }
 
+TEST(PostedAllreduce, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(8, 1.0f);
+    for (int round = 0; round < 6; ++round) {
+      // Negotiated (the name gets a slot while it has had fewer than the limit), posted, then
+      // a shape mismatch on rank 1 revokes the slot.
+      for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("flaky", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
+      auto h = e.allreduce("flaky", {arg(v.data(), {r == 1 ? 8 : 4})}, {v.data()}, ReduceOp::kMax);
+      EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
+    }
+    EXPECT_EQ(e.stats().posted_allreduces, static_cast<uint64_t>(PostedAllreduce::kMaxSlotsPerName));
+  });
+}
+
 }  // namespace
 }  // namespace perseus::engine
