@@ -69,7 +69,9 @@ void PostedAllreduce::learn(const Response& r, bool may_add) {
   }
   // Slots are never reused: a name whose posts keep falling back (a rank that is regularly
   // late past the patience, say while it writes a checkpoint) stays negotiated after a few.
-  if (retired_.count(r.name) && retired_[r.name] >= kMaxSlotsPerName) return;
+  if (auto gone = retired_.find(r.name); gone != retired_.end() && gone->second >= kMaxSlotsPerName) {
+    return;
+  }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
   if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
   if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {

@@ -1,0 +1,168 @@
+// Completing handles: a negotiated group's CPU entries, GPU work once the device finished it,
+// posted allreduces (Note [Posted allreduce]) once every rank posted; and failing everything
+// pending when the engine stops.
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace perseus::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Posted allreduce]: how often the engine thread finishes posts that nobody waits for
+// and no callback needs. A sweep scans every pending post: done on each turn of the engine
+// loop, it took the core from the framework thread that was submitting them.
+constexpr std::chrono::microseconds kPostedSweep{1000};
+
+}  // namespace
+
+void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
+  e->error = code;
+  e->error_message = message;
+  Entry* one[] = {e};
+  finishGroup(set, one, 1);
+}
+
+void Engine::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
+  if (n == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < n; ++i) in_flight_.erase({set.id, done[i]->request.name});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // Keep the entry (and the name the map key refers to) alive until its handle completed.
+    auto node = set.entries.extract(done[i]->request.name);
+    done[i]->handle->complete(done[i]->error, done[i]->error_message);
+  }
+}
+
+void Engine::finishGpu(ProcessSet& set, Entry* e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({set.id, e->request.name});
+  }
+  auto node = set.entries.extract(e->request.name);
+  e->handle->setGpuWork(e->gpu_works);
+  gpu_pending_.push_back({e->handle, std::move(e->gpu_works), e->error, e->error_message});
+}
+
+void Engine::pollGpu() {
+  for (size_t i = 0; i < gpu_pending_.size();) {
+    GpuPending& p = gpu_pending_[i];
+    bool done = true;
+    try {
+      for (auto& w : p.works) done = w->poll() && done;
+    } catch (const Error& err) {
+      // The backend aborted its communicators: a lost peer or a timeout breaks the engine as
+      // on the CPU path; anything else fails this handle only.
+      if (err.code() == StatusCode::kPeerLost || err.code() == StatusCode::kTimeout ||
+          err.code() == StatusCode::kShutDown) {
+        breakEngine(err, PERSEUS_STR("GPU collective '" << p.handle->name() << "'"));
+        return;
+      }
+      p.code = err.code();
+      p.message = PERSEUS_STR("'" << p.handle->name() << "': " << err.what());
+    }
+    if (!done && p.code == StatusCode::kOk) {
+      ++i;
+      continue;
+    }
+    auto handle = std::move(p.handle);
+    StatusCode code = p.code;
+    std::string message = std::move(p.message);
+    gpu_pending_.erase(gpu_pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    handle->complete(code, message);
+  }
+}
+
+void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank) {
+  std::vector<std::unique_ptr<Entry>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_code_ == StatusCode::kOk) {
+      stop_code_ = code;
+      stop_message_ = message;
+    }
+    queued.swap(queue_);
+    in_flight_.clear();
+  }
+  auto describe = [&](const Entry& e) {
+    return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
+  };
+  for (auto& e : queued) e->handle->complete(code, describe(*e));
+  for (auto& e : posted_.close()) e->handle->complete(code, describe(*e));
+  if (gpu_) {
+    // Fails the backend's pending work and aborts its communicators, so no NCCL call waits
+    // for a peer that will never come.
+    std::exception_ptr reason;
+    if (code == StatusCode::kPeerLost) {
+      reason = std::make_exception_ptr(PeerLostError(lost_rank, message));
+    } else if (code == StatusCode::kTimeout) {
+      reason = std::make_exception_ptr(TimeoutError(message));
+    } else {
+      reason = std::make_exception_ptr(ShutDownError(message));
+    }
+    gpu_->abort(reason);
+  }
+  for (auto& p : gpu_pending_) {
+    p.handle->complete(code, PERSEUS_STR("'" << p.handle->name() << "' failed: " << message));
+  }
+  gpu_pending_.clear();
+  for (auto& [group, set] : sets_) {
+    for (auto& [name, e] : set->entries) e->handle->complete(code, describe(*e));
+    set->entries.clear();
+    set->fresh.clear();
+    set->uncached.clear();
+  }
+  stopped_.store(true);
+}
+
+void Engine::breakEngine(const Error& cause, const std::string& during) {
+  PERSEUS_LOG(ERROR, kEngine) << "engine stopped during " << during << ": " << cause.what();
+  int lost_rank = -1;
+  if (cause.code() == StatusCode::kPeerLost) {
+    lost_rank = static_cast<const PeerLostError&>(cause).rank();
+    // Local peers that see this rank go next then name the rank that was lost first.
+    if (arena_ != nullptr) arena_->recordLostPeer(lost_rank, cause.what());
+  }
+  stopAll(cause.code(), PERSEUS_STR(cause.what() << " (during " << during << ")"), lost_rank);
+}
+
+void Engine::settle(PostedAllreduce::Settled& s) {
+  if (s.renegotiate) {
+    enqueue(std::move(s.entry));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase({s.entry->request.process_set, s.entry->request.name});
+  }
+  s.entry->handle->complete(StatusCode::kOk, "");
+}
+
+void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
+  for (PostedAllreduce::Settled& s : settled) settle(s);
+  settled.clear();
+}
+
+void Engine::sweepPosted() {
+  if (!posted_.hasPending()) return;
+  const auto now = Clock::now();
+  if (!posted_.listeningWanted() && now < next_posted_sweep_) return;
+  next_posted_sweep_ = now + kPostedSweep;
+  progressPosted();
+}
+
+void Engine::progressPosted() {
+  if (!posted_.hasPending()) return;
+  std::vector<PostedAllreduce::Settled> settled;
+  posted_.progressAll(&settled);
+  settlePosted(settled);
+}
+
+void Engine::progressPosted(const Handle& h) {
+  PostedAllreduce::Settled one;
+  if (posted_.progress(h.postedSlot(), &one)) settle(one);
+}
+
+}  // namespace perseus::engine
