@@ -1,5 +1,7 @@
 // The collective entry points of the C API: validate the C arguments, convert them, submit.
 // Non-contiguous tensors are the framework layer's job; here a tensor is dense by contract.
+#include <algorithm>
+
 #include "capi/runtime.h"
 
 using namespace perseus;
@@ -65,6 +67,33 @@ void checkCount(int32_t count, const void* p, const std::string& name) {
   }
 }
 
+// The posted path (Note [Posted allreduce]) for one CPU tensor of the global set, read in place:
+// null when the call does not qualify or the name is not posted, and the general path below
+// validates and submits it (reporting any bad argument).
+std::shared_ptr<engine::Handle> tryPost(engine::Engine& e, const char* name,
+                                        const perseus_tensor* in, const perseus_tensor* out,
+                                        int32_t op, double prescale, double postscale) {
+  if (name == nullptr || *name == '\0' || in == nullptr || out == nullptr || out->data == nullptr ||
+      !isValidDataType(in->dtype) || !isValidReduceOp(op) || in->device >= 0 ||
+      out->device >= 0 || in->ndim < 0 || in->ndim > PERSEUS_MAX_NDIM ||
+      (in->ndim > 0 && (in->shape == nullptr || out->shape == nullptr)) ||
+      out->dtype != in->dtype || out->ndim != in->ndim ||
+      !std::equal(in->shape, in->shape + in->ndim, out->shape)) {
+    return nullptr;
+  }
+  engine::PostArgs a;
+  a.name = name;
+  a.dtype = static_cast<DataType>(in->dtype);
+  a.shape = in->shape;
+  a.ndim = static_cast<size_t>(in->ndim);
+  a.input = in->data;
+  a.output = out->data;
+  a.op = static_cast<ReduceOp>(op);
+  a.prescale = prescale;
+  a.postscale = postscale;
+  return e.postAllreduce(a);
+}
+
 void checkHandle(perseus_handle* handle) {
   if (handle == nullptr) throw InvalidArgumentError("the handle pointer is NULL");
 }
@@ -85,6 +114,13 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          double prescale, double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
+    if (count == 1 && process_set == 0 && handle != nullptr) {
+      auto e = capi::requireEngine();
+      if (auto h = tryPost(*e, name, inputs, outputs, op, prescale, postscale)) {
+        *handle = capi::publish(h);
+        return;
+      }
+    }
     std::string n = checkName(name, "perseus_allreduce");
     checkHandle(handle);
     checkCount(count, inputs, n);

@@ -90,7 +90,9 @@ void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank)
     return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
   };
   for (auto& e : queued) e->handle->complete(code, describe(*e));
-  for (auto& e : posted_.close()) e->handle->complete(code, describe(*e));
+  for (auto& h : posted_.close()) {
+    h->complete(code, PERSEUS_STR(opTypeName(OpType::kAllreduce) << " '" << h->name() << "' failed: " << message));
+  }
   if (gpu_) {
     // Fails the backend's pending work and aborts its communicators, so no NCCL call waits
     // for a peer that will never come.
@@ -130,14 +132,10 @@ void Engine::breakEngine(const Error& cause, const std::string& during) {
 
 void Engine::settle(PostedAllreduce::Settled& s) {
   if (s.renegotiate) {
-    enqueue(std::move(s.entry));
+    enqueue(std::move(s.renegotiate), true);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase({s.entry->request.process_set, s.entry->request.name});
-  }
-  s.entry->handle->complete(StatusCode::kOk, "");
+  s.handle->complete(StatusCode::kOk, "");
 }
 
 void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
@@ -162,7 +160,7 @@ void Engine::progressPosted() {
 
 void Engine::progressPosted(const Handle& h) {
   PostedAllreduce::Settled one;
-  if (posted_.progress(h.postedSlot(), &one)) settle(one);
+  if (posted_.progress(h, &one)) settle(one);
 }
 
 }  // namespace perseus::engine

@@ -30,13 +30,6 @@ int64_t nowNs() {
       .count();
 }
 
-// Handle ids are unique in the process, across engines (the C API may re-initialise), so a
-// stale id never finds another engine's handle.
-std::shared_ptr<Handle> newHandle(const std::string& name) {
-  static std::atomic<int64_t> next_id{1};
-  return std::make_shared<Handle>(next_id.fetch_add(1), name);
-}
-
 std::string rankVector(const std::vector<int>& ranks) {
   std::vector<int64_t> v(ranks.begin(), ranks.end());
   return shapeString(v);
@@ -111,6 +104,19 @@ std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
     throw InvalidArgumentError(PERSEUS_STR("allreduce '" << name << "': " << in.size()
                                            << " inputs and " << out.size()
                                            << " outputs; give one output per input (>= 1)"));
+  }
+  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0 && out[0] != nullptr) {
+    PostArgs a;
+    a.name = name;
+    a.dtype = in[0].dtype;
+    a.shape = in[0].shape.data();
+    a.ndim = in[0].shape.size();
+    a.input = in[0].data;
+    a.output = out[0];
+    a.op = op;
+    a.prescale = prescale;
+    a.postscale = postscale;
+    if (auto h = postAllreduce(a)) return h;
   }
   auto e = std::make_unique<Entry>();
   e->request.op = OpType::kAllreduce;
@@ -318,6 +324,27 @@ void Engine::prepareDevice(Entry& e) {
   e.ready = gpu_->recordReady(e.device, e.cuda_stream);
 }
 
+std::shared_ptr<Handle> Engine::postAllreduce(const PostArgs& a) {
+  std::shared_ptr<Handle> handle;
+  switch (posted_.post(a, &handle)) {
+    case PostedAllreduce::Outcome::kPosted:
+      progressPosted(*handle);  // the other ranks may have posted already
+      return handle;
+    case PostedAllreduce::Outcome::kInFlight:
+      throw duplicateName(OpType::kAllreduce, std::string(a.name), kGlobalSet);
+    case PostedAllreduce::Outcome::kNotPosted:
+      break;
+  }
+  return nullptr;
+}
+
+DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int32_t set) const {
+  return DuplicateNameError(PERSEUS_STR(
+      opTypeName(op) << " '" << name << "': a collective with this name is still in flight in "
+      "process set " << set << " on rank " << transport_->rank()
+      << "; wait for it or give this one another name"));
+}
+
 std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
   e->submitted = Clock::now();
   prepareDevice(*e);
@@ -330,14 +357,9 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     if (stop_code == StatusCode::kOk) {
       validateSet(*e);
       auto key = std::make_pair(e->request.process_set, e->request.name);
-      if (in_flight_.count(key)) {
-        throw DuplicateNameError(PERSEUS_STR(
-            opTypeName(e->request.op) << " '" << e->request.name << "': a collective with this name is still in "
-            "flight in process set " << e->request.process_set << " on rank " << transport_->rank()
-            << "; wait for it or give this one another name"));
-      }
+      if (in_flight_.count(key)) throw duplicateName(e->request.op, e->request.name, e->request.process_set);
       in_flight_.insert(key);
-      e->handle = newHandle(e->request.name);
+      e->handle = Handle::create(e->request.name);
       if (!posted_.enabled() || e->request.process_set != kGlobalSet) {
         auto handle = e->handle;
         queue_.push_back(std::move(e));
@@ -348,34 +370,44 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     }
   }
   if (stop_code == StatusCode::kOk) {
-    auto handle = e->handle;
-    if (posted_.take(e)) {
-      progressPosted(*handle);  // the other ranks may have posted already
-    } else {
-      enqueue(std::move(e));
+    // Posted names are in flight in their slots, not in in_flight_ (Note [Posted allreduce]).
+    if (posted_.screen(e->request.name)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        in_flight_.erase({e->request.process_set, e->request.name});
+      }
+      throw duplicateName(e->request.op, e->request.name, e->request.process_set);
     }
+    auto handle = e->handle;
+    enqueue(std::move(e), false);
     return handle;
   }
-  auto handle = newHandle(e->request.name);
+  auto handle = Handle::create(e->request.name);
   handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
                                           << "' was not run: " << stop_message));
   return handle;
 }
 
-void Engine::enqueue(std::unique_ptr<Entry> e) {
+void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
   StatusCode stop_code;
   std::string stop_message;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_code = stop_code_;
-    if (stop_code == StatusCode::kOk) {
+    const std::pair<int32_t, std::string> key{e->request.process_set, e->request.name};
+    if (stop_code == StatusCode::kOk && from_post && !in_flight_.insert(key).second) {
+      // Another thread submitted the name while the post fell back: the later one fails.
+      stop_code = StatusCode::kDuplicateName;
+      stop_message = duplicateName(e->request.op, e->request.name, e->request.process_set).what();
+    } else if (stop_code == StatusCode::kOk) {
       queue_.push_back(std::move(e));
       queue_nonempty_.store(true);
       if (engine_blocked_.load()) transport_->wake();
       return;
+    } else {
+      stop_message = stop_message_;
+      if (!from_post) in_flight_.erase(key);
     }
-    stop_message = stop_message_;
-    in_flight_.erase({e->request.process_set, e->request.name});
   }
   e->handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
                                              << "' failed: " << stop_message));

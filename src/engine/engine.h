@@ -106,6 +106,10 @@ class Engine {
                                     const std::vector<void*>& out, ReduceOp op,
                                     double prescale = 1.0, double postscale = 1.0,
                                     int32_t set = kGlobalSet);
+  // The allreduce of one CPU tensor of the global set, when its name is posted (Note [Posted
+  // allreduce]): no entry, no negotiation. Null when it is not: submit it with allreduce().
+  // Throws DuplicateNameError when the name's post is in flight.
+  std::shared_ptr<Handle> postAllreduce(const PostArgs& args);
   std::shared_ptr<Handle> allgather(const std::string& name, const std::vector<TensorArg>& in,
                                     int32_t set = kGlobalSet);
   std::shared_ptr<Handle> broadcast(const std::string& name, const TensorArg& in, void* out,
@@ -169,8 +173,10 @@ class Engine {
   // per kPostedSweep otherwise. Holder of the cycle lock.
   void sweepPosted();
   void progressPosted(const Handle& h);  // h's post only
-  // Queues `e` for negotiation, or fails it if the engine stopped. Any thread, mu_ not held.
-  void enqueue(std::unique_ptr<Entry> e);
+  // Queues `e` for negotiation, or fails it if the engine stopped. `from_post`: a post that
+  // falls back, whose name is not in in_flight_ yet. Any thread, mu_ not held.
+  void enqueue(std::unique_ptr<Entry> e, bool from_post);
+  DuplicateNameError duplicateName(OpType op, const std::string& name, int32_t set) const;
   void validateSet(Entry& entry) const;  // caller holds mu_
 
   // The holder of cycle_mu_ (the engine thread, or a caller in waitFor).

@@ -28,7 +28,10 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
   if (set.group_id == kGlobalGroup && posted_.enabled()) {
     // Before any of these entries completes (Note [Posted allreduce]).
     // Every rank decides from the same negotiation, so all give the same names slots.
-    for (const Response& r : responses) posted_.learn(r, !set.any_joined && !set.posts_refused);
+    const bool may_add = !set.any_joined && !set.posts_refused;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      posted_.learn(responses[i], may_add, entries[i] ? entries[i]->handle : nullptr);
+    }
   }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
   std::vector<FusionGroup> plan =

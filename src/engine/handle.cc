@@ -16,6 +16,11 @@ void OwnedTensor::allocate(DataType t, std::vector<int64_t> s) {
   data = HostBufferPool::instance().take(bytes);
 }
 
+std::shared_ptr<Handle> Handle::create(std::string name) {
+  static std::atomic<int64_t> next_id{1};
+  return std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
+}
+
 bool Handle::wait(double timeout_s, int64_t spin_us) const {
   using Clock = std::chrono::steady_clock;
   if (done()) return true;

@@ -51,6 +51,9 @@ class Handle {
   using Callback = std::function<void(StatusCode, const std::string&)>;
 
   Handle(int64_t id, std::string name) : id_(id), name_(std::move(name)) {}
+  // A handle with an id that is unique in the process, across engines (the C API may
+  // re-initialise), so a stale id never finds another engine's handle.
+  static std::shared_ptr<Handle> create(std::string name);
 
   int64_t id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -75,10 +78,14 @@ class Handle {
   const std::vector<int64_t>& receivedSplits() const { return received_splits_; }
   // join: the last rank to join; add process set: the new set's id.
   int32_t intResult() const { return int_result_; }
-  // The post-board slot the operation was posted in (Note [Posted allreduce]), or -1. Set
-  // before the handle is handed out.
-  void setPostedSlot(int slot) { posted_slot_ = slot; }
+  // The post-board slot and generation the operation was posted in (Note [Posted
+  // allreduce]); slot -1 when not posted. Set before the handle is handed out.
+  void setPosted(int slot, uint64_t gen) {
+    posted_slot_ = slot;
+    posted_gen_ = gen;
+  }
   int postedSlot() const { return posted_slot_; }
+  uint64_t postedGeneration() const { return posted_gen_; }
 
   // CUDA operations. The engine thread publishes the enqueued GPU work once (before the GPU
   // finished); streamWait() (any thread) blocks on the host only until that happened or the
@@ -97,6 +104,7 @@ class Handle {
   std::vector<int64_t> received_splits_;
   int32_t int_result_ = -1;
   int posted_slot_ = -1;
+  uint64_t posted_gen_ = 0;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_
 

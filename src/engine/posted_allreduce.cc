@@ -43,14 +43,13 @@ PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
   slots_.reserve(shared.num_states);
 }
 
-bool PostedAllreduce::matches(const Slot& s, const Entry& e) const {
-  const Request& q = e.request;
-  return q.op == OpType::kAllreduce && q.device_kind == DeviceKind::kCpu && e.device < 0 &&
-         q.tensors.size() == 1 && q.tensors[0] == s.meta && q.reduce_op == s.reduce_op &&
-         q.prescale == s.prescale && q.postscale == s.postscale;
+bool PostedAllreduce::matches(const Slot& s, const PostArgs& a) const {
+  return a.dtype == s.meta.dtype && a.ndim == s.meta.shape.size() &&
+         std::equal(s.meta.shape.begin(), s.meta.shape.end(), a.shape) && a.op == s.reduce_op &&
+         a.prescale == s.prescale && a.postscale == s.postscale;
 }
 
-void PostedAllreduce::learn(const Response& r, bool may_add) {
+void PostedAllreduce::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
   if (!enabled() || r.is_error || r.op != OpType::kAllreduce || r.device_kind != DeviceKind::kCpu ||
       r.tensors.size() != 1) {
     return;
@@ -64,6 +63,7 @@ void PostedAllreduce::learn(const Response& r, bool may_add) {
     Slot& old = slots_[it->second];
     if (!old.dead) board_->revoke(it->second, 0);
     old.dead = true;
+    old.negotiated.reset();
     by_name_.erase(it);
     ++retired_[r.name];
   }
@@ -84,52 +84,75 @@ void PostedAllreduce::learn(const Response& r, bool may_add) {
     return;
   }
   Slot s;
+  s.name = r.name;
   s.meta = r.tensors[0];
   s.reduce_op = r.reduce_op;
   s.prescale = r.prescale;
   s.postscale = r.postscale;
   s.reduction = reductionOf(r, size_);
   s.offset = next_offset_;
+  s.negotiated = std::move(negotiated);
   next_offset_ += span;
   by_name_.emplace(r.name, slots_.size());
   slots_.push_back(std::move(s));
 }
 
-bool PostedAllreduce::take(std::unique_ptr<Entry>& e) {
-  if (!enabled()) return false;
+PostedAllreduce::Outcome PostedAllreduce::post(const PostArgs& a, std::shared_ptr<Handle>* handle) {
+  if (!enabled()) return Outcome::kNotPosted;
+  // The lookup key without an allocation per call (the buffer keeps its capacity).
+  thread_local std::string key;
+  key.assign(a.name.data(), a.name.size());
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return false;
-  auto it = by_name_.find(e->request.name);
-  if (it == by_name_.end()) return false;
+  if (closed_) return Outcome::kNotPosted;
+  auto it = by_name_.find(key);
+  if (it == by_name_.end()) return Outcome::kNotPosted;
   const size_t index = it->second;
   Slot& s = slots_[index];
-  if (s.dead) return false;
-  if (!matches(s, *e)) {
-    // Every rank's posts of this name go the negotiated way, which reports the difference.
-    board_->revoke(index, 0);
-    s.dead = true;
-    return false;
+  if (s.pending) return Outcome::kInFlight;
+  if (s.dead || !matches(s, a)) return Outcome::kNotPosted;
+  if (s.negotiated) {
+    // Done means the negotiated run left the engine's in-flight names (handles complete after).
+    if (!s.negotiated->done()) return Outcome::kNotPosted;
+    s.negotiated.reset();
   }
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
   const size_t count = static_cast<size_t>(s.meta.numElements());
   if (s.prescale != 1.0) {
-    kernels::scaleCopy(mine, e->inputs[0], count, s.meta.dtype, s.prescale);
+    kernels::scaleCopy(mine, a.input, count, s.meta.dtype, s.prescale);
   } else {
-    std::memcpy(mine, e->inputs[0], s.meta.bytes());
+    std::memcpy(mine, a.input, s.meta.bytes());
   }
   if (!board_->publish(index)) {
     s.dead = true;
-    return false;
+    return Outcome::kNotPosted;
   }
   s.gen = gen;
-  e->handle->setPostedSlot(static_cast<int>(index));
-  s.pending = std::move(e);
+  s.pending = Handle::create(s.name);
+  s.pending->setPosted(static_cast<int>(index), gen);
+  s.input = a.input;
+  s.output = a.output;
+  s.submitted = Clock::now();
   s.pending_pos = pending_slots_.size();
   pending_slots_.push_back(index);
   pending_count_.fetch_add(1, std::memory_order_release);
+  *handle = s.pending;
   if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
-  return true;
+  return Outcome::kPosted;
+}
+
+bool PostedAllreduce::screen(const std::string& name) {
+  if (!enabled()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return false;
+  Slot& s = slots_[it->second];
+  if (s.pending) return true;
+  if (!s.dead) {
+    board_->revoke(it->second, 0);
+    s.dead = true;
+  }
+  return false;
 }
 
 void PostedAllreduce::ringPeers() const {
@@ -170,28 +193,44 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
   if (!s.pending) return std::nullopt;
   PostBoard::State st = board_->state(index, s.gen);
   if (st == PostBoard::State::kWaiting) {
-    if (now == nullptr || *now - s.pending->submitted < patience_) return std::nullopt;
+    if (now == nullptr || *now - s.submitted < patience_) return std::nullopt;
     // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
     st = board_->revoke(index, s.gen);
-    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << s.pending->request.name
+    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << s.name
                                 << "' waited past its patience for the other ranks' posts; "
                                    "it is negotiated instead";
   }
   if (st == PostBoard::State::kRevoked) s.dead = true;
   Claim c;
-  c.complete = st == PostBoard::State::kComplete;
+  if (st != PostBoard::State::kComplete) {
+    // Back to the queue as the entry it would have been without a slot.
+    auto e = std::make_unique<Entry>();
+    e->request.op = OpType::kAllreduce;
+    e->request.name = s.name;
+    e->request.process_set = 0;
+    e->request.tensors.push_back(s.meta);
+    e->request.reduce_op = s.reduce_op;
+    e->request.prescale = s.prescale;
+    e->request.postscale = s.postscale;
+    e->inputs.push_back(s.input);
+    e->outputs.push_back(s.output);
+    e->submitted = s.submitted;
+    e->handle = s.pending;
+    c.renegotiate = std::move(e);
+  }
+  c.output = s.output;
   c.gen = s.gen;
   c.offset = s.offset;
   c.count = static_cast<size_t>(s.meta.numElements());
   c.dtype = s.meta.dtype;
   c.reduction = s.reduction;
-  c.entry = std::move(s.pending);
+  c.handle = std::move(s.pending);
   dropPendingLocked(s);
   return c;
 }
 
 PostedAllreduce::Settled PostedAllreduce::settle(Claim c) {
-  if (c.complete) {
+  if (!c.renegotiate) {
     // The generation's payloads stay put until this rank posts again (post_board.h).
     const int n = board_->size();
     const void* sources[64];
@@ -202,20 +241,27 @@ PostedAllreduce::Settled PostedAllreduce::settle(Claim c) {
       srcs = many.data();
     }
     for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, c.offset);
-    void* dst = c.entry->outputs[0];
-    kernels::reduceN(dst, srcs, n, c.count, c.dtype, c.reduction.op);
-    if (c.reduction.postscale != 1.0) kernels::scale(dst, c.count, c.dtype, c.reduction.postscale);
+    kernels::reduceN(c.output, srcs, n, c.count, c.dtype, c.reduction.op);
+    if (c.reduction.postscale != 1.0) kernels::scale(c.output, c.count, c.dtype, c.reduction.postscale);
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
-  return {std::move(c.entry), !c.complete};
+  return {std::move(c.handle), std::move(c.renegotiate)};
 }
 
-bool PostedAllreduce::progress(int slot, Settled* out) {
+bool PostedAllreduce::progress(const Handle& handle, Settled* out) {
+  const int slot = handle.postedSlot();
   if (slot < 0 || !hasPending()) return false;
+  // A watching caller reads the shared word only: its lock would slow the settling thread.
+  if (board_->state(static_cast<size_t>(slot), handle.postedGeneration()) ==
+      PostBoard::State::kWaiting) {
+    return false;
+  }
   std::optional<Claim> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<size_t>(slot) >= slots_.size()) return false;
+    if (static_cast<size_t>(slot) >= slots_.size() || slots_[static_cast<size_t>(slot)].pending.get() != &handle) {
+      return false;
+    }
     c = claimLocked(static_cast<size_t>(slot), nullptr);
   }
   if (!c) return false;
@@ -257,10 +303,10 @@ void PostedAllreduce::revokeAll() {
   }
 }
 
-std::vector<std::unique_ptr<Entry>> PostedAllreduce::close() {
+std::vector<std::shared_ptr<Handle>> PostedAllreduce::close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
-  std::vector<std::unique_ptr<Entry>> left;
+  std::vector<std::shared_ptr<Handle>> left;
   for (size_t index : pending_slots_) left.push_back(std::move(slots_[index].pending));
   pending_slots_.clear();
   pending_count_.store(0, std::memory_order_release);

@@ -13,18 +13,26 @@
 //    global set (learn()). Every rank runs the same responses in the same order, and the slots
 //    and pool offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
-//    must wait for that completion) always finds the slot. Slots and pool space are never
+//    must wait for that completion) always finds the slot; the slot takes posts once this
+//    rank's negotiated handle completed (until then the name is still in flight). Slots and
+//    pool space are never
 //    reused; when they run out, names stay on the negotiated path, and so does a name that had
 //    kMaxSlotsPerName slots (the count is the same on every rank). A rank that cannot post
 //    (PERSEUS_POSTED_ALLREDUCE=0, a timeline, no post board) says so in every negotiation
 //    (ControlFlag::kNoPosts), and from that cycle on no rank gives out slots.
-//  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling)
-//    revokes the slot, and so does a post that waited longer than the patience (PERSEUS_TIMEOUT
+//  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling,
+//    a group or another collective) revokes the slot, and so does a post that waited longer than the patience (PERSEUS_TIMEOUT
 //    / 8, within [10 ms, 1 s]), and join() revokes every slot. Revoking freezes the slot's count
 //    (post_board.h): generations already complete finish from the slot on every rank, the
 //    others go back to the queue and are negotiated like any request, where mismatches, stalls,
 //    joined ranks and lost ranks are found and reported as usual. A name whose slot was revoked
 //    gets a new slot at its next negotiated run (while no rank has joined).
+//  - The post path is lean: a post is kept in its slot (handle, input and output pointers),
+//    not as an Entry, and its name is in flight by being pending there rather than in the
+//    engine's in-flight set (a negotiated submission of a name asks screen(), which also
+//    revokes the name's slot). A post that falls back becomes an Entry then. The C API reads
+//    its tensor views in place for it: at 1 KiB the entry, its vectors and the in-flight name
+//    were ~0.5 us of a 0.9 us operation (docs/algorithms.md, "Posted allreduce").
 //  - Who finishes a post: the caller that waits for it (it watches its slot for
 //    PERSEUS_SPIN_US), else the engine thread, every millisecond while posts are pending. When
 //    a callback waits for a post, or a caller stopped watching and blocks, the engine thread
@@ -39,16 +47,31 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "common/params.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
+#include "engine/handle.h"
 #include "engine/post_board.h"
 #include "transport/shm/shm_arena.h"
 
 namespace perseus::engine {
+
+// One allreduce as the post path takes it, before anything is allocated for it (the C API's
+// tensor views are read in place).
+struct PostArgs {
+  std::string_view name;
+  DataType dtype = DataType::kFloat32;
+  const int64_t* shape = nullptr;
+  size_t ndim = 0;
+  const void* input = nullptr;
+  void* output = nullptr;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+};
 
 class PostedAllreduce {
  public:
@@ -65,21 +88,31 @@ class PostedAllreduce {
   // The cycle's holder, for every response the global set runs, before its entries complete.
   // `may_add`: false while some rank has joined, and for good once some rank cannot post
   // (PERSEUS_POSTED_ALLREDUCE=0 or a timeline there): old slots are retired, none is given.
-  void learn(const Response& r, bool may_add);
+  // `negotiated`: this rank's handle of the response (null if it has none): the new slot
+  // takes posts only once it completed, when the name is no longer in flight here.
+  void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated);
 
-  // Any thread (submission). Posts `e` and takes it when its name has a live slot with the same
-  // metadata; a global-set request that differs from its name's slot revokes the slot. On
-  // success the handle knows its slot and `e` is empty.
-  bool take(std::unique_ptr<Entry>& e);
+  // Any thread (submission). Posts the allreduce when its name has a live slot with the same
+  // metadata whose negotiated run completed: kPosted, and `*handle` (its postedSlot() set)
+  // completes once every rank posted, or after falling back to negotiation. kInFlight: the
+  // name has a post in flight (a duplicate). kNotPosted: nothing happened; the caller
+  // submits it the negotiated way.
+  enum class Outcome { kPosted, kNotPosted, kInFlight };
+  Outcome post(const PostArgs& a, std::shared_ptr<Handle>* handle);
 
-  // A settled post: complete (its output written) or to be negotiated.
+  // Any thread: a global-set request of `name` on its way to negotiation. True when the name
+  // has a post in flight (a duplicate). Otherwise revokes the name's live slot: every rank's
+  // posts of it go the negotiated way, which reports any difference in the metadata.
+  bool screen(const std::string& name);
+
+  // A settled post: complete (its output written), or back to negotiation in `renegotiate`.
   struct Settled {
-    std::unique_ptr<Entry> entry;
-    bool renegotiate = false;
+    std::shared_ptr<Handle> handle;
+    std::unique_ptr<Entry> renegotiate;
   };
-  // Any thread: settles the post in `slot` (the handle's postedSlot()) if it can; returns
-  // whether it did.
-  bool progress(int slot, Settled* out);
+  // Any thread: settles the post of `handle` (postedSlot() >= 0) if it can; returns whether
+  // it did. Reads only the shared state word until the post can be settled.
+  bool progress(const Handle& handle, Settled* out);
   // Any thread: settles every post that can be.
   void progressAll(std::vector<Settled>* out);
   bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
@@ -102,8 +135,9 @@ class PostedAllreduce {
 
   // join(): every live slot is revoked.
   void revokeAll();
-  // The engine stops: returns every pending entry (to fail); take() refuses from now on.
-  std::vector<std::unique_ptr<Entry>> close();
+  // The engine stops: returns the handle of every pending post (to fail); post() refuses
+  // from now on.
+  std::vector<std::shared_ptr<Handle>> close();
 
   uint64_t completedPosts() const { return completed_.load(std::memory_order_relaxed); }
   // The other ranks' posts so far (0 when disabled): moving means they are still submitting.
@@ -111,6 +145,7 @@ class PostedAllreduce {
 
  private:
   struct Slot {
+    std::string name;
     TensorMeta meta;
     ReduceOp reduce_op = ReduceOp::kSum;
     double prescale = 1.0, postscale = 1.0;
@@ -118,21 +153,27 @@ class PostedAllreduce {
     size_t offset = 0;
     uint64_t gen = 0;   // this rank's last posted generation
     bool dead = false;  // revoked (seen by this rank) or replaced
-    std::unique_ptr<Entry> pending;
+    std::shared_ptr<Handle> negotiated;  // until it completed: no posts yet
+    // The pending post, if any (non-null handle).
+    std::shared_ptr<Handle> pending;
+    const void* input = nullptr;
+    void* output = nullptr;
+    std::chrono::steady_clock::time_point submitted;
     size_t pending_pos = 0;  // index in pending_slots_
   };
   // What a settling thread needs once it let go of the lock.
   struct Claim {
-    std::unique_ptr<Entry> entry;
-    bool complete = false;
+    std::shared_ptr<Handle> handle;
+    std::unique_ptr<Entry> renegotiate;  // null when complete
+    void* output = nullptr;
     uint64_t gen = 0;
     size_t offset = 0;
     size_t count = 0;
     DataType dtype = DataType::kFloat32;
     Reduction reduction{};
   };
-  bool matches(const Slot& s, const Entry& e) const;
-  // Caller holds mu_. Moves the slot's pending entry into a claim when it can be settled.
+  bool matches(const Slot& s, const PostArgs& a) const;
+  // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
   void dropPendingLocked(Slot& s);

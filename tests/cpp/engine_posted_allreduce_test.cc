@@ -157,6 +157,37 @@ TEST(PostedAllreduce, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedAga
   });
 }
 
+TEST(PostedAllreduce, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally) {
+  EngineRanks ranks(2, engineTestParams());
+  std::atomic<bool> checked{false};
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4, 1.0f), w(4, 1.0f);
+    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("d", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    ASSERT_EQ(e.stats().posted_allreduces, 1u);
+    std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
+    if (r == 1) {
+      while (!checked.load()) std::this_thread::yield();
+    }
+    auto h = e.allreduce("d", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum);
+    ASSERT_GE(h->postedSlot(), 0);
+    if (r == 0) {
+      // Rank 1 has not posted: the name is in flight here, whichever path the second one takes.
+      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {4})}, {w.data()}, ReduceOp::kSum), DuplicateNameError);
+      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {2}), arg(w.data() + 2, {2})}, {w.data(), w.data() + 2},
+                               ReduceOp::kSum),
+                   DuplicateNameError);
+      EXPECT_THROW(e.allgather("d", {arg(w.data(), {4})}), DuplicateNameError);
+      checked.store(true);
+    }
+    expectOk(e, h);
+    EXPECT_FLOAT_EQ(v[2], 3.0f);
+    // Nothing was revoked: the name is still posted.
+    expectOk(e, e.allreduce("d", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    EXPECT_FLOAT_EQ(v[2], 6.0f);
+    EXPECT_EQ(e.stats().posted_allreduces, 3u);
+  });
+}
+
 TEST(PostedAllreduce, ALateRankFallsBackToNegotiationWithTheRightResult) {
   Params p = engineTestParams();
   p.timeout_s = 2;  // patience: 0.25 s
