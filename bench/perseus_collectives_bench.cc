@@ -84,6 +84,9 @@ using Buffer = std::vector<float, BenchAllocator<float>>;
 
 struct Op {
   std::string collective;
+  // One name per collective and size, as a model has one per tensor: a name whose shape
+  // changes falls back to negotiation each time (a posted name retires its slot).
+  std::string name;
   Buffer in, out;
   int64_t shape[1];
   size_t bytes = 0;  // nccl-tests' S
@@ -93,13 +96,13 @@ struct Op {
     perseus_tensor to = in_place ? ti : tensor(out.data(), shape);
     perseus_handle h;
     if (collective == "allreduce") {
-      check(perseus_allreduce("bench.op", &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0, &h), "allreduce");
+      check(perseus_allreduce(name.c_str(), &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0, &h), "allreduce");
     } else if (collective == "broadcast") {
-      check(perseus_broadcast("bench.op", &ti, &ti, 0, 0, &h), "broadcast");
+      check(perseus_broadcast(name.c_str(), &ti, &ti, 0, 0, &h), "broadcast");
     } else if (collective == "allgather") {
-      check(perseus_allgather("bench.op", &ti, 0, &h), "allgather");
+      check(perseus_allgather(name.c_str(), &ti, 0, &h), "allgather");
     } else {
-      check(perseus_reducescatter("bench.op", &ti, PERSEUS_SUM, 1.0, 1.0, 0, &h), "reducescatter");
+      check(perseus_reducescatter(name.c_str(), &ti, PERSEUS_SUM, 1.0, 1.0, 0, &h), "reducescatter");
     }
     check(perseus_wait(h, -1), collective.c_str());
     perseus_release(h);
@@ -140,6 +143,7 @@ void sweep(double max_mib, const std::string& only) {
       if (bytes < first) continue;
       Op op;
       op.collective = name;
+      op.name = std::string("bench.") + name + "." + std::to_string(bytes);
       size_t n = bytes / 4;
       bool split = op.collective == "allgather" || op.collective == "reducescatter";
       if (split && n < static_cast<size_t>(g_size)) continue;

@@ -46,14 +46,17 @@ int main(int argc, char** argv) {
   for (size_t bytes : sizes) {
     std::vector<std::atomic<uint64_t>> states(1);
     states[0].store(0);
-    std::vector<std::atomic<uint64_t>> lines(4);
-    for (auto& l : lines) l.store(0);
+    // Listening flags and post counts, each on a line of its own as in the shared segment.
+    struct alignas(64) Line {
+      std::atomic<uint64_t> v{0};
+    };
+    std::vector<Line> lines(4);
     alignas(64) static unsigned char pools[2][2][kPool];
     std::vector<double> per_rank(2);
     auto rank = [&](int r) {
       pin(r);
       PostBoard b(states.data(), 1, {{pools[0][0], pools[0][1]}, {pools[1][0], pools[1][1]}}, kPool,
-                  {&lines[0], &lines[2]}, r);
+                  {&lines[0].v, &lines[1].v}, {&lines[2].v, &lines[3].v}, r);
       std::vector<float> in(bytes / sizeof(float) + 1, 1.0f), out(in.size());
       const size_t count = bytes / sizeof(float);
       const void* srcs[2];

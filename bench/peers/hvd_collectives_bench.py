@@ -41,6 +41,8 @@ def bus_factor(name, n):
 def make_op(hvd, name, nbytes, rank, size):
     """Returns (op, S, check) where S is nccl-tests' size and check() tells a right result."""
     n = nbytes // 4
+    # One name per collective and size, as a model has one per tensor.
+    tag = "bench.%s.%d" % (name, nbytes)
     if name in ("allgather", "reducescatter"):
         n -= n % size
         if n == 0:
@@ -48,16 +50,16 @@ def make_op(hvd, name, nbytes, rank, size):
     if name == "allreduce":
         x = torch.full((n,), float(rank + 1))
         expect = size * (size + 1) / 2.0
-        return ((lambda: hvd.allreduce_(x, op=hvd.Sum, name="bench.op")), n * 4,
+        return ((lambda: hvd.allreduce_(x, op=hvd.Sum, name=tag)), n * 4,
                 lambda: bool((x == expect).all()) if not torch.isinf(x).any() else True)
     if name == "broadcast":
         x = torch.full((n,), float(rank + 1))
-        return (lambda: hvd.broadcast_(x, 0, name="bench.op")), n * 4, lambda: bool((x == 1).all())
+        return (lambda: hvd.broadcast_(x, 0, name=tag)), n * 4, lambda: bool((x == 1).all())
     if name == "allgather":
         part = torch.full((n // size,), float(rank + 1))
-        return (lambda: hvd.allgather(part, name="bench.op")), n * 4, lambda: True
+        return (lambda: hvd.allgather(part, name=tag)), n * 4, lambda: True
     x = torch.full((n,), float(rank + 1))
-    return ((lambda: hvd.reducescatter(x, op=hvd.Sum, name="bench.op")), n * 4, lambda: True)
+    return ((lambda: hvd.reducescatter(x, op=hvd.Sum, name=tag)), n * 4, lambda: True)
 
 
 def timed(hvd, op, k):

@@ -658,12 +658,17 @@ bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
     // the spin restarts (blocking would add a wake-up to the step's last operation).
     posted_watchers_.fetch_add(1);
     const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
-    auto until = Clock::now() + spin;
-    uint64_t others = posted_.othersPosts();
+    // The clock and the other ranks' post counts only once the post did not complete at once:
+    // reading a count that a peer just wrote costs a cross-core miss per operation.
+    std::chrono::steady_clock::time_point until{};
+    uint64_t others = 0;
     for (uint32_t i = 1;; ++i) {
       progressPosted(handle);
       if (handle.done()) break;
-      if ((i & 255u) == 0) {
+      if (i == 64) {
+        until = Clock::now() + spin;
+        others = posted_.othersPosts();
+      } else if ((i & 255u) == 0) {
         const auto now = Clock::now();
         const uint64_t seen = posted_.othersPosts();
         if (seen != others) {

@@ -6,12 +6,14 @@ namespace perseus::engine {
 
 PostBoard::PostBoard(std::atomic<uint64_t>* states, size_t num_states,
                      std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
-                     std::vector<std::atomic<uint64_t>*> lines, int rank)
+                     std::vector<std::atomic<uint64_t>*> listening,
+                     std::vector<std::atomic<uint64_t>*> posts, int rank)
     : states_(states),
       num_states_(num_states),
       pools_(std::move(pools)),
       pool_bytes_(pool_bytes),
-      lines_(std::move(lines)),
+      listening_(std::move(listening)),
+      posts_(std::move(posts)),
       rank_(rank) {}
 
 bool PostBoard::publish(size_t slot) {
@@ -23,15 +25,15 @@ bool PostBoard::publish(size_t slot) {
     // chain of read-modify-writes carries every poster's release to that reader.
   } while (!word.compare_exchange_weak(seen, seen + 1, std::memory_order_seq_cst,
                                        std::memory_order_relaxed));
-  std::atomic<uint64_t>& count = lines_[static_cast<size_t>(rank_)][1];
+  std::atomic<uint64_t>& count = *posts_[static_cast<size_t>(rank_)];
   count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
 
 uint64_t PostBoard::othersPosts() const {
   uint64_t sum = 0;
-  for (size_t r = 0; r < lines_.size(); ++r) {
-    if (static_cast<int>(r) != rank_) sum += lines_[r][1].load(std::memory_order_relaxed);
+  for (size_t r = 0; r < posts_.size(); ++r) {
+    if (static_cast<int>(r) != rank_) sum += posts_[r]->load(std::memory_order_relaxed);
   }
   return sum;
 }

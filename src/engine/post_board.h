@@ -31,10 +31,12 @@ namespace perseus::engine {
 class PostBoard {
  public:
   // Per set rank r: `pools[r]`, its two pools of `pool_bytes` each, as mapped in this process;
-  // `lines[r]`, its listening flag followed by its post count.
+  // `listening[r]`, its listening flag, and `posts[r]`, its post count (on separate cache lines:
+  // the owner writes the count on every post, others read the flag on every completing post).
   PostBoard(std::atomic<uint64_t>* states, size_t num_states,
             std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
-            std::vector<std::atomic<uint64_t>*> lines, int rank);
+            std::vector<std::atomic<uint64_t>*> listening, std::vector<std::atomic<uint64_t>*> posts,
+            int rank);
 
   int size() const { return static_cast<int>(pools_.size()); }
   int rank() const { return rank_; }
@@ -57,8 +59,8 @@ class PostBoard {
 
   // seq_cst on both sides (Dekker): a listener sets its flag, then reads the states; a poster
   // counts its post, then reads the flags.
-  void setListening(bool on) { lines_[static_cast<size_t>(rank_)][0].store(on ? 1 : 0, std::memory_order_seq_cst); }
-  bool listening(int r) const { return lines_[static_cast<size_t>(r)][0].load(std::memory_order_seq_cst) != 0; }
+  void setListening(bool on) { listening_[static_cast<size_t>(rank_)]->store(on ? 1 : 0, std::memory_order_seq_cst); }
+  bool listening(int r) const { return listening_[static_cast<size_t>(r)]->load(std::memory_order_seq_cst) != 0; }
   // The posts the other ranks made so far: a waiter keeps watching while this moves.
   uint64_t othersPosts() const;
 
@@ -70,7 +72,8 @@ class PostBoard {
   size_t num_states_;
   std::vector<std::array<unsigned char*, 2>> pools_;
   size_t pool_bytes_;
-  std::vector<std::atomic<uint64_t>*> lines_;
+  std::vector<std::atomic<uint64_t>*> listening_;
+  std::vector<std::atomic<uint64_t>*> posts_;
   int rank_;
 };
 

@@ -25,21 +25,25 @@ PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
   // Set rank r of the global set is the local rank whose global rank is r.
   const std::vector<int>& globals = arena->globalRanks();
   std::vector<std::array<unsigned char*, 2>> pools(static_cast<size_t>(size));
-  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size));
+  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size)), posts(static_cast<size_t>(size));
   local_rank_of_.assign(static_cast<size_t>(size), -1);
   size_t pool_bytes = 0;
   for (int lr = 0; lr < size; ++lr) {
     transport::ShmArena::PostBoardMemory m = arena->postBoard(lr);
-    if (m.states == nullptr || m.posts != m.listening + 1 || globals[lr] < 0 || globals[lr] >= size) return;
+    if (m.states == nullptr || m.posts == nullptr || m.listening == nullptr || globals[lr] < 0 ||
+        globals[lr] >= size) {
+      return;
+    }
     const auto r = static_cast<size_t>(globals[lr]);
     pools[r] = {m.pool[0], m.pool[1]};
     listening[r] = m.listening;
+    posts[r] = m.posts;
     local_rank_of_[r] = lr;
     pool_bytes = m.pool_bytes;
   }
   transport::ShmArena::PostBoardMemory shared = arena->postBoard(0);
   board_.emplace(shared.states, shared.num_states, std::move(pools), pool_bytes,
-                 std::move(listening), rank);
+                 std::move(listening), std::move(posts), rank);
   slots_.reserve(shared.num_states);
 }
 

@@ -24,13 +24,14 @@ struct Memory {
   PostBoard board(int rank) {
     const int n = static_cast<int>(flags.size() / 2);
     std::vector<std::array<unsigned char*, 2>> p;
-    std::vector<std::atomic<uint64_t>*> l;
+    std::vector<std::atomic<uint64_t>*> l, c;
     for (int r = 0; r < n; ++r) {
       unsigned char* base = pools.data() + static_cast<size_t>(r) * 2 * pool_bytes;
       p.push_back({base, base + pool_bytes});
       l.push_back(&flags[static_cast<size_t>(r) * 2]);
+      c.push_back(&flags[static_cast<size_t>(r) * 2 + 1]);
     }
-    return PostBoard(states.data(), states.size(), p, pool_bytes, l, rank);
+    return PostBoard(states.data(), states.size(), p, pool_bytes, l, c, rank);
   }
   std::vector<std::atomic<uint64_t>> states;
   size_t pool_bytes;

@@ -3,7 +3,7 @@
 // creator constructs them in zero-filled memory before it publishes `magic`.
 //
 //   [SegmentHeader][kMaxGroups x BarrierEpoch][(local_size-1) x (RingControl + ring bytes)][slot]
-//   [post board: listening flag + post count line, kPostStates x state word][2 x kPostPoolBytes payload pool]
+//   [post board: listening flag line, post count line, kPostStates x state word][2 x kPostPoolBytes payload pool]
 //
 // Rings live in the segment of the rank that RECEIVES on them: the owner is the only consumer
 // of its rings, and sender s writes ring index (s < owner ? s : s - 1).
@@ -21,7 +21,7 @@ constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
 constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint32_t kLayoutVersion = 4;
 // The post board (ShmArena::PostBoard): state words (used in local rank 0's segment only) and
 // this rank's payload pool, one per parity of a post's generation.
 constexpr size_t kPostStates = 4096;
@@ -76,7 +76,9 @@ struct SegmentLayout {
     ring_stride = alignUp(sizeof(RingControl), kPage) + alignUp(ring_bytes, kPage);
     slot_offset = rings_offset + static_cast<size_t>(local_size - 1) * ring_stride;
     posts_offset = slot_offset + alignUp(slot_bytes, kPage);
-    pool_offset = posts_offset + alignUp(kCacheLine + kPostStates * sizeof(uint64_t), kPage);
+    // The flag and the count on lines of their own: a peer reads the flag on every post that
+    // completes a generation, and the owner writes the count on every post.
+    pool_offset = posts_offset + alignUp(2 * kCacheLine + kPostStates * sizeof(uint64_t), kPage);
     total_bytes = pool_offset + 2 * kPostPoolBytes;
   }
   // Offset of the ring that `sender` writes in `owner`'s segment.

@@ -54,9 +54,11 @@ class ShmSegmentSet {
   std::atomic<uint64_t>* postListening(int lr) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset);
   }
-  std::atomic<uint64_t>* postCount(int lr) const { return postListening(lr) + 1; }
-  std::atomic<uint64_t>* postStates(int lr) const {
+  std::atomic<uint64_t>* postCount(int lr) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + kCacheLine);
+  }
+  std::atomic<uint64_t>* postStates(int lr) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + 2 * kCacheLine);
   }
   unsigned char* postPool(int lr, int parity) const {
     return reinterpret_cast<unsigned char*>(base(lr) + layout_.pool_offset) + parity * kPostPoolBytes;
