@@ -175,21 +175,20 @@ def negotiation_shortfall(rows, verdict):
         own = (f" Measured from each rank's own last enqueue instead (which adds the ranks' "
                f"skew in finishing their Python loops), 1000 tensors take "
                f"{us(hi['engine_own_us'])} against {us(hi['engine_us'])}.")
-    return [f"- **negotiation**: {verdict['text']}.{detail}{own} Since session 5 the "
-            "tensors of these steps are posted (Note [Posted allreduce]): no cycle, no control "
-            "exchange and no coordinator once a name is known, so what negotiation sends and "
-            "does per step no longer grows with the tensor count (the counters above: about no "
-            "cycle per step, the rest are stall checks). What grows is the Python side of the "
-            "step's last `synchronize`, which runs right after a loop that touched 1000 "
-            "tensors, handles and their objects: split with bench/negotiation_tail_probe.py "
-            "(session 5, docs/algorithms.md), the framework's handle lookup took 9-12 µs after "
-            "1000 submissions against 0.6-2.8 µs after 10, and even two back-to-back "
-            "`time.perf_counter()` calls 1.1-1.4 µs against 0.2-0.3 µs: the loop's 1000 "
-            "tensors and handles pushed the interpreter's own state out of the core's caches, "
-            "and the first Python steps after it run cold, for Horovod too. That is more than "
-            "the 3× allowed over the 2 µs at 10 tensors, and not in the engine. Fix, not "
-            "built: a `synchronize` with fewer Python steps (handle state kept in the core "
-            "object, no Python-level table)."]
+    core = ""
+    if lo and hi and "engine_core_us" in lo and "engine_core_us" in hi:
+        core = (f" The engines' own stamps of the last tensor (engine (core)) take "
+                f"{us(lo['engine_core_us'])} at 10 tensors and {us(hi['engine_core_us'])} at 1000.")
+    return [f"- **negotiation**: {verdict['text']}.{detail}{own}{core} Once a name is known its "
+            "tensors are posted (Note [Posted allreduce]): no cycle, no control exchange and no "
+            "coordinator per step (counters above: the few cycles are stall checks and the "
+            "next step's barrier). What grows with T in the framework-visible span is the Python "
+            "side of the step's last `synchronize`, run right after a loop that touched T "
+            "tensors, handles and their objects (bench/negotiation_tail_probe.py: the handle "
+            "lookup takes several µs after 1000 submissions against under 1 µs after 10, and two "
+            "back-to-back `time.perf_counter()` calls 3-7× longer): caches cooled by the loop, "
+            "for Horovod too. Fix, not built: a `synchronize` with fewer Python steps (handle "
+            "state kept in the core object, no Python-level table)."]
 
 
 def shortfalls_section(rows, ranks, lat_v, neg_v):

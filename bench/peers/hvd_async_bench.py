@@ -75,6 +75,10 @@ def latency(hvd, args, label):
                           "p90_us": p90 * 1e6, "iters": len(per_op) * batch}), flush=True)
 
 
+def label_is_perseus(hvd):
+    return hvd.__name__.startswith("perseus")
+
+
 def negotiation(hvd, args, label):
     for count in args.tensors:
         tensors = [torch.ones(4) for _ in range(count)]
@@ -93,6 +97,19 @@ def negotiation(hvd, args, label):
             for h in handles[:-1]:
                 hvd.synchronize(h)
             return time.perf_counter() - t0, t1 - t0, t2 - t1, t1, t2
+
+        def core_step():
+            """Perseus only: the same step, timed by the engine's own stamps of the last
+            tensor (Handle.times(): submission and completion, on perf_counter's clock), so
+            the Python calls around synchronize, which run with caches cooled by the loop,
+            stay out of it. Returns (submitted, completed) of the last tensor."""
+            handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=n)
+                       for t, n in zip(tensors, names)]
+            core = hvd.mpi_ops._t.lookup(handles[-1]).core
+            hvd.synchronize(handles[-1])  # first, as step() does
+            for h in handles[:-1]:
+                hvd.synchronize(h)
+            return core.times()
 
         t0 = time.perf_counter()
         for _ in range(args.warmup_steps):
@@ -115,6 +132,11 @@ def negotiation(hvd, args, label):
             engines.append(eng)
             handed.append(t_handed)
             finished.append(t_finished)
+        core_stamps = []
+        if label_is_perseus(hvd):
+            for _ in range(count_steps):
+                hvd.barrier()
+                core_stamps.extend(core_step())
         step_s = max_over_ranks(hvd, statistics.median(steps))
         submit_s = max_over_ranks(hvd, statistics.median(submits))
         own_engine_s = max_over_ranks(hvd, statistics.median(engines))
@@ -126,6 +148,16 @@ def negotiation(hvd, args, label):
         per_step = [max(stamps[r, n + i].item() for r in range(hvd.size())) -
                     max(stamps[r, i].item() for r in range(hvd.size())) for i in range(n)]
         engine_s = max(0.0, statistics.median(per_step))
+        extra = {}
+        if core_stamps:
+            # From the last rank's submission of the last tensor to the last rank's completion
+            # of it, both as the engines saw them: what negotiating T tensors (none, once
+            # posted), fusion and the collective add to the step.
+            m = len(core_stamps) // 2
+            cs = hvd.allgather(torch.tensor([core_stamps], dtype=torch.float64))
+            lags = [max(cs[r, 2 * i + 1].item() for r in range(hvd.size())) -
+                    max(cs[r, 2 * i].item() for r in range(hvd.size())) for i in range(m)]
+            extra["engine_core_us"] = max(0.0, statistics.median(lags)) * 1e6
         if hvd.rank() == 0:
             print(json.dumps({
                 "library": label, "collective": "negotiation", "ranks": hvd.size(),
@@ -133,7 +165,7 @@ def negotiation(hvd, args, label):
                 "submit_us": submit_s * 1e6, "engine_us": engine_s * 1e6,
                 "engine_own_us": own_engine_s * 1e6,
                 "completion_us": max(0.0, step_s - submit_s - engine_s) * 1e6,
-                "per_tensor_us": step_s * 1e6 / count, "steps": len(steps),
+                "per_tensor_us": step_s * 1e6 / count, "steps": len(steps), **extra,
                 **({"engine_stats_per_step": {k: v / len(steps) for k, v in counted.items()}}
                    if counted else {})}), flush=True)
 

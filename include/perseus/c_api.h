@@ -175,6 +175,11 @@ PERSEUS_API perseus_status perseus_handle_output(perseus_handle handle, int32_t 
 PERSEUS_API perseus_status perseus_handle_received_splits(perseus_handle handle,
                                                           const int64_t** splits,
                                                           int32_t* count);
+/* When the operation was submitted and when it completed, as the engine saw them: nanoseconds
+ * of CLOCK_MONOTONIC (Python's time.perf_counter() on Linux, in seconds); completed_ns is 0
+ * until the handle is done. Either pointer may be NULL. */
+PERSEUS_API perseus_status perseus_handle_times(perseus_handle handle, int64_t* submitted_ns,
+                                                int64_t* completed_ns);
 /* join: the last rank that joined. */
 PERSEUS_API perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank);
 /* CUDA: makes `stream` wait for the collective on the GPU (no host block). */

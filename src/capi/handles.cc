@@ -110,6 +110,15 @@ perseus_status perseus_handle_received_splits(perseus_handle handle, const int64
   });
 }
 
+perseus_status perseus_handle_times(perseus_handle handle, int64_t* submitted_ns,
+                                    int64_t* completed_ns) {
+  return guarded([&] {
+    auto h = findHandle(handle);
+    if (submitted_ns != nullptr) *submitted_ns = h->submittedNs();
+    if (completed_ns != nullptr) *completed_ns = h->done() ? h->completedNs() : 0;
+  });
+}
+
 perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
   return guarded([&] {
     if (rank == nullptr) throw InvalidArgumentError("perseus_handle_join_rank: rank is NULL");

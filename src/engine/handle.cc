@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <chrono>
+
 #include "backends/gpu_backend.h"
 
 namespace perseus::engine {
@@ -16,9 +18,19 @@ void OwnedTensor::allocate(DataType t, std::vector<int64_t> s) {
   data = HostBufferPool::instance().take(bytes);
 }
 
+namespace {
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 std::shared_ptr<Handle> Handle::create(std::string name) {
   static std::atomic<int64_t> next_id{1};
-  return std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
+  auto h = std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
+  h->submitted_ns_ = steadyNs();
+  return h;
 }
 
 bool Handle::wait(double timeout_s, int64_t spin_us) const {
@@ -65,6 +77,7 @@ void Handle::complete(StatusCode status, const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     if (completing_) return;  // the first completion wins (e.g. failure racing shutdown)
     completing_ = true;
+    completed_ns_ = steadyNs();
     status_ = status;
     message_ = message;
     cb = std::move(callback_);

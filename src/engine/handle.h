@@ -52,7 +52,7 @@ class Handle {
 
   Handle(int64_t id, std::string name) : id_(id), name_(std::move(name)) {}
   // A handle with an id that is unique in the process, across engines (the C API may
-  // re-initialise), so a stale id never finds another engine's handle.
+  // re-initialise), so a stale id never finds another engine's handle. Stamps the submission.
   static std::shared_ptr<Handle> create(std::string name);
 
   int64_t id() const { return id_; }
@@ -63,6 +63,10 @@ class Handle {
   bool wait(double timeout_s, int64_t spin_us = 0) const;
   StatusCode status() const { return status_; }
   const std::string& message() const { return message_; }
+  // steady_clock (CLOCK_MONOTONIC) nanoseconds of submission (create()) and of completion
+  // (0 until done): the engine's own view of an operation's time, for benchmarks and traces.
+  int64_t submittedNs() const { return submitted_ns_; }
+  int64_t completedNs() const { return completed_ns_; }
 
   // Runs `cb` once: at once on this thread if already done, else on the completing thread.
   void setCallback(Callback cb);
@@ -104,6 +108,8 @@ class Handle {
   std::vector<int64_t> received_splits_;
   int32_t int_result_ = -1;
   int posted_slot_ = -1;
+  int64_t submitted_ns_ = 0;
+  int64_t completed_ns_ = 0;  // written before done_ is published
   uint64_t posted_gen_ = 0;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_

@@ -136,7 +136,7 @@ PostedAllreduce::Outcome PostedAllreduce::post(const PostArgs& a, std::shared_pt
   s.pending->setPosted(static_cast<int>(index), gen);
   s.input = a.input;
   s.output = a.output;
-  s.submitted = Clock::now();
+  s.submitted = Clock::time_point(std::chrono::nanoseconds(s.pending->submittedNs()));
   s.pending_pos = pending_slots_.size();
   pending_slots_.push_back(index);
   pending_count_.fetch_add(1, std::memory_order_release);

@@ -202,6 +202,13 @@ int32_t Handle::joinRank() {
   return rank;
 }
 
+py::tuple Handle::times() {
+  int64_t submitted = 0, completed = 0;
+  check(perseus_handle_times(state_->id, &submitted, &completed), "perseus_handle_times");
+  return py::make_tuple(static_cast<double>(submitted) * 1e-9,
+                        completed ? py::object(py::float_(static_cast<double>(completed) * 1e-9)) : py::none());
+}
+
 void Handle::cudaStreamWait(uintptr_t stream) {
   check(perseus_handle_cuda_stream_wait(state_->id, reinterpret_cast<void*>(stream)),
         "perseus_handle_cuda_stream_wait");
@@ -243,6 +250,10 @@ void registerHandle(py::module_& m) {
           "as_dlpack, a DLPack capsule. Either keeps this handle alive.")
       .def("received_splits", &Handle::receivedSplits)
       .def("join_rank", &Handle::joinRank)
+      .def("times", &Handle::times,
+           "(submitted, completed): when the engine took and finished the operation, in "
+           "seconds of time.perf_counter()'s clock (CLOCK_MONOTONIC); completed is None until "
+           "done.")
       .def("cuda_stream_wait", &Handle::cudaStreamWait, py::arg("stream"))
       .def("set_callback", &Handle::setCallback, py::arg("fn"))
       .def_property_readonly("id", &Handle::id)

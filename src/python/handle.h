@@ -49,6 +49,9 @@ class Handle {
   pybind11::object output(pybind11::object self, int32_t index, bool as_dlpack);
   std::vector<int64_t> receivedSplits();
   int32_t joinRank();
+  // (submitted, completed) in seconds of time.perf_counter()'s clock; completed is None
+  // until done.
+  pybind11::tuple times();
   void cudaStreamWait(uintptr_t stream);
   // fn(status: int) runs later on the extension's callback thread, with the GIL.
   void setCallback(pybind11::function fn);

@@ -2,6 +2,8 @@
 // (perseus_store_server_start/stop), and jobs of forked processes that bootstrap through a store
 // server exactly as under perseusrun (PERSEUS_* variables).
 #include <gtest/gtest.h>
+
+#include <ctime>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -112,7 +114,16 @@ TEST(CapiTest, SingleRankInThisProcess) {
         CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_AVERAGE, 2.0, 1.0, 0, &h) == PERSEUS_OK);
         CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK);
         CHILD_CHECK(v[2] == 6.0f);
+        // The engine's stamps, on the monotonic clock, in order.
+        int64_t submitted = 0, completed = 0;
+        CHILD_CHECK(perseus_handle_times(h, &submitted, &completed) == PERSEUS_OK);
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        CHILD_CHECK(submitted > 0 && completed >= submitted &&
+                    completed <= int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
+        CHILD_CHECK(perseus_handle_times(h, nullptr, nullptr) == PERSEUS_OK);
         CHILD_CHECK(perseus_release(h) == PERSEUS_OK);
+        CHILD_CHECK(perseus_handle_times(h, &submitted, &completed) == PERSEUS_ERR_INVALID_ARGUMENT);
         CHILD_CHECK(perseus_release(h) == PERSEUS_ERR_INVALID_ARGUMENT);
         // Validation.
         perseus_tensor bad = tv;

@@ -60,8 +60,12 @@ from perseus import _core
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 _core.init()
 a = np.arange(6, dtype=np.float32).reshape(2, 3)
+import time
+t0 = time.perf_counter()
 h = _core.allreduce('np', a, None, 0)
 assert h.wait(5.0) and h.poll() and h.done and h.status == 0
+submitted, completed = h.times()  # the engine's stamps, on perf_counter's clock
+assert t0 <= submitted <= completed <= time.perf_counter(), (t0, submitted, completed)
 h = _core.allgather('g', np.arange(3, dtype=np.int64))
 h.wait()
 out = h.output(0)
