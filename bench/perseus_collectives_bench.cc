@@ -136,7 +136,8 @@ double minSample() { return std::getenv("MIN_SAMPLE_S") ? std::atof(std::getenv(
 void sweep(double max_mib, const std::string& only) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter"};
   for (const char* name : names) {
-    if (only != "all" && only != name) continue;
+    // `only`: "all" or a comma-separated list of collectives.
+    if (only != "all" && ("," + only + ",").find(std::string(",") + name + ",") == std::string::npos) continue;
     // MIN_BYTES skips the small sizes (profiling one size range).
     const size_t first = std::getenv("MIN_BYTES") ? std::strtoull(std::getenv("MIN_BYTES"), nullptr, 10) : 4;
     for (size_t bytes = 4; bytes <= static_cast<size_t>(max_mib * (1 << 20)); bytes *= 4) {

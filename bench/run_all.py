@@ -8,7 +8,8 @@ All in one run, so that ratios compare like with like on this noisy machine:
   2. collectives: allreduce/allgather/broadcast/reducescatter sweeps, 4 B to --max-mib, for
      Perseus (C API, perseusrun), Open MPI, torch.distributed/Gloo and Horovod (horovodrun
      --gloo, Python API; allreduce also with horovodrun --mpi where the wheel has MPI), plus
-     Perseus through the same Python script as Horovod (allreduce);
+     Perseus through the same Python script as Horovod (allreduce); the allreduce of Perseus's
+     C API and of Open MPI runs in ALLREDUCE_ROUNDS alternating sweeps, median per size;
   3. latency: 4-byte allreduce through the asynchronous engine, C API (Perseus) and Python
      allreduce_async_ + synchronize (Perseus, Horovod); ResNet-50 gradient step (C API);
   4. negotiation: step cost with 1/10/100/1000 small tensors (Perseus, Horovod);
@@ -39,6 +40,9 @@ PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 TRAIN_DIR = os.path.join(ROOT, "bench", "training")
 
 
+ALLREDUCE_ROUNDS = 3  # alternating Perseus / Open MPI allreduce sweeps (median per size)
+
+
 def log(msg):
     print(f"[run_all] {msg}", file=sys.stderr, flush=True)
 
@@ -57,7 +61,7 @@ class Runner:
                            p for p in (os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH"))
                            if p)}
 
-    def run(self, what, library, cmd, env=None, timeout=1800, expect=1):
+    def run(self, what, library, cmd, env=None, timeout=1800, expect=1, keep=True):
         log(f"{what}: " + " ".join(cmd))
         full_env = dict(os.environ, **self.py_env, **(env or {}))
         t0 = time.time()
@@ -76,12 +80,30 @@ class Runner:
             reason = last_lines(err) or f"exit {rc}, {len(rows)} rows"
             log(f"{what} failed: {reason}")
             self.skip(what, library, f"exit {rc}: {reason}")
-        self.rows += rows
+        if keep:
+            self.rows += rows
         return rows
 
     def skip(self, what, library, reason):
         self.rows.append({"library": library, "collective": "skipped", "what": what,
                           "ranks": self.ranks, "reason": reason})
+
+
+def median_rows(rounds):
+    """One row per (library, collective, bytes) from several runs of the same sweep: the median
+    time of the rounds (bandwidths scaled with it), the rounds' times kept in `rounds_us`."""
+    groups = {}
+    for rows in rounds:
+        for row in rows:
+            groups.setdefault((row["library"], row["collective"], row["bytes"]), []).append(row)
+    out = []
+    for rows in groups.values():
+        times = sorted(r["time_us"] for r in rows)
+        mid = times[len(times) // 2]
+        row = dict(next(r for r in rows if r["time_us"] == mid))
+        row["rounds_us"] = [r["time_us"] for r in rows]
+        out.append(row)
+    return out
 
 
 def parse_rows(stdout):
@@ -240,7 +262,8 @@ def main():
         # The machine's floors for 2 ranks, right before the sweep that is judged against them.
         r.run("floors (memcpy, cross-core)", "floor",
               [os.path.join(r.build_dir, "bench", "floor_probe_bench"), max_mib], env)
-        r.run("perseus sweep", "perseus", perseusrun(n) + [perseus_bin, "sweep", max_mib], env)
+        r.run("perseus sweep", "perseus",
+              perseusrun(n) + [perseus_bin, "sweep", max_mib, "allgather,broadcast,reducescatter"], env)
         r.run("perseus-py sweep", "perseus-py",
               perseusrun(n) + [py, os.path.join(PEERS_DIR, "hvd_collectives_bench.py"),
                                "--library", "perseus", "--label", "perseus-py",
@@ -248,7 +271,24 @@ def main():
               dict(env, MIN_SAMPLE_S="0.02" if q else "0.1"))
     if "openmpi" not in skip:
         r.run("openmpi sweep", "openmpi", ["mpirun", "--allow-run-as-root", "--oversubscribe",
-                                           "-np", str(n), mpi_bin, max_mib], env)
+                                           "-np", str(n), mpi_bin, max_mib,
+                                           "allgather,broadcast,reducescatter"], env)
+    # The allreduce of Perseus's C API and of Open MPI, in alternating rounds: the VM flips
+    # between fast and slow cross-core states for seconds at a time, and one sweep each would
+    # compare the two in different states. Each size's figure is the median of the rounds.
+    rounds = {"perseus": [], "openmpi": []}
+    for i in range(1 if q else ALLREDUCE_ROUNDS):
+        if "perseus" not in skip:
+            rounds["perseus"].append(r.run(f"perseus allreduce sweep, round {i + 1}", "perseus",
+                                           perseusrun(n) + [perseus_bin, "sweep", max_mib, "allreduce"],
+                                           env, keep=False))
+        if "openmpi" not in skip:
+            rounds["openmpi"].append(r.run(f"openmpi allreduce sweep, round {i + 1}", "openmpi",
+                                           ["mpirun", "--allow-run-as-root", "--oversubscribe",
+                                            "-np", str(n), mpi_bin, max_mib, "allreduce"],
+                                           env, keep=False))
+    for lib_rounds in rounds.values():
+        r.rows += median_rows(lib_rounds)
     if "gloo" not in skip:
         r.run("gloo sweep", "torch-gloo",
               [py, os.path.join(PEERS_DIR, "torch_dist_bench.py"), "--ranks", str(n),

@@ -46,6 +46,16 @@ static float* bench_alloc(size_t bytes) {
   return p;
 }
 
+/* `only`: "all" or a comma-separated list of collectives. */
+static int selected(const char* only, const char* name) {
+  if (strcmp(only, "all") == 0) return 1;
+  const size_t n = strlen(name);
+  for (const char* p = only; (p = strstr(p, name)) != NULL; p += n) {
+    if ((p == only || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -62,7 +72,7 @@ int main(int argc, char** argv) {
   memset(out, 0, max_bytes + 64);
   double* t = malloc(sizeof(double) * samples);
   for (int c = 0; c < 4; ++c) {
-    if (strcmp(only, "all") != 0 && strcmp(only, kNames[c]) != 0) continue;
+    if (!selected(only, kNames[c])) continue;
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
       size_t n = bytes / sizeof(float);
       if ((c == ALLGATHER || c == REDUCESCATTER) && n < (size_t)size) continue;
