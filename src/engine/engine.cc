@@ -475,8 +475,8 @@ ProcessSet* Engine::setById(int32_t id) {
   return nullptr;
 }
 
-void Engine::idleWait(bool pending) {
-  const auto spin_end = Clock::now() + std::chrono::microseconds(params_.spin_us);
+void Engine::idleWait(bool pending, bool spin) {
+  const auto spin_end = Clock::now() + std::chrono::microseconds(spin ? params_.spin_us : 0);
   do {
     if (queue_nonempty_.load(std::memory_order_acquire) || shutdown_requested_.load() ||
         drive_requested_.load() || transport_->hasIncoming()) {
@@ -559,6 +559,7 @@ void Engine::park() {
 
 void Engine::loop() {
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
+  bool idle = false;  // waited since the last work, and nothing came
   while (!stopped_.load()) {
     if (!cycle.owns_lock() && !cycle.try_lock()) {
       park();  // a caller is running cycles
@@ -573,7 +574,13 @@ void Engine::loop() {
       park();
       continue;
     }
-    if (!worked) idleWait(pending);
+    if (worked) {
+      idle = false;
+    } else {
+      // Pending GPU work is polled in the spin (Note [GPU completion]): keep spinning for it.
+      idleWait(pending, !idle || !gpu_pending_.empty());
+      idle = true;
+    }
   }
 }
 

@@ -190,7 +190,9 @@ class Engine {
   // spin_us, or the lock could not be had.
   void drive(const Handle& handle, int64_t spin_us);
   bool drainQueue();
-  void idleWait(bool pending);
+  // `spin`: spin PERSEUS_SPIN_US before blocking; false when the last wait ended with nothing
+  // to do (a timeout: work wakes the thread, so spinning again would only take a core).
+  void idleWait(bool pending, bool spin);
   bool runCycle();
   std::vector<Response> negotiate(ProcessSet& set, bool global);
   void classifyFresh(ProcessSet& set, std::chrono::steady_clock::time_point now,

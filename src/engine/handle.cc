@@ -27,6 +27,10 @@ int64_t steadyNs() {
 }  // namespace
 
 std::shared_ptr<Handle> Handle::create(std::string name) {
+  return create(std::make_shared<const std::string>(std::move(name)));
+}
+
+std::shared_ptr<Handle> Handle::create(Name name) {
   static std::atomic<int64_t> next_id{1};
   auto h = std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
   h->submitted_ns_ = steadyNs();
@@ -111,10 +115,27 @@ void Handle::streamWait(void* stream) const {
   for (const auto& w : works) w->streamWait(stream);
 }
 
+namespace {
+constexpr size_t kSpareNodes = 64;
+}  // namespace
+
+HandleTable::HandleTable() {
+  handles_.reserve(1024);
+  spare_.reserve(kSpareNodes);
+}
+
 void HandleTable::insert(std::shared_ptr<Handle> handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t id = handle->id();
-  handles_[id] = std::move(handle);
+  const int64_t id = handle->id();
+  if (spare_.empty()) {
+    handles_[id] = std::move(handle);
+    return;
+  }
+  Map::node_type node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = id;
+  node.mapped() = std::move(handle);
+  handles_.insert(std::move(node));
 }
 
 std::shared_ptr<Handle> HandleTable::find(int64_t id) const {
@@ -124,8 +145,13 @@ std::shared_ptr<Handle> HandleTable::find(int64_t id) const {
 }
 
 bool HandleTable::release(int64_t id) {
+  std::shared_ptr<Handle> last;  // destroyed after the lock is let go
   std::lock_guard<std::mutex> lock(mu_);
-  return handles_.erase(id) > 0;
+  Map::node_type node = handles_.extract(id);
+  if (node.empty()) return false;
+  last = std::move(node.mapped());
+  if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
+  return true;
 }
 
 size_t HandleTable::size() const {

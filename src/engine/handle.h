@@ -50,13 +50,16 @@ class Handle {
  public:
   using Callback = std::function<void(StatusCode, const std::string&)>;
 
-  Handle(int64_t id, std::string name) : id_(id), name_(std::move(name)) {}
+  using Name = std::shared_ptr<const std::string>;
+  Handle(int64_t id, Name name) : id_(id), name_(std::move(name)) {}
   // A handle with an id that is unique in the process, across engines (the C API may
   // re-initialise), so a stale id never finds another engine's handle. Stamps the submission.
   static std::shared_ptr<Handle> create(std::string name);
+  // The same with a name shared with its owner (a posted slot's): no copy per operation.
+  static std::shared_ptr<Handle> create(Name name);
 
   int64_t id() const { return id_; }
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return *name_; }
 
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Spins for `spin_us`, then blocks. Returns false if `timeout_s` (>= 0) passed first.
@@ -100,7 +103,7 @@ class Handle {
 
  private:
   const int64_t id_;
-  const std::string name_;
+  const Name name_;
   std::atomic<bool> done_{false};
   StatusCode status_ = StatusCode::kOk;
   std::string message_;
@@ -123,14 +126,18 @@ class Handle {
 // Handles by id, for the C API. Ids come from the engine and are never reused by it.
 class HandleTable {
  public:
+  HandleTable();
   void insert(std::shared_ptr<Handle> handle);
   std::shared_ptr<Handle> find(int64_t id) const;  // nullptr if unknown or released
   bool release(int64_t id);
   size_t size() const;
 
  private:
+  using Map = std::unordered_map<int64_t, std::shared_ptr<Handle>>;
   mutable std::mutex mu_;
-  std::unordered_map<int64_t, std::shared_ptr<Handle>> handles_;
+  Map handles_;
+  // Released nodes, reused by insert(): a submit-wait-release loop allocates no node.
+  std::vector<Map::node_type> spare_;
 };
 
 }  // namespace perseus::engine

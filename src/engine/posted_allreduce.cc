@@ -88,7 +88,7 @@ void PostedAllreduce::learn(const Response& r, bool may_add, std::shared_ptr<Han
     return;
   }
   Slot s;
-  s.name = r.name;
+  s.name = std::make_shared<const std::string>(r.name);
   s.meta = r.tensors[0];
   s.reduce_op = r.reduce_op;
   s.prescale = r.prescale;
@@ -200,7 +200,7 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
     if (now == nullptr || *now - s.submitted < patience_) return std::nullopt;
     // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
     st = board_->revoke(index, s.gen);
-    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << s.name
+    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << *s.name
                                 << "' waited past its patience for the other ranks' posts; "
                                    "it is negotiated instead";
   }
@@ -210,7 +210,7 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
     // Back to the queue as the entry it would have been without a slot.
     auto e = std::make_unique<Entry>();
     e->request.op = OpType::kAllreduce;
-    e->request.name = s.name;
+    e->request.name = *s.name;
     e->request.process_set = 0;
     e->request.tensors.push_back(s.meta);
     e->request.reduce_op = s.reduce_op;

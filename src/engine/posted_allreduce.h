@@ -145,7 +145,7 @@ class PostedAllreduce {
 
  private:
   struct Slot {
-    std::string name;
+    Handle::Name name;  // shared with the handles of its posts
     TensorMeta meta;
     ReduceOp reduce_op = ReduceOp::kSum;
     double prescale = 1.0, postscale = 1.0;
