@@ -97,7 +97,7 @@ def collectives_section(rows):
            "Times are the median of per-sample means (max over ranks), as in perf-anchors.md §5; "
            "the allreduce rows of perseus and openmpi are the median of alternating sweeps "
            "(run_all.py ALLREDUCE_ROUNDS; the VM flips between fast and slow states), which "
-           "every row keeps in `rounds_us`; busbw follows nccl-tests. *perseus* is the C API (engine, negotiation and fusion "
+           "every row keeps in `rounds_time_us`; busbw follows nccl-tests. *perseus* is the C API (engine, negotiation and fusion "
            "included); *perseus-py* is Perseus through bench/peers/hvd_collectives_bench.py, the "
            "same Python script and calls (`hvd.allreduce_(x, name=...)`) that measure *horovod*. "
            "The last column is the best of openmpi, torch-gloo, horovod (and horovod-mpi, Horovod "

@@ -41,6 +41,7 @@ TRAIN_DIR = os.path.join(ROOT, "bench", "training")
 
 
 ALLREDUCE_ROUNDS = 3  # alternating Perseus / Open MPI allreduce sweeps (median per size)
+TRAIN_ROUNDS = 3  # interleaved training runs per framework and rank count (median per library)
 
 
 def log(msg):
@@ -85,25 +86,44 @@ class Runner:
         return rows
 
     def skip(self, what, library, reason):
+        what = re.sub(r", round \d+$", "", what)
+        if any(row.get("collective") == "skipped" and row.get("what") == what
+               for row in self.rows):
+            return  # one row per failing run, not per round
         self.rows.append({"library": library, "collective": "skipped", "what": what,
                           "ranks": self.ranks, "reason": reason})
 
 
-def median_rows(rounds):
-    """One row per (library, collective, bytes) from several runs of the same sweep: the median
-    time of the rounds (bandwidths scaled with it), the rounds' times kept in `rounds_us`."""
+def median_rows(rounds, key=("library", "collective", "bytes"), value="time_us"):
+    """One row per `key` from several rounds of the same runs: the row whose `value` is the
+    median of the rounds (its other figures measured with it), the rounds' values kept in
+    `rounds` + the value's name."""
     groups = {}
     for rows in rounds:
         for row in rows:
-            groups.setdefault((row["library"], row["collective"], row["bytes"]), []).append(row)
+            groups.setdefault(tuple(row.get(k) for k in key), []).append(row)
     out = []
     for rows in groups.values():
-        times = sorted(r["time_us"] for r in rows)
-        mid = times[len(times) // 2]
-        row = dict(next(r for r in rows if r["time_us"] == mid))
-        row["rounds_us"] = [r["time_us"] for r in rows]
+        values = sorted(r[value] for r in rows)
+        mid = values[len(values) // 2]
+        row = dict(next(r for r in rows if r[value] == mid))
+        row["rounds_" + value] = [r[value] for r in rows]
         out.append(row)
     return out
+
+
+def interleaved(r, runs, count):
+    """Runs `runs` (what, library, cmd, run() keywords) in `count` rounds, rotating their order
+    from round to round so that no library always goes first; returns the rounds' rows."""
+    rounds = []
+    for i in range(count):
+        k = i % len(runs) if runs else 0
+        rows = []
+        for what, library, cmd, kw in runs[k:] + runs[:k]:
+            rows += r.run(f"{what}, round {i + 1}" if count > 1 else what, library, cmd,
+                          keep=False, **kw)
+        rounds.append(rows)
+    return rounds
 
 
 def parse_rows(stdout):
@@ -276,19 +296,15 @@ def main():
     # The allreduce of Perseus's C API and of Open MPI, in alternating rounds: the VM flips
     # between fast and slow cross-core states for seconds at a time, and one sweep each would
     # compare the two in different states. Each size's figure is the median of the rounds.
-    rounds = {"perseus": [], "openmpi": []}
-    for i in range(1 if q else ALLREDUCE_ROUNDS):
-        if "perseus" not in skip:
-            rounds["perseus"].append(r.run(f"perseus allreduce sweep, round {i + 1}", "perseus",
-                                           perseusrun(n) + [perseus_bin, "sweep", max_mib, "allreduce"],
-                                           env, keep=False))
-        if "openmpi" not in skip:
-            rounds["openmpi"].append(r.run(f"openmpi allreduce sweep, round {i + 1}", "openmpi",
-                                           ["mpirun", "--allow-run-as-root", "--oversubscribe",
-                                            "-np", str(n), mpi_bin, max_mib, "allreduce"],
-                                           env, keep=False))
-    for lib_rounds in rounds.values():
-        r.rows += median_rows(lib_rounds)
+    runs = []
+    if "perseus" not in skip:
+        runs.append(("perseus allreduce sweep", "perseus",
+                     perseusrun(n) + [perseus_bin, "sweep", max_mib, "allreduce"], {"env": env}))
+    if "openmpi" not in skip:
+        runs.append(("openmpi allreduce sweep", "openmpi",
+                     ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), mpi_bin,
+                      max_mib, "allreduce"], {"env": env}))
+    r.rows += median_rows(interleaved(r, runs, 1 if q else ALLREDUCE_ROUNDS))
     if "gloo" not in skip:
         r.run("gloo sweep", "torch-gloo",
               [py, os.path.join(PEERS_DIR, "torch_dist_bench.py"), "--ranks", str(n),
@@ -341,36 +357,47 @@ def main():
     if "model" not in skip:
         r.run("perseus resnet50 step", "perseus", perseusrun(n) + [perseus_bin, "model-step"], env)
 
-    # 5. training, 1 rank and n ranks
+    # 5. training, 1 rank and n ranks. Every library of a framework and rank count runs in
+    # TRAIN_ROUNDS interleaved rounds (median step per library): single runs differ by 10-15%
+    # on this VM from one minute to the next, as much as the libraries differ.
     steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if q else \
         ["--steps", "10", "--iters", "5", "--warmup", "5"]
-    for fw, script in (("torch", "torch_train_bench.py"), ("mxnet", "mxnet_train_bench.py")):
-        if f"train-{fw}" not in skip:  # the compute-only step, no library: the reference
-            r.run(f"{fw} none x1", "none",
-                  [py, os.path.join(TRAIN_DIR, script)] + steps + ["--library", "none"])
+    train_key = ("library", "framework", "ranks")
     for ranks in sorted({1, n}):
         if "train-torch" not in skip:
             script = [py, os.path.join(TRAIN_DIR, "torch_train_bench.py")] + steps
-            r.run(f"torch perseus x{ranks}", "perseus",
-                  perseusrun(ranks) + script + ["--library", "perseus"])
+            runs = []
+            if ranks == 1:  # the compute-only step, no library: the reference
+                runs.append(("torch none x1", "none", script + ["--library", "none"], {}))
+            runs.append((f"torch perseus x{ranks}", "perseus",
+                         perseusrun(ranks) + script + ["--library", "perseus"], {}))
             if hvd_run:
-                r.run(f"torch horovod x{ranks}", "horovod",
-                      horovodrun(hvd_run, ranks) + script + ["--library", "horovod"])
+                runs.append((f"torch horovod x{ranks}", "horovod",
+                             horovodrun(hvd_run, ranks) + script + ["--library", "horovod"], {}))
             else:
                 r.skip(f"torch horovod x{ranks}", "horovod", hvd_info)
-            r.run(f"torch ddp x{ranks}", "ddp", script + ["--library", "ddp", "--ranks",
-                                                          str(ranks)])
+            runs.append((f"torch ddp x{ranks}", "ddp",
+                         script + ["--library", "ddp", "--ranks", str(ranks)], {}))
+            r.rows += median_rows(interleaved(r, runs, 1 if q else TRAIN_ROUNDS), train_key,
+                                  "step_ms")
         if "train-mxnet" not in skip:
             script = [py, os.path.join(TRAIN_DIR, "mxnet_train_bench.py")] + steps
+            runs = []
+            if ranks == 1:
+                runs.append(("mxnet none x1", "none", script + ["--library", "none"], {}))
             for lib in ("perseus-trainer", "perseus-kvstore"):
-                r.run(f"mxnet {lib} x{ranks}", lib, perseusrun(ranks) + script + ["--library", lib])
+                runs.append((f"mxnet {lib} x{ranks}", lib,
+                             perseusrun(ranks) + script + ["--library", lib], {}))
             if hvd_mx_ok:
-                r.run(f"mxnet horovod x{ranks}", "horovod",
-                      horovodrun(hvd_run, ranks) + script + ["--library", "horovod"])
+                runs.append((f"mxnet horovod x{ranks}", "horovod",
+                             horovodrun(hvd_run, ranks) + script + ["--library", "horovod"], {}))
             else:
                 r.skip(f"mxnet horovod x{ranks}", "horovod", hvd_mx_info)
-            r.run(f"mxnet mxnet-ps x{ranks}", "mxnet-ps",
-                  script + ["--library", "mxnet-ps", "--ranks", str(ranks)], timeout=600)
+            runs.append((f"mxnet mxnet-ps x{ranks}", "mxnet-ps",
+                         script + ["--library", "mxnet-ps", "--ranks", str(ranks)],
+                         {"timeout": 600}))
+            r.rows += median_rows(interleaved(r, runs, 1 if q else TRAIN_ROUNDS), train_key,
+                                  "step_ms")
     log(f"measured in {time.time() - started:.0f} s")
 
     rows = r.rows

@@ -99,3 +99,30 @@ def test_shortfalls_and_skips_are_reported(doc):
     assert "| horovod sweep | import horovod.torch failed |" in text
     bar = text.split("<!-- BEGIN bar -->")[1].split("<!-- END bar -->")[0]
     assert "| ➖" in bar and "| ❌" in bar
+
+
+def test_interleaved_rounds_keep_the_median_row_of_each_library():
+    import run_all  # noqa: E402  (bench/run_all.py)
+
+    rounds = [[{"library": "perseus", "collective": "allreduce", "bytes": 4, "time_us": t,
+                "busbw_gbs": 4 / t}] for t in (3.0, 1.0, 2.0)]
+    rounds[1].append({"library": "openmpi", "collective": "allreduce", "bytes": 4,
+                      "time_us": 9.0, "busbw_gbs": 0.5})
+    rows = {r["library"]: r for r in run_all.median_rows(rounds)}
+    assert rows["perseus"]["time_us"] == 2.0 and rows["perseus"]["busbw_gbs"] == 2.0
+    assert rows["perseus"]["rounds_time_us"] == [3.0, 1.0, 2.0]
+    assert rows["openmpi"]["rounds_time_us"] == [9.0]
+
+    class FakeRunner:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, what, library, cmd, keep=True, **kw):
+            self.calls.append(library)
+            return [{"library": library, "framework": "torch", "ranks": 2, "step_ms": 1.0}]
+
+    r = FakeRunner()
+    runs = [("a", "a", [], {}), ("b", "b", [], {}), ("c", "c", [], {})]
+    got = run_all.interleaved(r, runs, 3)
+    assert r.calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # no library always first
+    assert len(got) == 3 and all(len(g) == 3 for g in got)
