@@ -28,7 +28,8 @@
 #   (d)  bench/gpu/sync_bn.py: SyncBatchNorm fwd+bwd vs BatchNorm2d, 32x256x56x56, 1 rank.
 #   (e)  only with >= 2 GPUs: perseusrun -np 2 bench/gpu/two_gpu.py check (5 ops x 4 dtypes +
 #        a process set), then ... bench (busbw vs torch NCCL, 1 MiB..1 GiB, 4 B latency),
-#        then sync_bn.py on 2 ranks.
+#        then ... split (the phases of a 4-byte allreduce: as is, PERSEUS_SPIN_US=2000, and
+#        with PERSEUS_TIMELINE into $OUT), then sync_bn.py on 2 ranks.
 #   mc   compute-sanitizer memcheck of gpu_kernels_test, only if >= 70 s of the deadline is left.
 #
 # Modes:
@@ -164,6 +165,14 @@ fi
 if gpu_or_dry 2; then
   run_step "e 2 GPUs check" 40 "${RUN[@]}" python3 bench/gpu/two_gpu.py check "${CPU[@]}"
   run_step "e 2 GPUs bench" 70 "${RUN[@]}" python3 bench/gpu/two_gpu.py bench "${CPU[@]}"
+  # Where a 4-byte GPU allreduce's time goes at 2 ranks: as is, with a longer spin before any
+  # thread blocks (are wake-ups the cost?), and with the engine's timeline (its spans come back
+  # under $OUT as timeline.<rank>.json).
+  run_step "e 2 GPUs split" 30 "${RUN[@]}" python3 bench/gpu/two_gpu.py split "${CPU[@]}"
+  run_step "e 2 GPUs split SPIN_US=2000" 30 env PERSEUS_SPIN_US=2000 "${RUN[@]}" \
+    python3 bench/gpu/two_gpu.py split --tag spin2000 "${CPU[@]}"
+  run_step "e 2 GPUs split timeline" 30 env PERSEUS_TIMELINE="$OUT/timeline.json" "${RUN[@]}" \
+    python3 bench/gpu/two_gpu.py split --tag timeline "${CPU[@]}"
   run_step "e sync_bn 2 ranks" 30 "${RUN[@]}" python3 bench/gpu/sync_bn.py "${CPU[@]}"
 else
   step_line "e skipped: $NGPU GPU(s) visible, needs 2"

@@ -5,8 +5,15 @@
            process set; any mismatch exits 3 naming the op and dtype.
   --bench: allreduce/allgather/reducescatter bus bandwidth of Perseus and of torch.distributed
            NCCL (same process, same buffers) at 1 MiB .. 1 GiB, and 4-byte allreduce latency.
+  --split: the phases of one 4-byte hvd.allreduce_ on the GPU (as b_w1_split, at 2 ranks),
+           with the engine's own stamps (Handle.times()): submit, the engine's span from
+           submission to completion, the waiter's wake-up after it, the stream hand-off and
+           the device sync; tagged with --tag (the environment it ran under).
 Bus bandwidth follows nccl-tests: allreduce 2(n-1)/n * S / t, allgather and reducescatter
 (n-1)/n * S / t, S the full buffer (allgather output, reducescatter input)."""
+
+import statistics
+import time
 
 import torch
 
@@ -91,8 +98,46 @@ def bench(args, dev, rank, size):
     dist.destroy_process_group()
 
 
+def split(args, dev, rank, size):
+    from perseus.torch import _tensors as _t
+    from perseus.torch import mpi_ops as _ops
+    x = torch.ones(1, device=dev)
+    reps = 20 if args.cpu else 300
+    cols = {k: [] for k in ("submit", "engine", "wake", "stream", "sync", "total", "skew")}
+    pc = time.perf_counter
+    for i in range(reps + 10):
+        common.sync(dev)
+        hvd.barrier()
+        t0 = pc()
+        h = _ops.allreduce_async_(x, op=hvd.Sum, name="lat.split")
+        t1 = pc()
+        pending = _t.take(h)
+        pending.core.wait()
+        t2 = pc()
+        _ops._wait_device(pending)
+        t3 = pc()
+        common.sync(dev)
+        t4 = pc()
+        submitted, completed = pending.core.times()
+        if i >= 10:
+            for k, v in (("submit", t1 - t0), ("engine", completed - submitted),
+                         ("wake", t2 - completed), ("stream", t3 - t2), ("sync", t4 - t3),
+                         ("total", t4 - t0), ("skew", submitted)):
+                cols[k].append(v)
+    # skew: how much later the last rank submitted than this one (same host, one clock).
+    mine = torch.tensor(cols["skew"], dtype=torch.float64)
+    others = hvd.allgather(mine.unsqueeze(0), name="split.skew")
+    cols["skew"] = (others.max(0).values - mine).tolist()
+    med = {k + "_us": statistics.median(v) * 1e6 for k, v in cols.items()}
+    if rank == 0:
+        common.result("e_split", tag=args.tag, **med)
+
+
 def main():
-    args = common.parse(__doc__, lambda p: p.add_argument("mode", choices=["check", "bench"]))
+    def options(p):
+        p.add_argument("mode", choices=["check", "bench", "split"])
+        p.add_argument("--tag", default="default")
+    args = common.parse(__doc__, options)
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     dev = common.device_for(args, hvd.local_rank())
@@ -101,6 +146,8 @@ def main():
     if args.mode == "check":
         ps = hvd.add_process_set(list(range(size)))
         check(dev, rank, size, ps)
+    elif args.mode == "split":
+        split(args, dev, rank, size)
     else:
         bench(args, dev, rank, size)
     hvd.shutdown()
