@@ -43,7 +43,8 @@ void Engine::finishGpu(ProcessSet& set, Entry* e) {
   }
   auto node = set.entries.extract(e->request.name);
   e->handle->setGpuWork(e->gpu_works);
-  gpu_pending_.push_back({e->handle, std::move(e->gpu_works), e->error, e->error_message});
+  gpu_pending_.push_back({e->handle, std::move(e->gpu_works), e->error, e->error_message,
+                          timeline_ ? Clock::now() : Clock::time_point{}});
 }
 
 void Engine::pollGpu() {
@@ -67,6 +68,7 @@ void Engine::pollGpu() {
       ++i;
       continue;
     }
+    if (timeline_) timeline_->span(p.handle->name(), "COMMUNICATE", p.launched, Clock::now());
     auto handle = std::move(p.handle);
     StatusCode code = p.code;
     std::string message = std::move(p.message);

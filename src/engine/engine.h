@@ -296,6 +296,7 @@ class Engine {
     std::vector<std::shared_ptr<backends::GpuWork>> works;
     StatusCode code = StatusCode::kOk;
     std::string message;
+    std::chrono::steady_clock::time_point launched;  // for the timeline's COMMUNICATE span
   };
   std::vector<GpuPending> gpu_pending_;
   std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries

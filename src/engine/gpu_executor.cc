@@ -13,6 +13,7 @@
 // device (Engine::submit enforces it), so every rank's groups are the same.
 #include "collectives/collectives.h"
 #include "engine/executor.h"
+#include "engine/timeline.h"
 
 namespace perseus::engine {
 namespace {
@@ -25,7 +26,7 @@ class GpuExecutor final : public Executor {
 
   void run(const FusionGroup& g, const std::vector<Response>& rs,
            const std::vector<Entry*>& es, collectives::Communicator& comm, FusionBuffer&,
-           Timeline*) override {
+           Timeline* timeline) override {
     for (const FusionItem& it : g.items) {
       if (es[it.response] == nullptr) {
         // A joined rank would have to contribute device zeros; not supported on the GPU path.
@@ -34,13 +35,19 @@ class GpuExecutor final : public Executor {
                                               "has joined; finish GPU collectives before join()"));
       }
     }
+    const auto start = timeline ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     switch (g.op) {
-      case OpType::kAllreduce: return allreduce(g, rs, es, comm);
-      case OpType::kAllgather: return allgather(g, rs, es, comm);
-      case OpType::kBroadcast: return broadcast(g, rs, es, comm);
-      case OpType::kAlltoall: return alltoall(g, rs, es, comm);
-      case OpType::kReducescatter: return reducescatter(g, rs, es, comm);
+      case OpType::kAllreduce: allreduce(g, rs, es, comm); break;
+      case OpType::kAllgather: allgather(g, rs, es, comm); break;
+      case OpType::kBroadcast: broadcast(g, rs, es, comm); break;
+      case OpType::kAlltoall: alltoall(g, rs, es, comm); break;
+      case OpType::kReducescatter: reducescatter(g, rs, es, comm); break;
       default: PERSEUS_CHECK(false, "GPU executor got " << opTypeName(g.op));
+    }
+    // Enqueueing on the device; the GPU's part is the COMMUNICATE span that completion records.
+    if (timeline) {
+      const auto end = Timeline::Clock::now();
+      for (const FusionItem& it : g.items) timeline->span(rs[it.response].name, "LAUNCH", start, end);
     }
   }
 

@@ -1,6 +1,7 @@
 // Chrome-trace / Perfetto timeline of one rank (PERSEUS_TIMELINE): per tensor, the phases
 // NEGOTIATE, QUEUE, MEMCPY_IN_FUSION, COMMUNICATE, MEMCPY_OUT as complete ("X") events, one
-// track (tid) per tensor name.
+// track (tid) per tensor name. CUDA tensors have NEGOTIATE, QUEUE, LAUNCH (enqueueing on the
+// device) and COMMUNICATE (from the enqueue until the engine saw the GPU finish).
 //
 // The file is valid JSON after every flush: events are appended in front of the closing
 // bracket with one pwrite, so a job that dies abruptly still leaves a loadable trace.
