@@ -22,27 +22,14 @@ import common
 import perseus.torch as hvd
 from perseus.common.names import op_name
 from perseus.torch import _tensors as _t
-from perseus.torch import mpi_ops as _ops
 
 
 def phases(x, name, dev, reps):
     """Median microseconds of each phase of hvd.allreduce_(x) (see the module doc)."""
     cols = {k: [] for k in ("submit", "wait", "stream", "finish", "sync", "total")}
-    pc = time.perf_counter
     for i in range(reps + 5):
         common.sync(dev)
-        t0 = pc()
-        h = _ops.allreduce_async_(x, op=hvd.Sum, name=name)
-        t1 = pc()
-        pending = _t.take(h)
-        pending.core.wait()
-        t2 = pc()
-        _ops._wait_device(pending)
-        t3 = pc()
-        pending.finish(pending.core)
-        t4 = pc()
-        common.sync(dev)
-        t5 = pc()
+        (t0, t1, t2, t3, t4, t5), _ = common.allreduce_phases(hvd, x, name, dev)
         if i >= 5:
             for k, a, b in (("submit", t0, t1), ("wait", t1, t2), ("stream", t2, t3),
                             ("finish", t3, t4), ("sync", t4, t5), ("total", t0, t5)):

@@ -49,6 +49,28 @@ def median_us(fn, device, reps, warmup=5):
     return statistics.median(ts)
 
 
+def allreduce_phases(hvd, x, name, dev):
+    """One hvd.allreduce_(x) split at its phases: returns the perf_counter() stamps before
+    submission, after it, after the host wait, after the stream hand-off and after the
+    output's finish, then after a device sync, and the core handle (for Handle.times())."""
+    from perseus.torch import _tensors as _t
+    from perseus.torch import mpi_ops as _ops
+    pc = time.perf_counter
+    t0 = pc()
+    h = _ops.allreduce_async_(x, op=hvd.Sum, name=name)
+    t1 = pc()
+    pending = _t.take(h)
+    pending.core.wait()
+    t2 = pc()
+    _ops._wait_device(pending)
+    t3 = pc()
+    pending.finish(pending.core)
+    t4 = pc()
+    sync(dev)
+    t5 = pc()
+    return (t0, t1, t2, t3, t4, t5), pending.core
+
+
 def reps_for(nbytes):
     if nbytes <= 1 << 20:
         return 100

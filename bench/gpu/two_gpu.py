@@ -13,7 +13,6 @@ Bus bandwidth follows nccl-tests: allreduce 2(n-1)/n * S / t, allgather and redu
 (n-1)/n * S / t, S the full buffer (allgather output, reducescatter input)."""
 
 import statistics
-import time
 
 import torch
 
@@ -99,30 +98,18 @@ def bench(args, dev, rank, size):
 
 
 def split(args, dev, rank, size):
-    from perseus.torch import _tensors as _t
-    from perseus.torch import mpi_ops as _ops
     x = torch.ones(1, device=dev)
     reps = 20 if args.cpu else 300
     cols = {k: [] for k in ("submit", "engine", "wake", "stream", "sync", "total", "skew")}
-    pc = time.perf_counter
     for i in range(reps + 10):
         common.sync(dev)
         hvd.barrier()
-        t0 = pc()
-        h = _ops.allreduce_async_(x, op=hvd.Sum, name="lat.split")
-        t1 = pc()
-        pending = _t.take(h)
-        pending.core.wait()
-        t2 = pc()
-        _ops._wait_device(pending)
-        t3 = pc()
-        common.sync(dev)
-        t4 = pc()
-        submitted, completed = pending.core.times()
+        (t0, t1, t2, t3, _, t5), core = common.allreduce_phases(hvd, x, "lat.split", dev)
+        submitted, completed = core.times()
         if i >= 10:
             for k, v in (("submit", t1 - t0), ("engine", completed - submitted),
-                         ("wake", t2 - completed), ("stream", t3 - t2), ("sync", t4 - t3),
-                         ("total", t4 - t0), ("skew", submitted)):
+                         ("wake", t2 - completed), ("stream", t3 - t2), ("sync", t5 - t3),
+                         ("total", t5 - t0), ("skew", submitted)):
                 cols[k].append(v)
     # skew: how much later the last rank submitted than this one (same host, one clock).
     mine = torch.tensor(cols["skew"], dtype=torch.float64)
