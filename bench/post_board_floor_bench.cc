@@ -1,4 +1,4 @@
-// The floor of a posted allreduce (Note [Posted allreduce], engine/post_board.h): two ranks as
+// The floor of a posted allreduce (Note [Posted collectives], engine/post_board.h): two ranks as
 // threads on two cores run only the protocol, one op at a time: copy the input into the pool,
 // count the post (compare-and-swap on the shared word), wait for the other's post, reduce
 // both posts into the output. No engine, no handle, no allocation. The difference between this

@@ -1,6 +1,7 @@
 // The collective entry points of the C API: validate the C arguments, convert them, submit.
 // Non-contiguous tensors are the framework layer's job; here a tensor is dense by contract.
 #include <algorithm>
+#include <optional>
 
 #include "capi/runtime.h"
 
@@ -9,6 +10,7 @@ using perseus::capi::guarded;
 
 namespace {
 
+using engine::OpType;
 using engine::TensorArg;
 
 std::string checkName(const char* name, const char* call) {
@@ -67,31 +69,31 @@ void checkCount(int32_t count, const void* p, const std::string& name) {
   }
 }
 
-// The posted path (Note [Posted allreduce]) for one CPU tensor of the global set, read in place:
-// null when the call does not qualify or the name is not posted, and the general path below
-// validates and submits it (reporting any bad argument).
-std::shared_ptr<engine::Handle> tryPost(engine::Engine& e, const char* name,
-                                        const perseus_tensor* in, const perseus_tensor* out,
-                                        int32_t op, double prescale, double postscale) {
-  if (name == nullptr || *name == '\0' || in == nullptr || out == nullptr || out->data == nullptr ||
-      !isValidDataType(in->dtype) || !isValidReduceOp(op) || in->device >= 0 ||
-      out->device >= 0 || in->ndim < 0 || in->ndim > PERSEUS_MAX_NDIM ||
-      (in->ndim > 0 && (in->shape == nullptr || out->shape == nullptr)) ||
-      out->dtype != in->dtype || out->ndim != in->ndim ||
-      !std::equal(in->shape, in->shape + in->ndim, out->shape)) {
-    return nullptr;
+// The posted path (Note [Posted collectives]) for one CPU tensor of the global set, read in
+// place: the arguments, or nothing when the call does not qualify (the general path then
+// validates and submits it, reporting any bad argument). `out` null: allgather.
+std::optional<engine::PostArgs> postable(OpType kind, const char* name, const perseus_tensor* in,
+                                         const perseus_tensor* out) {
+  if (name == nullptr || *name == '\0' || in == nullptr || !isValidDataType(in->dtype) ||
+      in->device >= 0 || in->ndim < 0 || in->ndim > PERSEUS_MAX_NDIM ||
+      (in->ndim > 0 && in->shape == nullptr)) {
+    return std::nullopt;
+  }
+  if (kind != OpType::kAllgather &&
+      (out == nullptr || out->data == nullptr || out->device >= 0 || out->dtype != in->dtype ||
+       out->ndim != in->ndim || (in->ndim > 0 && out->shape == nullptr) ||
+       !std::equal(in->shape, in->shape + in->ndim, out->shape))) {
+    return std::nullopt;
   }
   engine::PostArgs a;
+  a.kind = kind;
   a.name = name;
   a.dtype = static_cast<DataType>(in->dtype);
   a.shape = in->shape;
   a.ndim = static_cast<size_t>(in->ndim);
   a.input = in->data;
-  a.output = out->data;
-  a.op = static_cast<ReduceOp>(op);
-  a.prescale = prescale;
-  a.postscale = postscale;
-  return e.postAllreduce(a);
+  a.output = out != nullptr ? out->data : nullptr;
+  return a;
 }
 
 void checkHandle(perseus_handle* handle) {
@@ -114,11 +116,15 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          double prescale, double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
-    if (count == 1 && process_set == 0 && handle != nullptr) {
-      auto e = capi::requireEngine();
-      if (auto h = tryPost(*e, name, inputs, outputs, op, prescale, postscale)) {
-        *handle = capi::publish(h);
-        return;
+    if (count == 1 && process_set == 0 && handle != nullptr && isValidReduceOp(op)) {
+      if (auto a = postable(OpType::kAllreduce, name, inputs, outputs)) {
+        a->reduce_op = static_cast<ReduceOp>(op);
+        a->prescale = prescale;
+        a->postscale = postscale;
+        if (auto h = capi::requireEngine()->post(*a)) {
+          *handle = capi::publish(h);
+          return;
+        }
       }
     }
     std::string n = checkName(name, "perseus_allreduce");
@@ -145,6 +151,14 @@ perseus_status perseus_grouped_allgather(const char* name, int32_t count,
                                          const perseus_tensor* inputs, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
+    if (count == 1 && process_set == 0 && handle != nullptr) {
+      if (auto a = postable(OpType::kAllgather, name, inputs, nullptr)) {
+        if (auto h = capi::requireEngine()->post(*a)) {
+          *handle = capi::publish(h);
+          return;
+        }
+      }
+    }
     std::string n = checkName(name, "perseus_allgather");
     checkHandle(handle);
     checkCount(count, inputs, n);
@@ -159,6 +173,15 @@ perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
                                  const perseus_tensor* output, int32_t root_rank,
                                  int32_t process_set, perseus_handle* handle) {
   return guarded([&] {
+    if (process_set == 0 && handle != nullptr) {
+      if (auto a = postable(OpType::kBroadcast, name, input, output)) {
+        a->root = root_rank;
+        if (auto h = capi::requireEngine()->post(*a)) {
+          *handle = capi::publish(h);
+          return;
+        }
+      }
+    }
     std::string n = checkName(name, "perseus_broadcast");
     checkHandle(handle);
     auto e = capi::requireEngine();

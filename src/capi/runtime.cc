@@ -104,7 +104,8 @@ perseus_status perseus_get_engine_stats(perseus_engine_stats* out) {
     const engine::Engine::Stats s = capi::requireEngine()->stats();
     *out = perseus_engine_stats{s.cycles,           s.control_exchanges,     s.control_bytes,
                                 s.coordinator_rounds, s.cached_responses, s.coordinated_responses,
-                                s.negotiation_ns,   s.posted_allreduces};
+                                s.negotiation_ns,   s.posted_allreduces,
+                                s.posted_collectives};
   });
 }
 

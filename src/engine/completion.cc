@@ -1,5 +1,5 @@
 // Completing handles: a negotiated group's CPU entries, GPU work once the device finished it,
-// posted allreduces (Note [Posted allreduce]) once every rank posted; and failing everything
+// posted allreduces (Note [Posted collectives]) once every rank posted; and failing everything
 // pending when the engine stops.
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -9,7 +9,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Note [Posted allreduce]: how often the engine thread finishes posts that nobody waits for
+// Note [Posted collectives]: how often the engine thread finishes posts that nobody waits for
 // and no callback needs. A sweep scans every pending post: done on each turn of the engine
 // loop, it took the core from the framework thread that was submitting them.
 constexpr std::chrono::microseconds kPostedSweep{1000};
@@ -132,7 +132,7 @@ void Engine::breakEngine(const Error& cause, const std::string& during) {
   stopAll(cause.code(), PERSEUS_STR(cause.what() << " (during " << during << ")"), lost_rank);
 }
 
-void Engine::settle(PostedAllreduce::Settled& s) {
+void Engine::settle(PostedCollectives::Settled& s) {
   if (s.renegotiate) {
     enqueue(std::move(s.renegotiate), true);
     return;
@@ -140,8 +140,8 @@ void Engine::settle(PostedAllreduce::Settled& s) {
   s.handle->complete(StatusCode::kOk, "");
 }
 
-void Engine::settlePosted(std::vector<PostedAllreduce::Settled>& settled) {
-  for (PostedAllreduce::Settled& s : settled) settle(s);
+void Engine::settlePosted(std::vector<PostedCollectives::Settled>& settled) {
+  for (PostedCollectives::Settled& s : settled) settle(s);
   settled.clear();
 }
 
@@ -155,13 +155,13 @@ void Engine::sweepPosted() {
 
 void Engine::progressPosted() {
   if (!posted_.hasPending()) return;
-  std::vector<PostedAllreduce::Settled> settled;
+  std::vector<PostedCollectives::Settled> settled;
   posted_.progressAll(&settled);
   settlePosted(settled);
 }
 
 void Engine::progressPosted(const Handle& h) {
-  PostedAllreduce::Settled one;
+  PostedCollectives::Settled one;
   if (posted_.progress(h, &one)) settle(one);
 }
 

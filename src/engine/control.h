@@ -20,7 +20,7 @@ enum class ControlFlag : int {
   kShutdown = 1,  // some rank is shutting down
   kJoined = 2,    // some rank has joined
   kInvalid = 3,   // some rank invalidated cache bits
-  kNoPosts = 4,   // some rank cannot post allreduces (Note [Posted allreduce])
+  kNoPosts = 4,   // some rank cannot post allreduces (Note [Posted collectives])
 };
 
 class ControlVector {

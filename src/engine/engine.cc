@@ -113,10 +113,10 @@ std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
     a.ndim = in[0].shape.size();
     a.input = in[0].data;
     a.output = out[0];
-    a.op = op;
+    a.reduce_op = op;
     a.prescale = prescale;
     a.postscale = postscale;
-    if (auto h = postAllreduce(a)) return h;
+    if (auto h = post(a)) return h;
   }
   auto e = std::make_unique<Entry>();
   e->request.op = OpType::kAllreduce;
@@ -149,11 +149,26 @@ std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set
   }
   return e;
 }
+
+// A single CPU tensor of the global set may be posted (Note [Posted collectives]).
+PostArgs postArgs(OpType kind, const std::string& name, const TensorArg& in) {
+  PostArgs a;
+  a.kind = kind;
+  a.name = name;
+  a.dtype = in.dtype;
+  a.shape = in.shape.data();
+  a.ndim = in.shape.size();
+  a.input = in.data;
+  return a;
+}
 }  // namespace
 
 std::shared_ptr<Handle> Engine::allgather(const std::string& name,
                                           const std::vector<TensorArg>& in, int32_t set) {
   if (in.empty()) throw InvalidArgumentError("allgather '" + name + "': no tensors");
+  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0) {
+    if (auto h = post(postArgs(OpType::kAllgather, name, in[0]))) return h;
+  }
   return submit(makeEntry(OpType::kAllgather, name, set, in));
 }
 
@@ -161,6 +176,12 @@ std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorA
                                           void* out, int32_t root, int32_t set) {
   if (out == nullptr) {
     throw InvalidArgumentError("broadcast '" + name + "': null output; pass a buffer (it may be the input)");
+  }
+  if (set == kGlobalSet && in.device < 0) {
+    PostArgs a = postArgs(OpType::kBroadcast, name, in);
+    a.output = out;
+    a.root = root;
+    if (auto h = post(a)) return h;
   }
   auto e = makeEntry(OpType::kBroadcast, name, set, {in});
   e->outputs[0] = out;
@@ -197,7 +218,7 @@ std::shared_ptr<Handle> Engine::barrier(int32_t set) {
 }
 
 std::shared_ptr<Handle> Engine::join() {
-  // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted allreduce]).
+  // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted collectives]).
   posted_.revokeAll();
   return submit(makeEntry(OpType::kJoin, "__join", kGlobalSet, {}));
 }
@@ -324,15 +345,15 @@ void Engine::prepareDevice(Entry& e) {
   e.ready = gpu_->recordReady(e.device, e.cuda_stream);
 }
 
-std::shared_ptr<Handle> Engine::postAllreduce(const PostArgs& a) {
+std::shared_ptr<Handle> Engine::post(const PostArgs& a) {
   std::shared_ptr<Handle> handle;
   switch (posted_.post(a, &handle)) {
-    case PostedAllreduce::Outcome::kPosted:
+    case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
       return handle;
-    case PostedAllreduce::Outcome::kInFlight:
-      throw duplicateName(OpType::kAllreduce, std::string(a.name), kGlobalSet);
-    case PostedAllreduce::Outcome::kNotPosted:
+    case PostedCollectives::Outcome::kInFlight:
+      throw duplicateName(a.kind, std::string(a.name), kGlobalSet);
+    case PostedCollectives::Outcome::kNotPosted:
       break;
   }
   return nullptr;
@@ -370,7 +391,7 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     }
   }
   if (stop_code == StatusCode::kOk) {
-    // Posted names are in flight in their slots, not in in_flight_ (Note [Posted allreduce]).
+    // Posted names are in flight in their slots, not in in_flight_ (Note [Posted collectives]).
     if (posted_.screen(e->request.name)) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -423,7 +444,8 @@ Engine::Stats Engine::stats() const {
   s.cached_responses = cached_responses_.load(r);
   s.coordinated_responses = coordinated_responses_.load(r);
   s.negotiation_ns = negotiation_ns_.load(r);
-  s.posted_allreduces = posted_.completedPosts();
+  s.posted_allreduces = posted_.completedAllreducePosts();
+  s.posted_collectives = posted_.completedPosts();
   return s;
 }
 
@@ -502,7 +524,7 @@ void Engine::idleWait(bool pending, bool spin) {
   // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
   // read this one.
   engine_blocked_.store(true);
-  // Posts that a callback or a blocked caller needs (Note [Posted allreduce]): be rung when
+  // Posts that a callback or a blocked caller needs (Note [Posted collectives]): be rung when
   // they complete, or, when one can be settled already, do not sleep.
   bool listening = false, settle_now = false;
   if (posted_.listeningWanted() && posted_watchers_.load() == 0) {
@@ -660,7 +682,7 @@ bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0 && timeout_s != 0) {
     // A post completes as soon as the last rank posts: watch it for the spin. The engine
-    // thread does not listen for posts meanwhile (Note [Posted allreduce]).
+    // thread does not listen for posts meanwhile (Note [Posted collectives]).
     // While the other ranks keep posting they are still submitting, and will reach this one:
     // the spin restarts (blocking would add a wake-up to the step's last operation).
     posted_watchers_.fetch_add(1);

@@ -60,7 +60,7 @@
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
-#include "engine/posted_allreduce.h"
+#include "engine/posted_collectives.h"
 #include "engine/process_set.h"
 #include "engine/set_conflict.h"
 #include "engine/timeline.h"
@@ -106,10 +106,10 @@ class Engine {
                                     const std::vector<void*>& out, ReduceOp op,
                                     double prescale = 1.0, double postscale = 1.0,
                                     int32_t set = kGlobalSet);
-  // The allreduce of one CPU tensor of the global set, when its name is posted (Note [Posted
-  // allreduce]): no entry, no negotiation. Null when it is not: submit it with allreduce().
-  // Throws DuplicateNameError when the name's post is in flight.
-  std::shared_ptr<Handle> postAllreduce(const PostArgs& args);
+  // An allreduce, broadcast or allgather of one CPU tensor of the global set, when its name is
+  // posted (Note [Posted collectives]): no entry, no negotiation. Null when it is not: submit
+  // it the usual way. Throws DuplicateNameError when the name's post is in flight.
+  std::shared_ptr<Handle> post(const PostArgs& args);
   std::shared_ptr<Handle> allgather(const std::string& name, const std::vector<TensorArg>& in,
                                     int32_t set = kGlobalSet);
   std::shared_ptr<Handle> broadcast(const std::string& name, const TensorArg& in, void* out,
@@ -138,7 +138,7 @@ class Engine {
   bool poll(const Handle& handle);
 
   // Attaches `cb` to `handle` (Handle::setCallback). A pending post has no waiter to finish
-  // it, so the engine thread listens for it from now on (Note [Posted allreduce]).
+  // it, so the engine thread listens for it from now on (Note [Posted collectives]).
   void setCallback(Handle& handle, Handle::Callback cb);
 
   // Stops the job's engines together: this rank's next cycle tells every rank, and each fails
@@ -158,16 +158,16 @@ class Engine {
   struct Stats {
     uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
              cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0,
-             posted_allreduces = 0;
+             posted_allreduces = 0, posted_collectives = 0;
   };
   Stats stats() const;
 
  private:
   std::shared_ptr<Handle> submit(std::unique_ptr<Entry> entry);
-  // Note [Posted allreduce]: finishes settled posts (completes them or queues them for
+  // Note [Posted collectives]: finishes settled posts (completes them or queues them for
   // negotiation). Any thread.
-  void settlePosted(std::vector<PostedAllreduce::Settled>& settled);
-  void settle(PostedAllreduce::Settled& settled);
+  void settlePosted(std::vector<PostedCollectives::Settled>& settled);
+  void settle(PostedCollectives::Settled& settled);
   void progressPosted();                // every pending post
   // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
   // per kPostedSweep otherwise. Holder of the cycle lock.
@@ -239,8 +239,8 @@ class Engine {
   std::unique_ptr<Executor> gpu_executor_;
   std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
   std::unique_ptr<Timeline> timeline_;
-  // Note [Posted allreduce]; thread-safe on its own.
-  PostedAllreduce posted_;
+  // Note [Posted collectives]; thread-safe on its own.
+  PostedCollectives posted_;
   std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
   std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of cycle_mu_
 

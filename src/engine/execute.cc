@@ -26,7 +26,7 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
     }
   }
   if (set.group_id == kGlobalGroup && posted_.enabled()) {
-    // Before any of these entries completes (Note [Posted allreduce]).
+    // Before any of these entries completes (Note [Posted collectives]).
     // Every rank decides from the same negotiation, so all give the same names slots.
     const bool may_add = !set.any_joined && !set.posts_refused;
     for (size_t i = 0; i < responses.size(); ++i) {

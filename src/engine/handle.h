@@ -86,7 +86,7 @@ class Handle {
   // join: the last rank to join; add process set: the new set's id.
   int32_t intResult() const { return int_result_; }
   // The post-board slot and generation the operation was posted in (Note [Posted
-  // allreduce]); slot -1 when not posted. Set before the handle is handed out.
+  // collectives]); slot -1 when not posted. Set before the handle is handed out.
   void setPosted(int slot, uint64_t gen) {
     posted_slot_ = slot;
     posted_gen_ = gen;

@@ -1,5 +1,5 @@
-// The shared-memory protocol of posted allreduces (Note [Posted allreduce] in
-// posted_allreduce.h): each rank posts its contribution to a generation of a slot one-sidedly,
+// The shared-memory protocol of posted allreduces (Note [Posted collectives] in
+// posted_collectives.h): each rank posts its contribution to a generation of a slot one-sidedly,
 // and any rank that sees every contribution of a generation reduces them itself.
 //
 // One 64-bit state word per slot, shared by the set's ranks, counts the posts of all

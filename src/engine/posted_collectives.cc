@@ -1,4 +1,4 @@
-#include "engine/posted_allreduce.h"
+#include "engine/posted_collectives.h"
 
 #include <algorithm>
 #include <cstring>
@@ -16,7 +16,7 @@ constexpr size_t kAlign = 64;
 
 }  // namespace
 
-PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
+PostedCollectives::PostedCollectives(transport::ShmArena* arena, int rank, int size,
                                  const Params& params)
     : arena_(arena), size_(size) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
@@ -47,18 +47,26 @@ PostedAllreduce::PostedAllreduce(transport::ShmArena* arena, int rank, int size,
   slots_.reserve(shared.num_states);
 }
 
-bool PostedAllreduce::matches(const Slot& s, const PostArgs& a) const {
-  return a.dtype == s.meta.dtype && a.ndim == s.meta.shape.size() &&
-         std::equal(s.meta.shape.begin(), s.meta.shape.end(), a.shape) && a.op == s.reduce_op &&
-         a.prescale == s.prescale && a.postscale == s.postscale;
+bool PostedCollectives::matches(const Slot& s, const PostArgs& a) const {
+  if (a.kind != s.kind || a.dtype != s.meta.dtype || a.ndim != s.meta.shape.size() ||
+      !std::equal(s.meta.shape.begin(), s.meta.shape.end(), a.shape)) {
+    return false;
+  }
+  switch (s.kind) {
+    case OpType::kAllreduce:
+      return a.reduce_op == s.reduce_op && a.prescale == s.prescale && a.postscale == s.postscale;
+    case OpType::kBroadcast: return a.root == s.root;
+    default: return true;
+  }
 }
 
-void PostedAllreduce::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
-  if (!enabled() || r.is_error || r.op != OpType::kAllreduce || r.device_kind != DeviceKind::kCpu ||
+void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
+  const bool postable = r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
+                        r.op == OpType::kAllgather;
+  if (!enabled() || r.is_error || !postable || r.device_kind != DeviceKind::kCpu ||
       r.tensors.size() != 1) {
     return;
   }
-  const size_t bytes = r.tensors[0].bytes();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_name_.find(r.name);
   if (it != by_name_.end()) {
@@ -76,24 +84,42 @@ void PostedAllreduce::learn(const Response& r, bool may_add, std::shared_ptr<Han
   if (auto gone = retired_.find(r.name); gone != retired_.end() && gone->second >= kMaxSlotsPerName) {
     return;
   }
+  Slot s;
+  s.kind = r.op;
+  s.meta = r.tensors[0];
+  size_t bytes = s.meta.bytes();  // the largest contribution of a rank
+  if (r.op == OpType::kAllgather) {
+    // The response holds the first rank's shape; every rank's rows are in first_dims.
+    if (r.first_dims.size() != static_cast<size_t>(size_) || s.meta.shape.empty()) return;
+    s.rows = r.first_dims;
+    s.row_bytes = static_cast<size_t>(s.meta.rowElements()) * dataTypeSize(s.meta.dtype);
+    int64_t total = 0, most = 0;
+    for (int64_t n : s.rows) {
+      total += n;
+      most = std::max(most, n);
+    }
+    s.out_shape = s.meta.shape;
+    s.out_shape[0] = total;
+    s.meta.shape[0] = s.rows[static_cast<size_t>(board_->rank())];
+    bytes = static_cast<size_t>(most) * s.row_bytes;
+  }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
   if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
   if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {
     if (!full_reported_) {
       full_reported_ = true;
       PERSEUS_LOG(INFO, kEngine) << "the post board is full (" << slots_.size() << " slots, "
-                                 << next_offset_ << " pool bytes): allreduces of names not "
+                                 << next_offset_ << " pool bytes): collectives of names not "
                                     "posted so far are negotiated every time";
     }
     return;
   }
-  Slot s;
   s.name = std::make_shared<const std::string>(r.name);
-  s.meta = r.tensors[0];
   s.reduce_op = r.reduce_op;
   s.prescale = r.prescale;
   s.postscale = r.postscale;
-  s.reduction = reductionOf(r, size_);
+  if (r.op == OpType::kAllreduce) s.reduction = reductionOf(r, size_);
+  s.root = r.root;
   s.offset = next_offset_;
   s.negotiated = std::move(negotiated);
   next_offset_ += span;
@@ -101,7 +127,7 @@ void PostedAllreduce::learn(const Response& r, bool may_add, std::shared_ptr<Han
   slots_.push_back(std::move(s));
 }
 
-PostedAllreduce::Outcome PostedAllreduce::post(const PostArgs& a, std::shared_ptr<Handle>* handle) {
+PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::shared_ptr<Handle>* handle) {
   if (!enabled()) return Outcome::kNotPosted;
   // The lookup key without an allocation per call (the buffer keeps its capacity).
   thread_local std::string key;
@@ -121,10 +147,10 @@ PostedAllreduce::Outcome PostedAllreduce::post(const PostArgs& a, std::shared_pt
   }
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
-  const size_t count = static_cast<size_t>(s.meta.numElements());
-  if (s.prescale != 1.0) {
-    kernels::scaleCopy(mine, a.input, count, s.meta.dtype, s.prescale);
-  } else {
+  if (s.kind == OpType::kAllreduce && s.prescale != 1.0) {
+    kernels::scaleCopy(mine, a.input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
+                       s.prescale);
+  } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
     std::memcpy(mine, a.input, s.meta.bytes());
   }
   if (!board_->publish(index)) {
@@ -145,7 +171,7 @@ PostedAllreduce::Outcome PostedAllreduce::post(const PostArgs& a, std::shared_pt
   return Outcome::kPosted;
 }
 
-bool PostedAllreduce::screen(const std::string& name) {
+bool PostedCollectives::screen(const std::string& name) {
   if (!enabled()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_name_.find(name);
@@ -159,13 +185,13 @@ bool PostedAllreduce::screen(const std::string& name) {
   return false;
 }
 
-void PostedAllreduce::ringPeers() const {
+void PostedCollectives::ringPeers() const {
   for (int r = 0; r < size_; ++r) {
     if (r != board_->rank() && board_->listening(r)) arena_->notify(local_rank_of_[static_cast<size_t>(r)]);
   }
 }
 
-bool PostedAllreduce::listen() {
+bool PostedCollectives::listen() {
   if (!enabled()) return false;
   board_->setListening(true);
   std::lock_guard<std::mutex> lock(mu_);
@@ -178,11 +204,11 @@ bool PostedAllreduce::listen() {
   return true;
 }
 
-void PostedAllreduce::stopListening() {
+void PostedCollectives::stopListening() {
   if (enabled()) board_->setListening(false);
 }
 
-void PostedAllreduce::dropPendingLocked(Slot& s) {
+void PostedCollectives::dropPendingLocked(Slot& s) {
   const size_t pos = s.pending_pos;
   const size_t last = pending_slots_.back();
   pending_slots_[pos] = last;
@@ -191,7 +217,7 @@ void PostedAllreduce::dropPendingLocked(Slot& s) {
   pending_count_.fetch_sub(1, std::memory_order_release);
 }
 
-std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
+std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(size_t index,
                                                                    const Clock::time_point* now) {
   Slot& s = slots_[index];
   if (!s.pending) return std::nullopt;
@@ -209,50 +235,73 @@ std::optional<PostedAllreduce::Claim> PostedAllreduce::claimLocked(size_t index,
   if (st != PostBoard::State::kComplete) {
     // Back to the queue as the entry it would have been without a slot.
     auto e = std::make_unique<Entry>();
-    e->request.op = OpType::kAllreduce;
+    e->request.op = s.kind;
     e->request.name = *s.name;
     e->request.process_set = 0;
     e->request.tensors.push_back(s.meta);
     e->request.reduce_op = s.reduce_op;
     e->request.prescale = s.prescale;
     e->request.postscale = s.postscale;
+    e->request.root = s.root;
     e->inputs.push_back(s.input);
     e->outputs.push_back(s.output);
     e->submitted = s.submitted;
     e->handle = s.pending;
     c.renegotiate = std::move(e);
   }
+  c.slot = &s;
+  c.input = s.input;
   c.output = s.output;
   c.gen = s.gen;
-  c.offset = s.offset;
-  c.count = static_cast<size_t>(s.meta.numElements());
-  c.dtype = s.meta.dtype;
-  c.reduction = s.reduction;
   c.handle = std::move(s.pending);
   dropPendingLocked(s);
   return c;
 }
 
-PostedAllreduce::Settled PostedAllreduce::settle(Claim c) {
+PostedCollectives::Settled PostedCollectives::settle(Claim c) {
   if (!c.renegotiate) {
     // The generation's payloads stay put until this rank posts again (post_board.h).
+    const Slot& s = *c.slot;
     const int n = board_->size();
-    const void* sources[64];
-    std::vector<const void*> many;
-    const void** srcs = sources;
-    if (n > 64) {
-      many.resize(static_cast<size_t>(n));
-      srcs = many.data();
+    switch (s.kind) {
+      case OpType::kAllreduce: {
+        const void* sources[64];
+        std::vector<const void*> many;
+        const void** srcs = sources;
+        if (n > 64) {
+          many.resize(static_cast<size_t>(n));
+          srcs = many.data();
+        }
+        for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, s.offset);
+        const size_t count = static_cast<size_t>(s.meta.numElements());
+        kernels::reduceN(c.output, srcs, n, count, s.meta.dtype, s.reduction.op);
+        if (s.reduction.postscale != 1.0) kernels::scale(c.output, count, s.meta.dtype, s.reduction.postscale);
+        completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      case OpType::kBroadcast: {
+        const void* from = s.root == board_->rank() ? c.input : board_->payload(s.root, c.gen, s.offset);
+        if (from != c.output) std::memcpy(c.output, from, s.meta.bytes());
+        break;
+      }
+      default: {  // allgather, into a library-owned output
+        std::vector<OwnedTensor>& outs = c.handle->outputs();
+        outs.resize(1);
+        outs[0].allocate(s.meta.dtype, s.out_shape);
+        auto* dst = static_cast<unsigned char*>(outs[0].ptr());
+        for (int r = 0; r < n; ++r) {
+          const size_t bytes = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
+          std::memcpy(dst, board_->payload(r, c.gen, s.offset), bytes);
+          dst += bytes;
+        }
+      }
     }
-    for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, c.offset);
-    kernels::reduceN(c.output, srcs, n, c.count, c.dtype, c.reduction.op);
-    if (c.reduction.postscale != 1.0) kernels::scale(c.output, c.count, c.dtype, c.reduction.postscale);
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
   return {std::move(c.handle), std::move(c.renegotiate)};
 }
 
-bool PostedAllreduce::progress(const Handle& handle, Settled* out) {
+bool PostedCollectives::progress(const Handle& handle, Settled* out) {
   const int slot = handle.postedSlot();
   if (slot < 0 || !hasPending()) return false;
   // A watching caller reads the shared word only: its lock would slow the settling thread.
@@ -273,7 +322,7 @@ bool PostedAllreduce::progress(const Handle& handle, Settled* out) {
   return true;
 }
 
-void PostedAllreduce::progressAll(std::vector<Settled>* out) {
+void PostedCollectives::progressAll(std::vector<Settled>* out) {
   if (!hasPending()) return;
   std::vector<size_t> slots;
   {
@@ -297,7 +346,7 @@ void PostedAllreduce::progressAll(std::vector<Settled>* out) {
   }
 }
 
-void PostedAllreduce::revokeAll() {
+void PostedCollectives::revokeAll() {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -307,7 +356,7 @@ void PostedAllreduce::revokeAll() {
   }
 }
 
-std::vector<std::shared_ptr<Handle>> PostedAllreduce::close() {
+std::vector<std::shared_ptr<Handle>> PostedCollectives::close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   std::vector<std::shared_ptr<Handle>> left;

@@ -1,38 +1,45 @@
-// Small allreduces of the global set that skip negotiation once their name is known.
+// Small allreduces, broadcasts and allgathers of the global set that skip negotiation once
+// their name is known.
 //
-// Note [Posted allreduce]
+// Note [Posted collectives]
 // A negotiated cycle costs two exchanges (the control vector, then the collective) and the
 // hand-offs between threads; for a 1 KiB allreduce that is most of the time (docs/algorithms.md,
-// "Posted allreduce"). When every rank of the job shares one host, a small CPU allreduce whose
-// name was negotiated before needs neither: each rank posts its (prescaled) input in its own
+// "Posted allreduce"). When every rank of the job shares one host, a small CPU collective whose
+// name was negotiated before needs neither: each rank posts its contribution in its own
 // shared-memory pool and counts the post in the name's slot (post_board.h); whoever sees all
-// the posts of a generation reduces them itself, in rank order, so every rank gets the same
-// bits. No rank waits for another to take part: the caller's thread posts and, when it waits,
-// reduces; the engine thread finishes the posts that nobody waits for.
-//  - Slots: the engine gives a name a slot when it runs the name's allreduce response in the
-//    global set (learn()). Every rank runs the same responses in the same order, and the slots
-//    and pool offsets are handed out in that order, so a name has the same slot everywhere. The
+// the posts of a generation finishes the operation from them itself: an allreduce reduces
+// every rank's (prescaled) input in rank order, so every rank gets the same bits; a broadcast
+// copies the root's; an allgather copies every rank's piece in rank order. No rank waits for
+// another to take part: the caller's thread posts and, when it waits, finishes; the engine
+// thread finishes the posts that nobody waits for. Every rank posts every generation, also a
+// broadcast's non-roots (an empty post): that is what lets a pool be rewritten safely.
+//  - Slots: the engine gives a name a slot when it runs the name's response in the global set
+//    (learn()). Every rank runs the same responses in the same order, and the slots and pool
+//    offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
 //    must wait for that completion) always finds the slot; the slot takes posts once this
-//    rank's negotiated handle completed (until then the name is still in flight). Slots and
-//    pool space are never
-//    reused; when they run out, names stay on the negotiated path, and so does a name that had
-//    kMaxSlotsPerName slots (the count is the same on every rank). A rank that cannot post
+//    rank's negotiated handle completed (until then the name is still in flight). The slot
+//    remembers what was negotiated: the shapes (an allgather's rows of every rank), the dtype,
+//    the reduce op and scales, the root. Slots and pool space are never reused; when they run
+//    out, names stay on the negotiated path, and so does a name that had kMaxSlotsPerName
+//    slots (the count is the same on every rank). A rank that cannot post
 //    (PERSEUS_POSTED_ALLREDUCE=0, a timeline, no post board) says so in every negotiation
 //    (ControlFlag::kNoPosts), and from that cycle on no rank gives out slots.
 //  - Falling back: a submission that differs from its name's slot (shape, dtype, op, scaling,
-//    a group or another collective) revokes the slot, and so does a post that waited longer than the patience (PERSEUS_TIMEOUT
-//    / 8, within [10 ms, 1 s]), and join() revokes every slot. Revoking freezes the slot's count
-//    (post_board.h): generations already complete finish from the slot on every rank, the
-//    others go back to the queue and are negotiated like any request, where mismatches, stalls,
-//    joined ranks and lost ranks are found and reported as usual. A name whose slot was revoked
-//    gets a new slot at its next negotiated run (while no rank has joined).
+//    root, a group or another collective) revokes the slot, and so does a post that waited
+//    longer than the patience (PERSEUS_TIMEOUT / 8, within [10 ms, 1 s]), and join() revokes
+//    every slot. Revoking freezes the slot's count (post_board.h): generations already
+//    complete finish from the slot on every rank, the others go back to the queue and are
+//    negotiated like any request, where mismatches, stalls, joined ranks and lost ranks are
+//    found and reported as usual (an allgather whose rows changed on one rank is simply
+//    negotiated with the new rows). A name whose slot was revoked gets a new slot at its next
+//    negotiated run (while no rank has joined).
 //  - The post path is lean: a post is kept in its slot (handle, input and output pointers),
 //    not as an Entry, and its name is in flight by being pending there rather than in the
 //    engine's in-flight set (a negotiated submission of a name asks screen(), which also
 //    revokes the name's slot). A post that falls back becomes an Entry then. The C API reads
 //    its tensor views in place for it: at 1 KiB the entry, its vectors and the in-flight name
-//    were ~0.5 us of a 0.9 us operation (docs/algorithms.md, "Posted allreduce").
+//    were ~0.5 us of a 0.9 us operation (docs/algorithms.md, "The post lane").
 //  - Who finishes a post: the caller that waits for it (it watches its slot for
 //    PERSEUS_SPIN_US), else the engine thread, every millisecond while posts are pending. When
 //    a callback waits for a post, or a caller stopped watching and blocks, the engine thread
@@ -60,29 +67,31 @@
 
 namespace perseus::engine {
 
-// One allreduce as the post path takes it, before anything is allocated for it (the C API's
+// One collective as the post path takes it, before anything is allocated for it (the C API's
 // tensor views are read in place).
 struct PostArgs {
+  OpType kind = OpType::kAllreduce;  // kAllreduce, kBroadcast or kAllgather
   std::string_view name;
   DataType dtype = DataType::kFloat32;
-  const int64_t* shape = nullptr;
+  const int64_t* shape = nullptr;  // this rank's input
   size_t ndim = 0;
   const void* input = nullptr;
-  void* output = nullptr;
-  ReduceOp op = ReduceOp::kSum;
+  void* output = nullptr;  // allreduce, broadcast; an allgather's output is the library's
+  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce
   double prescale = 1.0, postscale = 1.0;
+  int32_t root = 0;  // broadcast: the root's set rank
 };
 
-class PostedAllreduce {
+class PostedCollectives {
  public:
-  // The largest tensor that is posted: beyond it, reading every rank's input costs more than
-  // the negotiated collective's exchanges (docs/algorithms.md, "Posted allreduce").
+  // The largest contribution a rank posts: beyond it, reading every rank's input costs more
+  // than the negotiated collective's exchanges (docs/algorithms.md, "Posted allreduce").
   static constexpr size_t kMaxBytes = 4u << 10;
   // Slots one name may be given in a job (each fall-back retires one).
   static constexpr int kMaxSlotsPerName = 4;
 
   // Enabled only when `arena` holds every rank of the job (`size` >= 2) and it has a post board.
-  PostedAllreduce(transport::ShmArena* arena, int rank, int size, const Params& params);
+  PostedCollectives(transport::ShmArena* arena, int rank, int size, const Params& params);
   bool enabled() const { return board_.has_value(); }
 
   // The cycle's holder, for every response the global set runs, before its entries complete.
@@ -92,7 +101,7 @@ class PostedAllreduce {
   // takes posts only once it completed, when the name is no longer in flight here.
   void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated);
 
-  // Any thread (submission). Posts the allreduce when its name has a live slot with the same
+  // Any thread (submission). Posts the collective when its name has a live slot with the same
   // metadata whose negotiated run completed: kPosted, and `*handle` (its postedSlot() set)
   // completes once every rank posted, or after falling back to negotiation. kInFlight: the
   // name has a post in flight (a duplicate). kNotPosted: nothing happened; the caller
@@ -139,18 +148,28 @@ class PostedAllreduce {
   // from now on.
   std::vector<std::shared_ptr<Handle>> close();
 
+  // Posts completed from the board: allreduces, and every kind.
+  uint64_t completedAllreducePosts() const { return completed_allreduces_.load(std::memory_order_relaxed); }
   uint64_t completedPosts() const { return completed_.load(std::memory_order_relaxed); }
   // The other ranks' posts so far (0 when disabled): moving means they are still submitting.
   uint64_t othersPosts() const { return enabled() ? board_->othersPosts() : 0; }
 
  private:
+  // Immutable once learned (settling threads read it without the lock), but for the fields
+  // marked as guarded.
   struct Slot {
+    OpType kind = OpType::kAllreduce;
     Handle::Name name;  // shared with the handles of its posts
-    TensorMeta meta;
+    TensorMeta meta;    // this rank's input
     ReduceOp reduce_op = ReduceOp::kSum;
     double prescale = 1.0, postscale = 1.0;
     Reduction reduction{};
+    int32_t root = 0;
+    std::vector<int64_t> rows;  // allgather: rows of every set rank
+    size_t row_bytes = 0;
+    std::vector<int64_t> out_shape;  // allgather
     size_t offset = 0;
+    // Guarded by mu_:
     uint64_t gen = 0;   // this rank's last posted generation
     bool dead = false;  // revoked (seen by this rank) or replaced
     std::shared_ptr<Handle> negotiated;  // until it completed: no posts yet
@@ -163,14 +182,12 @@ class PostedAllreduce {
   };
   // What a settling thread needs once it let go of the lock.
   struct Claim {
+    const Slot* slot = nullptr;  // its immutable part (slots_ never reallocates)
     std::shared_ptr<Handle> handle;
     std::unique_ptr<Entry> renegotiate;  // null when complete
+    const void* input = nullptr;
     void* output = nullptr;
     uint64_t gen = 0;
-    size_t offset = 0;
-    size_t count = 0;
-    DataType dtype = DataType::kFloat32;
-    Reduction reduction{};
   };
   bool matches(const Slot& s, const PostArgs& a) const;
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
@@ -197,6 +214,7 @@ class PostedAllreduce {
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};
   std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> completed_allreduces_{0};
 };
 
 }  // namespace perseus::engine

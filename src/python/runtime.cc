@@ -101,6 +101,7 @@ void registerRuntime(py::module_& m) {
     d["coordinated_responses"] = s.coordinated_responses;
     d["negotiation_ns"] = s.negotiation_ns;
     d["posted_allreduces"] = s.posted_allreduces;
+    d["posted_collectives"] = s.posted_collectives;
     return d;
   }, "This rank's engine counters since init (perseus_engine_stats).");
   m.def("add_process_set", [](const std::vector<int32_t>& ranks) {

@@ -306,7 +306,7 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWithItsRank) {
 }
 
 TEST(CapiTest, SigkilledRankFailsTheOthersWhileTheyWaitForItsPost) {
-  // Small allreduces of one name are posted (Note [Posted allreduce]) after the first: the
+  // Small allreduces of one name are posted (Note [Posted collectives]) after the first: the
   // survivors wait on rank 2's post, then negotiate, and find rank 2 gone.
   const int n = 3;
   auto st = runJob(

@@ -1,4 +1,4 @@
-// Posted allreduces (Note [Posted allreduce], engine/posted_allreduce.h) through the engine:
+// Posted allreduces (Note [Posted collectives], engine/posted_collectives.h) through the engine:
 // small allreduces of a name negotiated before skip negotiation, give the negotiated results,
 // and fall back to negotiation whenever the ranks disagree, a rank is late or joins. Ranks as
 // threads with their own engines over real shared memory.
@@ -80,7 +80,7 @@ double expected(ReduceOp op, int n, int k, size_t i, double pre, double post) {
   return acc * post;
 }
 
-TEST(PostedAllreduce, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
+TEST(PostedCollectives, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
   for (int n : {2, 3}) {
     EngineRanks ranks(n, engineTestParams());
     ranks.run([&](int r, Engine& e) {
@@ -115,10 +115,10 @@ TEST(PostedAllreduce, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
   }
 }
 
-TEST(PostedAllreduce, LargerTensorsAndGroupsAreNegotiated) {
+TEST(PostedCollectives, LargerTensorsAndGroupsAreNegotiated) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int, Engine& e) {
-    std::vector<float> big(PostedAllreduce::kMaxBytes / sizeof(float) + 1, 1.0f), a(4, 1.0f), b(4, 1.0f);
+    std::vector<float> big(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f), a(4, 1.0f), b(4, 1.0f);
     for (int k = 0; k < 3; ++k) {
       expectOk(e, e.allreduce("big", {arg(big.data(), {static_cast<int64_t>(big.size())})}, {big.data()}, ReduceOp::kSum));
       expectOk(e, e.allreduce("pair", {arg(a.data(), {4}), arg(b.data(), {4})}, {a.data(), b.data()}, ReduceOp::kSum));
@@ -129,7 +129,7 @@ TEST(PostedAllreduce, LargerTensorsAndGroupsAreNegotiated) {
   });
 }
 
-TEST(PostedAllreduce, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedAgain) {
+TEST(PostedCollectives, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedAgain) {
   EngineRanks ranks(3, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> buf(8, 1.0f);
@@ -157,7 +157,7 @@ TEST(PostedAllreduce, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedAga
   });
 }
 
-TEST(PostedAllreduce, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally) {
+TEST(PostedCollectives, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally) {
   EngineRanks ranks(2, engineTestParams());
   std::atomic<bool> checked{false};
   ranks.run([&](int r, Engine& e) {
@@ -188,7 +188,95 @@ TEST(PostedAllreduce, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally) {
   });
 }
 
-TEST(PostedAllreduce, ALateRankFallsBackToNegotiationWithTheRightResult) {
+TEST(PostedCollectives, BroadcastsAndAllgathersArePostedAndMatchTheReference) {
+  for (int n : {2, 3}) {
+    EngineRanks ranks(n, engineTestParams());
+    ranks.run([&](int r, Engine& e) {
+      const Engine::Stats before = e.stats();
+      std::vector<float> b(5), out(5);
+      // Rank r gathers r + 1 rows of 3 int32s: rows of different lengths on every rank.
+      std::vector<int32_t> rows(static_cast<size_t>(r + 1) * 3);
+      for (int k = 0; k < 6; ++k) {
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(10 * r + k + static_cast<int>(i));
+        // In place on even iterations, out of place on odd ones; root 1 throughout.
+        void* dst = k % 2 ? out.data() : b.data();
+        expectOk(e, e.broadcast("posted.b", arg(b.data(), {5}), dst, 1));
+        const std::vector<float>& got = k % 2 ? out : b;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], static_cast<float>(10 + k + static_cast<int>(i))) << "n=" << n << " rank " << r << " k " << k;
+        }
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100 * r + k + static_cast<int32_t>(i);
+        auto h = e.allgather("posted.g", {arg(rows.data(), {r + 1, 3}, DataType::kInt32)});
+        expectOk(e, h);
+        ASSERT_EQ(h->outputs().size(), 1u);
+        ASSERT_EQ(h->outputs()[0].shape, (std::vector<int64_t>{int64_t(n) * (n + 1) / 2, 3}));
+        const auto* g = static_cast<const int32_t*>(h->outputs()[0].ptr());
+        size_t at = 0;
+        for (int q = 0; q < n; ++q) {
+          for (int i = 0; i < (q + 1) * 3; ++i) {
+            ASSERT_EQ(g[at++], 100 * q + k + i) << "n=" << n << " rank " << r << " k " << k << " from " << q;
+          }
+        }
+      }
+      // The first run of each name is negotiated, the five after it are posted.
+      const Engine::Stats after = e.stats();
+      EXPECT_EQ(after.posted_collectives - before.posted_collectives, 10u);
+      EXPECT_EQ(after.posted_allreduces, before.posted_allreduces);
+    });
+  }
+}
+
+TEST(PostedCollectives, AnotherRootFailsEveryRankAndOtherRowsAreNegotiated) {
+  EngineRanks ranks(3, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> b(4, static_cast<float>(r));
+    for (int k = 0; k < 2; ++k) expectOk(e, e.broadcast("b", arg(b.data(), {4}), b.data(), 0));
+    // Rank 2 names another root: every rank fails, naming the tensor.
+    auto h = e.broadcast("b", arg(b.data(), {4}), b.data(), r == 2 ? 1 : 0);
+    EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
+    EXPECT_NE(h->message().find("'b'"), std::string::npos) << h->message();
+    // Usable, and posted again after one negotiated run.
+    std::fill(b.begin(), b.end(), static_cast<float>(r + 7));
+    for (int k = 0; k < 3; ++k) expectOk(e, e.broadcast("b", arg(b.data(), {4}), b.data(), 2));
+    EXPECT_FLOAT_EQ(b[3], 9.0f);
+    // An allgather whose rows change on one rank after posting: negotiated with the new rows.
+    std::vector<float> v(4, static_cast<float>(r));
+    for (int k = 0; k < 2; ++k) expectOk(e, e.allgather("g", {arg(v.data(), {2, 2})}));
+    const int rows = r == 1 ? 1 : 2;
+    auto g = e.allgather("g", {arg(v.data(), {rows, 2})});
+    expectOk(e, g);
+    EXPECT_EQ(g->outputs()[0].shape, (std::vector<int64_t>{5, 2}));
+    const auto* out = static_cast<const float*>(g->outputs()[0].ptr());
+    EXPECT_EQ(std::vector<float>(out, out + 10), (std::vector<float>{0, 0, 0, 0, 1, 1, 2, 2, 2, 2}));
+    // 1 + 2 broadcasts and 1 allgather were posted; the allgather with new rows gets a new slot.
+    EXPECT_EQ(e.stats().posted_collectives, 4u);
+    expectOk(e, e.allgather("g", {arg(v.data(), {rows, 2})}));
+    EXPECT_EQ(e.stats().posted_collectives, 5u);
+  });
+}
+
+TEST(PostedCollectives, ASecondBroadcastOfANameInFlightFailsLocally) {
+  EngineRanks ranks(2, engineTestParams());
+  std::atomic<bool> checked{false};
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4, static_cast<float>(r));
+    for (int k = 0; k < 2; ++k) expectOk(e, e.broadcast("d", arg(v.data(), {4}), v.data(), 0));
+    if (r == 1) {
+      while (!checked.load()) std::this_thread::yield();
+    }
+    auto h = e.broadcast("d", arg(v.data(), {4}), v.data(), 0);
+    ASSERT_GE(h->postedSlot(), 0);
+    if (r == 0) {
+      EXPECT_THROW(e.broadcast("d", arg(v.data(), {4}), v.data(), 0), DuplicateNameError);
+      EXPECT_THROW(e.allgather("d", {arg(v.data(), {4})}), DuplicateNameError);
+      checked.store(true);
+    }
+    expectOk(e, h);
+    EXPECT_FLOAT_EQ(v[0], 0.0f);
+  });
+}
+
+TEST(PostedCollectives, ALateRankFallsBackToNegotiationWithTheRightResult) {
   Params p = engineTestParams();
   p.timeout_s = 2;  // patience: 0.25 s
   EngineRanks ranks(2, p);
@@ -213,7 +301,7 @@ TEST(PostedAllreduce, ALateRankFallsBackToNegotiationWithTheRightResult) {
   });
 }
 
-TEST(PostedAllreduce, CallbacksCompleteWithoutAWaiter) {
+TEST(PostedCollectives, CallbacksCompleteWithoutAWaiter) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(16, 1.0f);
@@ -240,7 +328,7 @@ TEST(PostedAllreduce, CallbacksCompleteWithoutAWaiter) {
   });
 }
 
-TEST(PostedAllreduce, JoinSendsPostsBackToNegotiationWithZerosFromTheJoinedRank) {
+TEST(PostedCollectives, JoinSendsPostsBackToNegotiationWithZerosFromTheJoinedRank) {
   EngineRanks ranks(3, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(4);
@@ -263,7 +351,7 @@ TEST(PostedAllreduce, JoinSendsPostsBackToNegotiationWithZerosFromTheJoinedRank)
   });
 }
 
-TEST(PostedAllreduce, ARankThatCannotPostTurnsPostingOffForEveryRank) {
+TEST(PostedCollectives, ARankThatCannotPostTurnsPostingOffForEveryRank) {
   // Rank 1 has PERSEUS_POSTED_ALLREDUCE=0: had rank 0 posted, each op would wait out the
   // patience (1 s here) before negotiating.
   EngineRanks ranks(2, engineTestParams(), [](int r, Params& p) { p.posted_allreduce = r != 1; });
@@ -280,12 +368,12 @@ TEST(PostedAllreduce, ARankThatCannotPostTurnsPostingOffForEveryRank) {
   });
 }
 
-TEST(PostedAllreduce, NamesBeyondAFullBoardAreNegotiated) {
+TEST(PostedCollectives, NamesBeyondAFullBoardAreNegotiated) {
   // 4 KiB tensors fill each rank's 1 MiB pool after 256 names (transport/shm/shm_layout.h).
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     constexpr int kNames = 300;
-    std::vector<std::vector<float>> bufs(kNames, std::vector<float>(PostedAllreduce::kMaxBytes / sizeof(float)));
+    std::vector<std::vector<float>> bufs(kNames, std::vector<float>(PostedCollectives::kMaxBytes / sizeof(float)));
     for (int k = 0; k < 2; ++k) {
       for (int i = 0; i < kNames; ++i) {
         std::fill(bufs[i].begin(), bufs[i].end(), static_cast<float>(r + i));
@@ -299,7 +387,7 @@ TEST(PostedAllreduce, NamesBeyondAFullBoardAreNegotiated) {
   });
 }
 
-TEST(PostedAllreduce, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot) {
+TEST(PostedCollectives, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(8, 1.0f);
@@ -310,7 +398,7 @@ TEST(PostedAllreduce, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot) 
       auto h = e.allreduce("flaky", {arg(v.data(), {r == 1 ? 8 : 4})}, {v.data()}, ReduceOp::kMax);
       EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
     }
-    EXPECT_EQ(e.stats().posted_allreduces, static_cast<uint64_t>(PostedAllreduce::kMaxSlotsPerName));
+    EXPECT_EQ(e.stats().posted_allreduces, static_cast<uint64_t>(PostedCollectives::kMaxSlotsPerName));
   });
 }
 

@@ -175,7 +175,9 @@ def engine_stats():
     control_exchanges and control_bytes (the one AND per process set and cycle that negotiates
     cached tensors), coordinator_rounds (negotiations of new names through the set's
     coordinator), cached_responses, coordinated_responses and negotiation_ns (time spent
-    negotiating). Differences between two calls give the cost of the steps in between."""
+    negotiating), posted_allreduces and posted_collectives (small allreduces, and small
+    allreduces, broadcasts and allgathers, that skipped negotiation: Note [Posted
+    collectives]). Differences between two calls give the cost of the steps in between."""
     return core().engine_stats()
 
 

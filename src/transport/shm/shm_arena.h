@@ -48,7 +48,7 @@ class ShmArena {
     (void)reason;
   }
 
-  // Shared memory for posted allreduces (Note [Posted allreduce], engine/posted_allreduce.h):
+  // Shared memory for posted allreduces (Note [Posted collectives], engine/posted_collectives.h):
   // state words (local rank 0's are the shared ones), two payload pools per local rank, its
   // "ring me" flag and post count. Any thread. Empty (null) where the arena has none.
   struct PostBoardMemory {

@@ -2,7 +2,7 @@
 steps of the same names skip the coordinator. With PERSEUS_POSTED_ALLREDUCE=0 they go through
 the response cache: no coordinator round, one control AND per cycle whatever the tensor count.
 By default, ranks on one host post these small allreduces and negotiate nothing at all (Note
-[Posted allreduce])."""
+[Posted collectives])."""
 import os
 import sys
 
@@ -34,8 +34,20 @@ def main():
     assert all(float(t[0]) == hvd.size() for t in tensors)
     if os.environ.get("PERSEUS_POSTED_ALLREDUCE", "1") != "0":
         assert diff["posted_allreduces"] == steps * len(tensors), diff
+        assert diff["posted_collectives"] == diff["posted_allreduces"], diff
         assert diff["cached_responses"] == 0 and diff["coordinated_responses"] == 0, diff
         assert diff["control_exchanges"] <= 1, diff  # at most a stall check
+        # Small broadcasts and allgathers are posted as well, after one negotiated run each.
+        x = torch.full((4,), float(hvd.rank()))
+        piece = torch.full((hvd.rank() + 1, 2), float(hvd.rank()))
+        for k in range(4):
+            hvd.broadcast_(x, root_rank=1, name="stats.b")
+            gathered = hvd.allgather(piece, name="stats.g")
+        assert x.tolist() == [1.0] * 4, x
+        assert gathered.shape[0] == hvd.size() * (hvd.size() + 1) // 2, gathered.shape
+        assert gathered[-1, 0].item() == hvd.size() - 1, gathered
+        posted = hvd.engine_stats()["posted_collectives"] - after["posted_collectives"]
+        assert posted == 2 * 3, posted
         print("PASS engine_stats rank %d: %s" % (hvd.rank(), diff), flush=True)
         hvd.shutdown()
         return 0
