@@ -119,7 +119,7 @@ def negotiation_section(rows):
                 "differences around each step): the negotiation messages it sent. Cached tensors "
                 "are negotiated by one AND of a bit vector per cycle; *coordinator rounds* "
                 "count negotiations that went to the coordinator (new names, stall checks); "
-                "*posted* allreduces skipped negotiation (Note [Posted allreduce]).", "",
+                "*posted* allreduces skipped negotiation (Note [Posted collectives]).", "",
                 "| tensors | cycles | control ANDs | control bytes | coordinator rounds | "
                 "cached / coordinated responses | posted | time in negotiation (incl. waiting "
                 "for the other rank) |", "|---|---|---|---|---|---|---|---|"]

@@ -56,17 +56,23 @@ def collective_shortfalls(rows):
                         f"itself takes {us(split.get('communicate_us', 0))} (Open MPI's whole "
                         f"4-byte op: {us(mpi4['time_us'])}) and submission to negotiated "
                         f"{us(split.get('negotiate_us', 0))}; ")
-            if coll == "allreduce":
-                why = ("at these sizes the time is the fixed per-op cost. A small allreduce of "
-                       "a name negotiated before is posted (Note [Posted allreduce]): no "
-                       "control exchange and no cycle, each rank writes its input to shared "
-                       "memory and reduces the others' posts itself. What is left is software "
-                       "around one shared-memory hand-over: the C API's tensor conversion, the "
-                       "entry, the in-flight name, the handle and its table slot (about ten "
-                       "allocations per op), the post's compare-and-swap on a line both ranks "
-                       "touch, and the completion; from 1 KiB, also the copy into shared memory "
-                       "and the peer's read of it, which Open MPI pays too. Fix, not built: an "
-                       "allocation-free submission path with recycled entries and handles.")
+            if coll in ("allreduce", "broadcast", "allgather"):
+                why = ("at these sizes the time is the fixed per-op cost. A small "
+                       f"{coll} of a name negotiated before is posted (Note [Posted "
+                       "collectives]): no control exchange and no cycle; each rank writes its "
+                       "contribution to shared memory, counts it in the name's slot and "
+                       "finishes the op from the others' posts itself, with no entry and no "
+                       "allocation but the handle (docs/algorithms.md, *The post lane*). What "
+                       "is left over the protocol's floor (bench/post_board_floor_bench) is "
+                       "~0.2 µs of software: the spin on the shared state word and the "
+                       "compare-and-swap on a line both ranks touch (the protocol), about eight "
+                       "uncontended mutex pairs (the C API's runtime and handle table, the "
+                       "registry, the handle), two clock reads and the handle's allocation; "
+                       "from 1 KiB also the copy into shared memory and the peer's read of it, "
+                       "which Open MPI pays too. Open MPI's broadcast returns at the root as soon "
+                       "as it has written; a posted broadcast completes when every rank posted "
+                       "(what lets a pool be reused safely). Fix, not built: a lock-free handle "
+                       "table and registry lookup.")
             else:
                 why = ("at these sizes the time is the fixed per-op cost. The waiting caller "
                        "runs the engine's cycle itself (Note [Caller-run cycles]: no hand-off "
@@ -74,8 +80,8 @@ def collective_shortfalls(rows):
                        "with the peer before its collective (a response-cache hit) and ~1 µs of "
                        "submission, bookkeeping and completion, where Open MPI runs one "
                        "exchange on the caller's thread. Fix, not built: post these as small "
-                       "allreduces are (Note [Posted allreduce]; an allgather or broadcast "
-                       "reads the posts instead of reducing them).")
+                       "allreduces, broadcasts and allgathers are (Note [Posted collectives]; "
+                       "each rank reduces its own block of every rank's post).")
             out.append(
                 f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
                 + why)
@@ -180,7 +186,7 @@ def negotiation_shortfall(rows, verdict):
         core = (f" The engines' own stamps of the last tensor (engine (core)) take "
                 f"{us(lo['engine_core_us'])} at 10 tensors and {us(hi['engine_core_us'])} at 1000.")
     return [f"- **negotiation**: {verdict['text']}.{detail}{own}{core} Once a name is known its "
-            "tensors are posted (Note [Posted allreduce]): no cycle, no control exchange and no "
+            "tensors are posted (Note [Posted collectives]): no cycle, no control exchange and no "
             "coordinator per step (counters above: the few cycles are stall checks and the "
             "next step's barrier). What grows with T in the framework-visible span is the Python "
             "side of the step's last `synchronize`, run right after a loop that touched T "
