@@ -91,7 +91,7 @@ typedef struct {
   uint64_t coordinated_responses; /* responses the coordinator produced */
   uint64_t negotiation_ns;      /* time in negotiation: control exchange and coordinator */
   uint64_t posted_allreduces;   /* small allreduces completed without negotiation (posted) */
-  uint64_t posted_collectives;  /* the same for every kind: allreduce, broadcast, allgather */
+  uint64_t posted_collectives;  /* the same for allreduce, broadcast, allgather, reducescatter */
 } perseus_engine_stats;
 
 /* --- lifetime and topology ------------------------------------------------------------ */

@@ -71,7 +71,8 @@ void checkCount(int32_t count, const void* p, const std::string& name) {
 
 // The posted path (Note [Posted collectives]) for one CPU tensor of the global set, read in
 // place: the arguments, or nothing when the call does not qualify (the general path then
-// validates and submits it, reporting any bad argument). `out` null: allgather.
+// validates and submits it, reporting any bad argument). `out` null: the library's output
+// (allgather, reducescatter).
 std::optional<engine::PostArgs> postable(OpType kind, const char* name, const perseus_tensor* in,
                                          const perseus_tensor* out) {
   if (name == nullptr || *name == '\0' || in == nullptr || !isValidDataType(in->dtype) ||
@@ -79,7 +80,7 @@ std::optional<engine::PostArgs> postable(OpType kind, const char* name, const pe
       (in->ndim > 0 && in->shape == nullptr)) {
     return std::nullopt;
   }
-  if (kind != OpType::kAllgather &&
+  if ((kind == OpType::kAllreduce || kind == OpType::kBroadcast) &&
       (out == nullptr || out->data == nullptr || out->device >= 0 || out->dtype != in->dtype ||
        out->ndim != in->ndim || (in->ndim > 0 && out->shape == nullptr) ||
        !std::equal(in->shape, in->shape + in->ndim, out->shape))) {
@@ -94,6 +95,25 @@ std::optional<engine::PostArgs> postable(OpType kind, const char* name, const pe
   a.input = in->data;
   a.output = out != nullptr ? out->data : nullptr;
   return a;
+}
+
+// With a reduction's op and scales (allreduce, reducescatter); nothing stays nothing.
+std::optional<engine::PostArgs> reducing(std::optional<engine::PostArgs> a, int32_t op,
+                                         double prescale, double postscale) {
+  if (!a || !isValidReduceOp(op)) return std::nullopt;
+  a->reduce_op = static_cast<ReduceOp>(op);
+  a->prescale = prescale;
+  a->postscale = postscale;
+  return a;
+}
+
+// Submits `a` on the post lane: true when it was posted and `*handle` published.
+bool posted(const std::optional<engine::PostArgs>& a, perseus_handle* handle) {
+  if (!a || handle == nullptr) return false;
+  auto h = capi::requireEngine()->post(*a);
+  if (!h) return false;
+  *handle = capi::publish(h);
+  return true;
 }
 
 void checkHandle(perseus_handle* handle) {
@@ -116,16 +136,10 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          double prescale, double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
-    if (count == 1 && process_set == 0 && handle != nullptr && isValidReduceOp(op)) {
-      if (auto a = postable(OpType::kAllreduce, name, inputs, outputs)) {
-        a->reduce_op = static_cast<ReduceOp>(op);
-        a->prescale = prescale;
-        a->postscale = postscale;
-        if (auto h = capi::requireEngine()->post(*a)) {
-          *handle = capi::publish(h);
-          return;
-        }
-      }
+    if (count == 1 && process_set == 0 &&
+        posted(reducing(postable(OpType::kAllreduce, name, inputs, outputs), op, prescale, postscale),
+               handle)) {
+      return;
     }
     std::string n = checkName(name, "perseus_allreduce");
     checkHandle(handle);
@@ -151,13 +165,9 @@ perseus_status perseus_grouped_allgather(const char* name, int32_t count,
                                          const perseus_tensor* inputs, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
-    if (count == 1 && process_set == 0 && handle != nullptr) {
-      if (auto a = postable(OpType::kAllgather, name, inputs, nullptr)) {
-        if (auto h = capi::requireEngine()->post(*a)) {
-          *handle = capi::publish(h);
-          return;
-        }
-      }
+    if (count == 1 && process_set == 0 &&
+        posted(postable(OpType::kAllgather, name, inputs, nullptr), handle)) {
+      return;
     }
     std::string n = checkName(name, "perseus_allgather");
     checkHandle(handle);
@@ -173,14 +183,10 @@ perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
                                  const perseus_tensor* output, int32_t root_rank,
                                  int32_t process_set, perseus_handle* handle) {
   return guarded([&] {
-    if (process_set == 0 && handle != nullptr) {
-      if (auto a = postable(OpType::kBroadcast, name, input, output)) {
-        a->root = root_rank;
-        if (auto h = capi::requireEngine()->post(*a)) {
-          *handle = capi::publish(h);
-          return;
-        }
-      }
+    if (process_set == 0) {
+      auto a = postable(OpType::kBroadcast, name, input, output);
+      if (a) a->root = root_rank;
+      if (posted(a, handle)) return;
     }
     std::string n = checkName(name, "perseus_broadcast");
     checkHandle(handle);
@@ -220,6 +226,12 @@ perseus_status perseus_grouped_reducescatter(const char* name, int32_t count,
                                              double prescale, double postscale,
                                              int32_t process_set, perseus_handle* handle) {
   return guarded([&] {
+    if (count == 1 && process_set == 0 &&
+        posted(reducing(postable(OpType::kReducescatter, name, inputs, nullptr), op, prescale,
+                        postscale),
+               handle)) {
+      return;
+    }
     std::string n = checkName(name, "perseus_reducescatter");
     checkHandle(handle);
     checkCount(count, inputs, n);

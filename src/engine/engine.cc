@@ -201,6 +201,13 @@ std::shared_ptr<Handle> Engine::reducescatter(const std::string& name,
                                               const std::vector<TensorArg>& in, ReduceOp op,
                                               double prescale, double postscale, int32_t set) {
   if (in.empty()) throw InvalidArgumentError("reducescatter '" + name + "': no tensors");
+  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0) {
+    PostArgs a = postArgs(OpType::kReducescatter, name, in[0]);
+    a.reduce_op = op;
+    a.prescale = prescale;
+    a.postscale = postscale;
+    if (auto h = post(a)) return h;
+  }
   auto e = makeEntry(OpType::kReducescatter, name, set, in);
   e->request.reduce_op = op;
   e->request.prescale = prescale;

@@ -54,6 +54,7 @@ bool PostedCollectives::matches(const Slot& s, const PostArgs& a) const {
   }
   switch (s.kind) {
     case OpType::kAllreduce:
+    case OpType::kReducescatter:
       return a.reduce_op == s.reduce_op && a.prescale == s.prescale && a.postscale == s.postscale;
     case OpType::kBroadcast: return a.root == s.root;
     default: return true;
@@ -62,7 +63,7 @@ bool PostedCollectives::matches(const Slot& s, const PostArgs& a) const {
 
 void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
   const bool postable = r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
-                        r.op == OpType::kAllgather;
+                        r.op == OpType::kAllgather || r.op == OpType::kReducescatter;
   if (!enabled() || r.is_error || !postable || r.device_kind != DeviceKind::kCpu ||
       r.tensors.size() != 1) {
     return;
@@ -102,6 +103,15 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
     s.out_shape[0] = total;
     s.meta.shape[0] = s.rows[static_cast<size_t>(board_->rank())];
     bytes = static_cast<size_t>(most) * s.row_bytes;
+  } else if (r.op == OpType::kReducescatter) {
+    // Every rank posts its whole input and reduces its own block of rows from every post.
+    if (s.meta.shape.empty()) return;
+    const int64_t row_elems = s.meta.rowElements();
+    int64_t start = 0;
+    for (int q = 0; q < board_->rank(); ++q) start += blockRows(s.meta.shape[0], size_, q);
+    s.block_offset = static_cast<size_t>(start * row_elems) * dataTypeSize(s.meta.dtype);
+    s.out_shape = s.meta.shape;
+    s.out_shape[0] = blockRows(s.meta.shape[0], size_, board_->rank());
   }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
   if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
@@ -118,7 +128,7 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   s.reduce_op = r.reduce_op;
   s.prescale = r.prescale;
   s.postscale = r.postscale;
-  if (r.op == OpType::kAllreduce) s.reduction = reductionOf(r, size_);
+  if (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter) s.reduction = reductionOf(r, size_);
   s.root = r.root;
   s.offset = next_offset_;
   s.negotiated = std::move(negotiated);
@@ -147,7 +157,7 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   }
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
-  if (s.kind == OpType::kAllreduce && s.prescale != 1.0) {
+  if ((s.kind == OpType::kAllreduce || s.kind == OpType::kReducescatter) && s.prescale != 1.0) {
     kernels::scaleCopy(mine, a.input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
                        s.prescale);
   } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
@@ -264,7 +274,21 @@ PostedCollectives::Settled PostedCollectives::settle(Claim c) {
     const Slot& s = *c.slot;
     const int n = board_->size();
     switch (s.kind) {
-      case OpType::kAllreduce: {
+      case OpType::kAllreduce:
+      case OpType::kReducescatter: {
+        // An allreduce reduces every post whole; a reducescatter its own block of rows into a
+        // library-owned output.
+        void* out = c.output;
+        size_t from = s.offset;
+        size_t count = static_cast<size_t>(s.meta.numElements());
+        if (s.kind == OpType::kReducescatter) {
+          std::vector<OwnedTensor>& outs = c.handle->outputs();
+          outs.resize(1);
+          outs[0].allocate(s.meta.dtype, s.out_shape);
+          out = outs[0].ptr();
+          from += s.block_offset;
+          count = static_cast<size_t>(s.out_shape[0] * s.meta.rowElements());
+        }
         const void* sources[64];
         std::vector<const void*> many;
         const void** srcs = sources;
@@ -272,11 +296,10 @@ PostedCollectives::Settled PostedCollectives::settle(Claim c) {
           many.resize(static_cast<size_t>(n));
           srcs = many.data();
         }
-        for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, s.offset);
-        const size_t count = static_cast<size_t>(s.meta.numElements());
-        kernels::reduceN(c.output, srcs, n, count, s.meta.dtype, s.reduction.op);
-        if (s.reduction.postscale != 1.0) kernels::scale(c.output, count, s.meta.dtype, s.reduction.postscale);
-        completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+        for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, c.gen, from);
+        kernels::reduceN(out, srcs, n, count, s.meta.dtype, s.reduction.op);
+        if (s.reduction.postscale != 1.0) kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
+        if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
         break;
       }
       case OpType::kBroadcast: {

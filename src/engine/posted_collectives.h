@@ -1,5 +1,5 @@
-// Small allreduces, broadcasts and allgathers of the global set that skip negotiation once
-// their name is known.
+// Small allreduces, broadcasts, allgathers and reducescatters of the global set that skip
+// negotiation once their name is known.
 //
 // Note [Posted collectives]
 // A negotiated cycle costs two exchanges (the control vector, then the collective) and the
@@ -8,8 +8,9 @@
 // name was negotiated before needs neither: each rank posts its contribution in its own
 // shared-memory pool and counts the post in the name's slot (post_board.h); whoever sees all
 // the posts of a generation finishes the operation from them itself: an allreduce reduces
-// every rank's (prescaled) input in rank order, so every rank gets the same bits; a broadcast
-// copies the root's; an allgather copies every rank's piece in rank order. No rank waits for
+// every rank's (prescaled) input in rank order, so every rank gets the same bits; a
+// reducescatter reduces its own block of rows of every post the same way; a broadcast copies
+// the root's; an allgather copies every rank's piece in rank order. No rank waits for
 // another to take part: the caller's thread posts and, when it waits, finishes; the engine
 // thread finishes the posts that nobody waits for. Every rank posts every generation, also a
 // broadcast's non-roots (an empty post): that is what lets a pool be rewritten safely.
@@ -70,14 +71,14 @@ namespace perseus::engine {
 // One collective as the post path takes it, before anything is allocated for it (the C API's
 // tensor views are read in place).
 struct PostArgs {
-  OpType kind = OpType::kAllreduce;  // kAllreduce, kBroadcast or kAllgather
+  OpType kind = OpType::kAllreduce;  // kAllreduce, kBroadcast, kAllgather or kReducescatter
   std::string_view name;
   DataType dtype = DataType::kFloat32;
   const int64_t* shape = nullptr;  // this rank's input
   size_t ndim = 0;
   const void* input = nullptr;
-  void* output = nullptr;  // allreduce, broadcast; an allgather's output is the library's
-  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce
+  void* output = nullptr;  // allreduce, broadcast; the other outputs are the library's
+  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;  // broadcast: the root's set rank
 };
@@ -167,7 +168,8 @@ class PostedCollectives {
     int32_t root = 0;
     std::vector<int64_t> rows;  // allgather: rows of every set rank
     size_t row_bytes = 0;
-    std::vector<int64_t> out_shape;  // allgather
+    std::vector<int64_t> out_shape;  // allgather, reducescatter: the library-owned output
+    size_t block_offset = 0;         // reducescatter: this rank's block in a post, in bytes
     size_t offset = 0;
     // Guarded by mu_:
     uint64_t gen = 0;   // this rank's last posted generation

@@ -188,7 +188,7 @@ TEST(PostedCollectives, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally)
   });
 }
 
-TEST(PostedCollectives, BroadcastsAndAllgathersArePostedAndMatchTheReference) {
+TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTheReference) {
   for (int n : {2, 3}) {
     EngineRanks ranks(n, engineTestParams());
     ranks.run([&](int r, Engine& e) {
@@ -196,6 +196,8 @@ TEST(PostedCollectives, BroadcastsAndAllgathersArePostedAndMatchTheReference) {
       std::vector<float> b(5), out(5);
       // Rank r gathers r + 1 rows of 3 int32s: rows of different lengths on every rank.
       std::vector<int32_t> rows(static_cast<size_t>(r + 1) * 3);
+      // 7 rows of 2 doubles, scattered in blocks of 3, 2, 2 (n = 3) or 4, 3 (n = 2) rows.
+      std::vector<double> full(14);
       for (int k = 0; k < 6; ++k) {
         for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(10 * r + k + static_cast<int>(i));
         // In place on even iterations, out of place on odd ones; root 1 throughout.
@@ -217,10 +219,24 @@ TEST(PostedCollectives, BroadcastsAndAllgathersArePostedAndMatchTheReference) {
             ASSERT_EQ(g[at++], 100 * q + k + i) << "n=" << n << " rank " << r << " k " << k << " from " << q;
           }
         }
+        for (size_t i = 0; i < full.size(); ++i) full[i] = (r + 1) * static_cast<double>(k + i);
+        // Average with a prescale of 2: every element is 2 x the mean of (q + 1)(k + i).
+        auto s = e.reducescatter("posted.s", {arg(full.data(), {7, 2}, DataType::kFloat64)},
+                                 ReduceOp::kAverage, 2.0, 1.0);
+        expectOk(e, s);
+        const int64_t mine = blockRows(7, n, r);
+        int64_t first = 0;
+        for (int q = 0; q < r; ++q) first += blockRows(7, n, q);
+        ASSERT_EQ(s->outputs()[0].shape, (std::vector<int64_t>{mine, 2}));
+        const auto* got_s = static_cast<const double*>(s->outputs()[0].ptr());
+        for (int64_t i = 0; i < mine * 2; ++i) {
+          const double want = 2.0 * (n + 1) / 2.0 * static_cast<double>(k + first * 2 + i);
+          ASSERT_DOUBLE_EQ(got_s[i], want) << "n=" << n << " rank " << r << " k " << k << " element " << i;
+        }
       }
       // The first run of each name is negotiated, the five after it are posted.
       const Engine::Stats after = e.stats();
-      EXPECT_EQ(after.posted_collectives - before.posted_collectives, 10u);
+      EXPECT_EQ(after.posted_collectives - before.posted_collectives, 15u);
       EXPECT_EQ(after.posted_allreduces, before.posted_allreduces);
     });
   }

@@ -176,8 +176,7 @@ def engine_stats():
     cached tensors), coordinator_rounds (negotiations of new names through the set's
     coordinator), cached_responses, coordinated_responses and negotiation_ns (time spent
     negotiating), posted_allreduces and posted_collectives (small allreduces, and small
-    allreduces, broadcasts and allgathers, that skipped negotiation: Note [Posted
-    collectives]). Differences between two calls give the cost of the steps in between."""
+    collectives of every kind, that skipped negotiation: Note [Posted collectives]). Differences between two calls give the cost of the steps in between."""
     return core().engine_stats()
 
 

@@ -40,14 +40,17 @@ def main():
         # Small broadcasts and allgathers are posted as well, after one negotiated run each.
         x = torch.full((4,), float(hvd.rank()))
         piece = torch.full((hvd.rank() + 1, 2), float(hvd.rank()))
+        full = torch.ones(2 * hvd.size(), 3)
         for k in range(4):
             hvd.broadcast_(x, root_rank=1, name="stats.b")
             gathered = hvd.allgather(piece, name="stats.g")
+            scattered = hvd.reducescatter(full, op=hvd.Sum, name="stats.s")
         assert x.tolist() == [1.0] * 4, x
         assert gathered.shape[0] == hvd.size() * (hvd.size() + 1) // 2, gathered.shape
         assert gathered[-1, 0].item() == hvd.size() - 1, gathered
+        assert scattered.shape == (2, 3) and scattered.eq(hvd.size()).all(), scattered
         posted = hvd.engine_stats()["posted_collectives"] - after["posted_collectives"]
-        assert posted == 2 * 3, posted
+        assert posted == 3 * 3, posted
         print("PASS engine_stats rank %d: %s" % (hvd.rank(), diff), flush=True)
         hvd.shutdown()
         return 0
