@@ -70,6 +70,7 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_name_.find(r.name);
+  if (it == by_name_.end() && r.op != OpType::kAllreduce && !secondSightingLocked(r.name)) return;
   if (it != by_name_.end()) {
     // Another negotiated run of a name with a slot: every rank retires the old slot here
     // (revoking it if no rank has), so all give the name the same new one below.
@@ -135,6 +136,20 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   next_offset_ += span;
   by_name_.emplace(r.name, slots_.size());
   slots_.push_back(std::move(s));
+}
+
+bool PostedCollectives::secondSightingLocked(const std::string& name) {
+  // FNV-1a: the same value in every process, unlike std::hash.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  h |= 1;  // 0 marks an empty entry
+  uint64_t& seen = seen_once_[h % seen_once_.size()];
+  if (seen == h) {
+    seen = 0;
+    return true;
+  }
+  seen = h;
+  return false;
 }
 
 PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::shared_ptr<Handle>* handle) {
@@ -379,11 +394,11 @@ void PostedCollectives::revokeAll() {
   }
 }
 
-std::vector<std::shared_ptr<Handle>> PostedCollectives::close() {
+std::vector<std::pair<OpType, std::shared_ptr<Handle>>> PostedCollectives::close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
-  std::vector<std::shared_ptr<Handle>> left;
-  for (size_t index : pending_slots_) left.push_back(std::move(slots_[index].pending));
+  std::vector<std::pair<OpType, std::shared_ptr<Handle>>> left;
+  for (size_t index : pending_slots_) left.emplace_back(slots_[index].kind, std::move(slots_[index].pending));
   pending_slots_.clear();
   pending_count_.store(0, std::memory_order_release);
   return left;

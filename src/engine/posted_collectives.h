@@ -18,7 +18,8 @@
 //    (learn()). Every rank runs the same responses in the same order, and the slots and pool
 //    offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
-//    must wait for that completion) always finds the slot; the slot takes posts once this
+//    must wait for that completion) always finds the slot (a broadcast's, allgather's or
+//    reducescatter's from its second negotiated run: secondSightingLocked()); the slot takes posts once this
 //    rank's negotiated handle completed (until then the name is still in flight). The slot
 //    remembers what was negotiated: the shapes (an allgather's rows of every rank), the dtype,
 //    the reduce op and scales, the root. Slots and pool space are never reused; when they run
@@ -49,6 +50,7 @@
 //    reschedule interrupt per operation) or from a loop that submits thousands of tensors.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -57,6 +59,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/params.h"
@@ -145,9 +148,9 @@ class PostedCollectives {
 
   // join(): every live slot is revoked.
   void revokeAll();
-  // The engine stops: returns the handle of every pending post (to fail); post() refuses
-  // from now on.
-  std::vector<std::shared_ptr<Handle>> close();
+  // The engine stops: returns every pending post's collective and handle (to fail); post()
+  // refuses from now on.
+  std::vector<std::pair<OpType, std::shared_ptr<Handle>>> close();
 
   // Posts completed from the board: allreduces, and every kind.
   uint64_t completedAllreducePosts() const { return completed_allreduces_.load(std::memory_order_relaxed); }
@@ -192,6 +195,12 @@ class PostedCollectives {
     uint64_t gen = 0;
   };
   bool matches(const Slot& s, const PostArgs& a) const;
+  // A broadcast, allgather or reducescatter gets a slot at its second negotiated run, not its
+  // first: names used once (an unnamed op gets a fresh name per call) would otherwise fill the
+  // board and grow the registry by ~170 B per op (tests/python/reliability/test_soak.py). The
+  // table is direct-mapped by the name's hash and changes alike on every rank (the same
+  // responses in the same order); a collision only delays a slot.
+  bool secondSightingLocked(const std::string& name);
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
@@ -212,6 +221,7 @@ class PostedCollectives {
   bool full_reported_ = false;
   std::unordered_map<std::string, size_t> by_name_;
   std::unordered_map<std::string, int> retired_;  // slots retired per name
+  std::array<uint64_t, 1024> seen_once_{};        // name hashes negotiated once, no slot yet
   std::vector<size_t> pending_slots_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};
