@@ -35,12 +35,21 @@ def main():
     expect(MismatchError, hvd.broadcast, torch.ones(2), rank, name="bad.root")
     expect(MismatchError, hvd.allgather, torch.ones(2, 2 + rank), name="bad.gather")
 
-    # Duplicate name in flight: ValueError at submission, like Horovod.
+    # Duplicate name in flight: ValueError at submission, like Horovod. The first op must still
+    # be in flight when the second comes: rank 0 joins it only after the barrier (and the
+    # other ranks join rank 0's own after the next one), else it may have completed already.
     t = torch.ones(4)
-    h = hvd.allreduce_async(t, name="dup")
-    expect(DuplicateNameError, hvd.allreduce_async, t, name="dup")
+    handles = []
+    for first in (rank != 0, rank == 0):
+        if first:
+            handles.append(hvd.allreduce_async(t, name="dup.%d" % len(handles)))
+            expect(DuplicateNameError, hvd.allreduce_async, t, name="dup.%d" % (len(handles) - 1))
+        hvd.barrier()
+        if not first:
+            handles.append(hvd.allreduce_async(t, name="dup.%d" % len(handles)))
     assert isinstance(DuplicateNameError("x"), ValueError)
-    hvd.synchronize(h)
+    for h in handles:
+        hvd.synchronize(h)
 
     # Unsupported dtypes and ops are ValueErrors, raised before any communication.
     expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.complex64))
