@@ -49,6 +49,22 @@ void addTensor(Entry& e, const TensorArg& t) {
   e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
+
+// A single CPU tensor of the global set may be posted (Note [Posted collectives]): its
+// arguments, or nothing for any other call.
+std::optional<PostArgs> postable(OpType kind, const std::string& name, const TensorArg& in,
+                                 int32_t set) {
+  if (set != Engine::kGlobalSet || in.device >= 0) return std::nullopt;
+  PostArgs a;
+  a.kind = kind;
+  a.name = name;
+  a.dtype = in.dtype;
+  a.shape = in.shape.data();
+  a.ndim = in.shape.size();
+  a.input = in.data;
+  return a;
+}
+
 }  // namespace
 
 Engine::Engine(const rendezvous::Topology& topology, transport::Transport* transport,
@@ -105,18 +121,14 @@ std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
                                            << " inputs and " << out.size()
                                            << " outputs; give one output per input (>= 1)"));
   }
-  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0 && out[0] != nullptr) {
-    PostArgs a;
-    a.name = name;
-    a.dtype = in[0].dtype;
-    a.shape = in[0].shape.data();
-    a.ndim = in[0].shape.size();
-    a.input = in[0].data;
-    a.output = out[0];
-    a.reduce_op = op;
-    a.prescale = prescale;
-    a.postscale = postscale;
-    if (auto h = post(a)) return h;
+  if (in.size() == 1 && out[0] != nullptr) {
+    if (auto a = postable(OpType::kAllreduce, name, in[0], set)) {
+      a->output = out[0];
+      a->reduce_op = op;
+      a->prescale = prescale;
+      a->postscale = postscale;
+      if (auto h = post(*a)) return h;
+    }
   }
   auto e = std::make_unique<Entry>();
   e->request.op = OpType::kAllreduce;
@@ -149,25 +161,15 @@ std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set
   }
   return e;
 }
-
-// A single CPU tensor of the global set may be posted (Note [Posted collectives]).
-PostArgs postArgs(OpType kind, const std::string& name, const TensorArg& in) {
-  PostArgs a;
-  a.kind = kind;
-  a.name = name;
-  a.dtype = in.dtype;
-  a.shape = in.shape.data();
-  a.ndim = in.shape.size();
-  a.input = in.data;
-  return a;
-}
 }  // namespace
 
 std::shared_ptr<Handle> Engine::allgather(const std::string& name,
                                           const std::vector<TensorArg>& in, int32_t set) {
   if (in.empty()) throw InvalidArgumentError("allgather '" + name + "': no tensors");
-  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0) {
-    if (auto h = post(postArgs(OpType::kAllgather, name, in[0]))) return h;
+  if (in.size() == 1) {
+    if (auto a = postable(OpType::kAllgather, name, in[0], set)) {
+      if (auto h = post(*a)) return h;
+    }
   }
   return submit(makeEntry(OpType::kAllgather, name, set, in));
 }
@@ -177,11 +179,10 @@ std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorA
   if (out == nullptr) {
     throw InvalidArgumentError("broadcast '" + name + "': null output; pass a buffer (it may be the input)");
   }
-  if (set == kGlobalSet && in.device < 0) {
-    PostArgs a = postArgs(OpType::kBroadcast, name, in);
-    a.output = out;
-    a.root = root;
-    if (auto h = post(a)) return h;
+  if (auto a = postable(OpType::kBroadcast, name, in, set)) {
+    a->output = out;
+    a->root = root;
+    if (auto h = post(*a)) return h;
   }
   auto e = makeEntry(OpType::kBroadcast, name, set, {in});
   e->outputs[0] = out;
@@ -201,12 +202,13 @@ std::shared_ptr<Handle> Engine::reducescatter(const std::string& name,
                                               const std::vector<TensorArg>& in, ReduceOp op,
                                               double prescale, double postscale, int32_t set) {
   if (in.empty()) throw InvalidArgumentError("reducescatter '" + name + "': no tensors");
-  if (in.size() == 1 && set == kGlobalSet && in[0].device < 0) {
-    PostArgs a = postArgs(OpType::kReducescatter, name, in[0]);
-    a.reduce_op = op;
-    a.prescale = prescale;
-    a.postscale = postscale;
-    if (auto h = post(a)) return h;
+  if (in.size() == 1) {
+    if (auto a = postable(OpType::kReducescatter, name, in[0], set)) {
+      a->reduce_op = op;
+      a->prescale = prescale;
+      a->postscale = postscale;
+      if (auto h = post(*a)) return h;
+    }
   }
   auto e = makeEntry(OpType::kReducescatter, name, set, in);
   e->request.reduce_op = op;

@@ -14,6 +14,14 @@ using Clock = std::chrono::steady_clock;
 // Pool offsets keep every payload on its own cache lines (and the reduction aligned).
 constexpr size_t kAlign = 64;
 
+// The kinds whose posts are reduced (and prescaled when posted).
+bool reduces(OpType kind) { return kind == OpType::kAllreduce || kind == OpType::kReducescatter; }
+
+// A post's submission, from its handle's stamp.
+Clock::time_point submittedAt(const Handle& h) {
+  return Clock::time_point(std::chrono::nanoseconds(h.submittedNs()));
+}
+
 }  // namespace
 
 PostedCollectives::PostedCollectives(transport::ShmArena* arena, int rank, int size,
@@ -52,13 +60,10 @@ bool PostedCollectives::matches(const Slot& s, const PostArgs& a) const {
       !std::equal(s.meta.shape.begin(), s.meta.shape.end(), a.shape)) {
     return false;
   }
-  switch (s.kind) {
-    case OpType::kAllreduce:
-    case OpType::kReducescatter:
-      return a.reduce_op == s.reduce_op && a.prescale == s.prescale && a.postscale == s.postscale;
-    case OpType::kBroadcast: return a.root == s.root;
-    default: return true;
+  if (reduces(s.kind)) {
+    return a.reduce_op == s.reduce_op && a.prescale == s.prescale && a.postscale == s.postscale;
   }
+  return s.kind != OpType::kBroadcast || a.root == s.root;
 }
 
 void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
@@ -129,7 +134,7 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   s.reduce_op = r.reduce_op;
   s.prescale = r.prescale;
   s.postscale = r.postscale;
-  if (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter) s.reduction = reductionOf(r, size_);
+  if (reduces(r.op)) s.reduction = reductionOf(r, size_);
   s.root = r.root;
   s.offset = next_offset_;
   s.negotiated = std::move(negotiated);
@@ -172,7 +177,7 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   }
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
-  if ((s.kind == OpType::kAllreduce || s.kind == OpType::kReducescatter) && s.prescale != 1.0) {
+  if (reduces(s.kind) && s.prescale != 1.0) {
     kernels::scaleCopy(mine, a.input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
                        s.prescale);
   } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
@@ -187,7 +192,6 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   s.pending->setPosted(static_cast<int>(index), gen);
   s.input = a.input;
   s.output = a.output;
-  s.submitted = Clock::time_point(std::chrono::nanoseconds(s.pending->submittedNs()));
   s.pending_pos = pending_slots_.size();
   pending_slots_.push_back(index);
   pending_count_.fetch_add(1, std::memory_order_release);
@@ -248,10 +252,10 @@ std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(size_t in
   if (!s.pending) return std::nullopt;
   PostBoard::State st = board_->state(index, s.gen);
   if (st == PostBoard::State::kWaiting) {
-    if (now == nullptr || *now - s.submitted < patience_) return std::nullopt;
+    if (now == nullptr || *now - submittedAt(*s.pending) < patience_) return std::nullopt;
     // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
     st = board_->revoke(index, s.gen);
-    PERSEUS_LOG(DEBUG, kEngine) << "posted allreduce '" << *s.name
+    PERSEUS_LOG(DEBUG, kEngine) << "posted " << opTypeName(s.kind) << " '" << *s.name
                                 << "' waited past its patience for the other ranks' posts; "
                                    "it is negotiated instead";
   }
@@ -270,7 +274,7 @@ std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(size_t in
     e->request.root = s.root;
     e->inputs.push_back(s.input);
     e->outputs.push_back(s.output);
-    e->submitted = s.submitted;
+    e->submitted = submittedAt(*s.pending);
     e->handle = s.pending;
     c.renegotiate = std::move(e);
   }

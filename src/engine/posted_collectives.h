@@ -182,7 +182,6 @@ class PostedCollectives {
     std::shared_ptr<Handle> pending;
     const void* input = nullptr;
     void* output = nullptr;
-    std::chrono::steady_clock::time_point submitted;
     size_t pending_pos = 0;  // index in pending_slots_
   };
   // What a settling thread needs once it let go of the lock.
