@@ -183,9 +183,9 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
 // Threads this rank uses for a pipelined allreduce of `bytes` (Note [Reduce threads]).
 int threadsFor(const Communicator& comm, size_t bytes, size_t buffer) {
   if (comm.size() > kStackRanks) return 1;  // the parts keep their pointer arrays on the stack
-  static const int cpus = transport::shm::usableCpus();
-  const int requested = reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus,
-                                                       comm.arena()->localSize());
+  const int local = comm.arena()->localSize();
+  static const int cpus = transport::shm::sharedCpus(local);
+  const int requested = reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus, local);
   return reduce_threads::effectiveReduceThreads(requested, bytes, buffer);
 }
 

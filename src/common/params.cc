@@ -97,6 +97,7 @@ Params Params::fromEnvironment(const Lookup& lookup) {
     badValue("PERSEUS_STAGED_CHUNK_BYTES", show(p.staged_chunk_bytes), "at least 4096");
   if (p.shm_stores != "auto" && p.shm_stores != "cached" && p.shm_stores != "streaming")
     badValue("PERSEUS_SHM_STORES", p.shm_stores, "auto, cached or streaming");
+  if (p.bind_to != "none" && p.bind_to != "core") badValue("PERSEUS_BIND_TO", p.bind_to, "core or none");
   if (p.num_streams < 1) badValue("PERSEUS_NUM_STREAMS", show(p.num_streams), "at least 1");
   if (p.allreduce_dtype < 0 || p.allreduce_dtype > 2)
     badValue("PERSEUS_ALLREDUCE_DTYPE", show(p.allreduce_dtype), "0, 1 or 2");

@@ -36,6 +36,8 @@ namespace perseus {
     "Data plane for CPU tensors: auto (shared memory within a host, TCP across), tcp, or mpi.") \
   X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                          \
     "TCP connections per pair of ranks on different hosts; large messages are striped over them.") \
+  X(std::string, bind_to, "PERSEUS_BIND_TO", std::string("none"),                            \
+    "core: each rank binds all its threads to its share of the host's cores (the cores it may use, split evenly among the host's ranks; nothing when ranks outnumber cores); none: the scheduler places threads. perseusrun sets core unless --bind-to none.") \
   X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                         \
     "Microseconds a waiting thread busy-polls before it blocks.")                              \
   X(bool, caller_cycles, "PERSEUS_CALLER_CYCLES", true,                                         \
@@ -53,7 +55,7 @@ namespace perseus {
   X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{2} << 20,                       \
     "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")       \
   X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                            \
-    "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host, 1 to 8.") \
+    "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host (a bound rank's own share), 1 to 8.") \
   X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                     \
     "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size).") \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \

@@ -16,6 +16,7 @@
 #include "rendezvous/world.h"
 #include "transport/channel_transport.h"
 #include "transport/mpi/mpi_channels.h"
+#include "transport/shm/cpu_budget.h"
 #include "transport/shm/shm_local_group.h"
 #include "transport/tcp/iface.h"
 #include "transport/tcp/tcp_mesh.h"
@@ -60,6 +61,19 @@ std::vector<std::string> gatherRecords(Store& store, const Topology& t, double t
     }
   }
   return records;
+}
+
+// Note [Binding ranks to cores] (transport/shm/cpu_budget.h).
+void bindRank(const Topology& t) {
+  const std::vector<int> cpus = transport::shm::bindToShare(t.local_rank, t.local_size);
+  if (cpus.empty()) {
+    PERSEUS_LOG(INFO, kRendezvous) << "PERSEUS_BIND_TO=core: not bound (" << t.local_size
+                                   << " ranks on this host, " << transport::shm::usableCpus()
+                                   << " usable cores)";
+    return;
+  }
+  PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs "
+                                 << cpus.front() << "-" << cpus.back();
 }
 
 std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) {
@@ -145,6 +159,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   }
   derivePlacement(&t);
   reconcilePlacement(info, &t);
+  // Before the shared-memory group: its waiters size their spinning by the cores they own.
+  if (params.bind_to == "core") bindRank(t);
 
   std::vector<std::unique_ptr<transport::Channel>> channels(t.size);
   std::shared_ptr<transport::Doorbell> doorbell;

@@ -187,3 +187,33 @@ def test_mpirun_output_is_split_back_into_lines_per_rank():
                      (1, "stdout", b"rank 1 size 2 [1.5, 1.5]\n"),
                      (0, "stderr", b"err\n"), (0, "stderr", b"continued\n"),
                      (1, "stdout", b"no newline at exit\n")]
+
+
+_AFFINITY = ("import os\nfrom perseus import _core\n_core.init()\n"
+             "print('cpus', os.environ['PERSEUS_LOCAL_RANK'], "
+             "','.join(map(str, sorted(os.sched_getaffinity(0)))))\n_core.shutdown()")
+
+
+def _affinities(result):
+    found = re.findall(r"\]<stdout>:cpus (\d+) ([\d,]+)", result.stdout)
+    return {int(rank): [int(c) for c in cpus.split(",")] for rank, cpus in found}
+
+
+def test_ranks_bind_to_their_share_of_the_cores():
+    """Note [Binding ranks to cores]: by default each local rank gets its own block of the
+    cores perseusrun may use; --bind-to none leaves the scheduler's placement."""
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        pytest.skip("one usable core: nothing to split")
+    r = perseusrun(["-np", 2, PY, "-c", _AFFINITY])
+    assert r.returncode == 0, r.stderr
+    per = len(usable) // 2
+    assert _affinities(r) == {0: usable[:per], 1: usable[per:2 * per]}, r.stdout
+    r = perseusrun(["-np", 2, "--bind-to", "none", PY, "-c", _AFFINITY])
+    assert r.returncode == 0, r.stderr
+    assert _affinities(r) == {0: usable, 1: usable}, r.stdout
+    # More ranks than cores: binding would stack ranks on cores; they stay unbound.
+    n = len(usable) + 1
+    r = perseusrun(["-np", n, PY, "-c", _AFFINITY])
+    assert r.returncode == 0, r.stderr
+    assert _affinities(r) == {k: usable for k in range(n)}, r.stdout

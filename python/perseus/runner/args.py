@@ -51,6 +51,10 @@ def build_parser():
                       const="1", help="Reduce within hosts, then across (PERSEUS_HIERARCHICAL_ALLREDUCE=1).")
     hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical", action="store_const",
                       const="0", help="Never use hierarchical allreduce.")
+    t.add_argument("--bind-to", choices=["core", "none"], type=str.lower,
+                   help="core (default): each rank binds its threads to its share of the "
+                        "host's cores, as mpirun binds ranks; none: the scheduler places them "
+                        "(PERSEUS_BIND_TO).")
     t.add_argument("--timeline-filename",
                    help="Chrome-trace timeline path (PERSEUS_TIMELINE; one file per rank).")
     t.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error", "off"],

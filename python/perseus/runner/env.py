@@ -28,6 +28,7 @@ def tuning_env(args):
         env["PERSEUS_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
     pairs = [("PERSEUS_CACHE_CAPACITY", args.cache_capacity),
              ("PERSEUS_HIERARCHICAL_ALLREDUCE", args.hierarchical),
+             ("PERSEUS_BIND_TO", args.bind_to),
              ("PERSEUS_TIMELINE", args.timeline_filename),
              ("PERSEUS_LOG_LEVEL", args.log_level),
              ("PERSEUS_START_TIMEOUT", args.start_timeout),
@@ -49,6 +50,8 @@ def job_env(base, args, max_local_size):
         env.pop(key, None)
     env.update(tuning_env(args))
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_local_size)))
+    # Ranks bind to their share of the cores, as mpirun's do (Note [Binding ranks to cores]).
+    env.setdefault("PERSEUS_BIND_TO", "core")
     # MXNet's operator tuning spawns threads and slows start-up; harmless for other jobs.
     env.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
     env.setdefault("MXNET_USE_NUM_CORES_OPERATOR_TUNING", "1")

@@ -1,8 +1,48 @@
 #include "transport/shm/cpu_budget.h"
 
+#include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 
 namespace perseus::transport::shm {
+
+namespace {
+
+std::atomic<bool> g_bound{false};  // bound to its share by bindToShare()
+
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Every thread of this process: sched_setaffinity binds one thread, and threads started
+// before it (a framework's pools) would keep the old mask.
+bool bindAllThreads(const cpu_set_t& set) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return sched_setaffinity(0, sizeof(set), &set) == 0;
+  bool ok = true;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const pid_t tid = static_cast<pid_t>(std::atoi(entry->d_name));
+    // A thread that ended since the listing is no failure.
+    if (sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) ok = false;
+  }
+  closedir(dir);
+  return ok;
+}
+
+}  // namespace
 
 int usableCpus() {
   cpu_set_t set;
@@ -12,6 +52,27 @@ int usableCpus() {
   return n > 0 ? n : 1;
 }
 
-bool oversubscribed(int local_processes) { return local_processes > usableCpus(); }
+int sharedCpus(int local_processes) {
+  return g_bound.load() ? usableCpus() * local_processes : usableCpus();
+}
+
+bool oversubscribed(int local_processes) { return local_processes > sharedCpus(local_processes); }
+
+std::vector<int> bindToShare(int local_rank, int local_size) {
+  const std::vector<int> cpus = allowedCpus();
+  if (local_size < 2 || local_rank < 0 || local_rank >= local_size ||
+      cpus.size() < static_cast<size_t>(local_size)) {
+    return {};
+  }
+  const size_t per = cpus.size() / static_cast<size_t>(local_size);
+  std::vector<int> share(cpus.begin() + static_cast<std::ptrdiff_t>(per * local_rank),
+                         cpus.begin() + static_cast<std::ptrdiff_t>(per * (local_rank + 1)));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : share) CPU_SET(c, &set);
+  if (!bindAllThreads(set)) return {};
+  g_bound.store(true);
+  return share;
+}
 
 }  // namespace perseus::transport::shm

@@ -1,15 +1,41 @@
-// Whether the processes of this host outnumber the cores they may run on.
+// The cores a rank runs on: how many it may use, whether the host's ranks outnumber them, and
+// (PERSEUS_BIND_TO=core) binding the rank to its own share of them.
+//
+// Note [Binding ranks to cores]
+// Unbound, the scheduler moves a rank's threads between cores and at times puts two ranks on
+// one core while the other idles: a rank that spins for its peer then holds the core the peer
+// needs, and the op waits for a time slice. On the 2-vCPU VM, a 4-byte posted allreduce loop
+// spent 10-28 ms of every 100k ops (~60 ms) in ops slower than 3 us, unbound, and 1.6-2.5 ms
+// with each rank bound to its own core, in three interleaved pairs; in five later pairs, in
+// another state of the VM, both spent 3-8 ms, with outliers either way (docs/algorithms.md,
+// "Binding ranks to cores"). Open MPI's mpirun binds to cores by default for the same reason. perseusrun asks for binding (--bind-to,
+// PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has
+// included (a framework's pools start before init), so remote ranks need nothing on their host.
 #pragma once
+
+#include <vector>
 
 namespace perseus::transport::shm {
 
 // Cores this process may run on (sched_getaffinity), at least 1.
 int usableCpus();
 
+// The cores that the `local_processes` ranks of this host share: this process's own when it is
+// not bound (every rank of the host sees the same mask), its share times the ranks when it
+// was bound to its share.
+int sharedCpus(int local_processes);
+
 // True when `local_processes` ranks share fewer cores than that. A waiter then yields its core
 // on every idle pass, so that the rank it waits for (often runnable on the same core) runs
 // now instead of after the spinner's time slice; with one core per rank, spinning through is
 // cheaper than the syscall.
 bool oversubscribed(int local_processes);
+
+// Binds every thread of this process to local rank `local_rank`'s share of the cores it may
+// run on: `local_size` equal blocks of consecutive CPU ids (hyperthread siblings are usually
+// numbered far apart, so a block holds distinct cores), the remainder left unused. Returns the
+// CPUs bound to; nothing (and no binding) when there are fewer cores than ranks or only one
+// rank, or when the mask cannot be set.
+std::vector<int> bindToShare(int local_rank, int local_size);
 
 }  // namespace perseus::transport::shm
