@@ -18,8 +18,8 @@
 //    (learn()). Every rank runs the same responses in the same order, and the slots and pool
 //    offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
-//    must wait for that completion) always finds the slot (a broadcast's, allgather's or
-//    reducescatter's from its second negotiated run: secondSightingLocked()); the slot takes posts once this
+//    must wait for that completion) always finds the slot (from the name's second negotiated
+//    run: secondSightingLocked()); the slot takes posts once this
 //    rank's negotiated handle completed (until then the name is still in flight). The slot
 //    remembers what was negotiated: the shapes (an allgather's rows of every rank), the dtype,
 //    the reduce op and scales, the root. Slots and pool space are never reused; when they run
@@ -194,11 +194,12 @@ class PostedCollectives {
     uint64_t gen = 0;
   };
   bool matches(const Slot& s, const PostArgs& a) const;
-  // A broadcast, allgather or reducescatter gets a slot at its second negotiated run, not its
-  // first: names used once (an unnamed op gets a fresh name per call) would otherwise fill the
-  // board and grow the registry by ~170 B per op (tests/python/reliability/test_soak.py). The
-  // table is direct-mapped by the name's hash and changes alike on every rank (the same
-  // responses in the same order); a collision only delays a slot.
+  // A name gets a slot at its second negotiated run, not its first: names used once (an
+  // unnamed op gets a fresh name per call, `allreduce.noname.N`) would otherwise fill the
+  // board, after which no new name is posted, and grow the registry by ~170 B per op
+  // (tests/python/reliability/test_soak.py). The
+  // table holds each name's hash in one of two places and changes alike on every rank (the
+  // same responses in the same order); an eviction only delays a slot.
   bool secondSightingLocked(const std::string& name);
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
@@ -220,7 +221,8 @@ class PostedCollectives {
   bool full_reported_ = false;
   std::unordered_map<std::string, size_t> by_name_;
   std::unordered_map<std::string, int> retired_;  // slots retired per name
-  std::array<uint64_t, 1024> seen_once_{};        // name hashes negotiated once, no slot yet
+  // Hashes of names negotiated once, no slot yet (secondSightingLocked()); a power of two.
+  std::vector<uint64_t> seen_once_ = std::vector<uint64_t>(size_t{1} << 14);
   std::vector<size_t> pending_slots_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};

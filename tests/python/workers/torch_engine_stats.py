@@ -1,4 +1,4 @@
-"""perseus.torch.engine_stats(): after the first step has negotiated a set of names, further
+"""perseus.torch.engine_stats(): after the first steps have negotiated a set of names, further
 steps of the same names skip the coordinator. With PERSEUS_POSTED_ALLREDUCE=0 they go through
 the response cache: no coordinator round, one control AND per cycle whatever the tensor count.
 By default, ranks on one host post these small allreduces and negotiate nothing at all (Note
@@ -21,7 +21,10 @@ def step(tensors):
 def main():
     hvd.init()
     tensors = [torch.ones(3) for _ in range(200)]
-    step(tensors)  # negotiates the 200 names through the coordinator
+    # The first step negotiates the 200 names through the coordinator, the second through the
+    # response cache, and gives each name its slot (a name used once gets none).
+    step(tensors)
+    step(tensors)
     hvd.barrier()
     before = hvd.engine_stats()
     steps = 5
