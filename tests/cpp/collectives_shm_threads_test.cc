@@ -156,6 +156,31 @@ TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
   });
 }
 
+// Out of place, outputs are streamed from 4 MiB; in place only from 16 MiB. Both give the sum.
+TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) {
+  testing::InProcWorldOptions o;
+  o.size = 2;
+  o.slot_bytes = kSlotBytes;
+  const size_t count = (size_t{4} << 20) / 4 + 5;
+  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, 6);
+  testing::InProcWorld world(o);
+  world.runOk([&](int rank) {
+    auto comm = world.makeWorldComm(rank);
+    Bytes in = testing::testVector(rank, count, DataType::kFloat32, 6), out(in.size());
+    CollectiveArgs args;
+    args.kind = Collective::kAllreduce;
+    args.in = in.data();
+    args.out = out.data();
+    args.count = count;
+    args.dtype = DataType::kFloat32;
+    runCollective(*comm, args, "shm");
+    if (out != expected) throw std::runtime_error("wrong 4 MiB + 20 B float32 sum, out of place");
+    args.out = in.data();
+    runCollective(*comm, args, "shm");
+    if (in != expected) throw std::runtime_error("wrong 4 MiB + 20 B float32 sum, in place");
+  });
+}
+
 // The real shared-memory arena (futex barriers, the segments' slots), ranks as threads: every
 // barrier is bounded by PERSEUS_TIMEOUT, so a hang fails the test.
 TEST(ShmThreadsRealArena, ThreeThreadsPerRank) {
