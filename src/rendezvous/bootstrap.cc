@@ -72,8 +72,9 @@ void bindRank(const Topology& t) {
                                    << " usable cores)";
     return;
   }
-  PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs "
-                                 << cpus.front() << "-" << cpus.back();
+  std::ostringstream list;
+  for (size_t i = 0; i < cpus.size(); ++i) list << (i ? "," : "") << cpus[i];
+  PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs " << list.str();
 }
 
 std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -40,8 +41,10 @@ TEST(CpuBinding, EachLocalRankGetsItsOwnBlockAndThreadsStartedBeforeFollow) {
     });
     const std::vector<int> share = bindToShare(rank, n);
     const size_t per = all.size() / static_cast<size_t>(n);
-    const std::vector<int> expected(all.begin() + static_cast<std::ptrdiff_t>(per * rank),
-                                    all.begin() + static_cast<std::ptrdiff_t>(per * (rank + 1)));
+    const std::vector<int> ordered = coreOrder(all);
+    std::vector<int> expected(ordered.begin() + static_cast<std::ptrdiff_t>(per * rank),
+                              ordered.begin() + static_cast<std::ptrdiff_t>(per * (rank + 1)));
+    std::sort(expected.begin(), expected.end());  // as a mask lists them
     int code = 0;
     if (share != expected) code = 10;
     else if (maskOf(pthread_self()) != expected) code = 11;
@@ -54,6 +57,22 @@ TEST(CpuBinding, EachLocalRankGetsItsOwnBlockAndThreadsStartedBeforeFollow) {
     return code;
   }, 20s);
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+// Hyperthread siblings numbered 4 apart (cpu i and i + 4 share core i % 4), two packages of two
+// cores: blocks of whole cores, package by package.
+CpuPlace fakeTwoPackagesWithSmt(int cpu) { return CpuPlace{(cpu % 4) / 2, 0, cpu % 4}; }
+
+TEST(CpuBinding, CoreOrderKeepsSiblingsAndPackagesTogether) {
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(coreOrder(all, fakeTwoPackagesWithSmt), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+  // A restricted mask keeps its CPUs, ordered the same way.
+  EXPECT_EQ(coreOrder({7, 2, 6, 3}, fakeTwoPackagesWithSmt), (std::vector<int>{2, 6, 3, 7}));
+  // This machine: a permutation of its CPUs.
+  std::vector<int> mine = maskOf(pthread_self());
+  std::vector<int> ordered = coreOrder(mine);
+  std::sort(ordered.begin(), ordered.end());
+  EXPECT_EQ(ordered, mine);
 }
 
 TEST(CpuBinding, MoreRanksThanCoresOrOneRankStayUnbound) {

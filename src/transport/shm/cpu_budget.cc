@@ -7,7 +7,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <utility>
 
 namespace perseus::transport::shm {
 
@@ -42,7 +47,34 @@ bool bindAllThreads(const cpu_set_t& set) {
   return ok;
 }
 
+int readTopology(int cpu, const char* field, int fallback) {
+  const std::string path =
+      "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + field;
+  std::ifstream in(path);
+  int v = fallback;
+  return (in >> v) ? v : fallback;
+}
+
+CpuPlace sysfsPlace(int cpu) {
+  // Unreadable: each CPU its own core, in id order.
+  return CpuPlace{readTopology(cpu, "physical_package_id", 0), readTopology(cpu, "die_id", 0),
+                  readTopology(cpu, "core_id", cpu)};
+}
+
 }  // namespace
+
+std::vector<int> coreOrder(std::vector<int> cpus, CpuPlace (*place)(int cpu)) {
+  if (place == nullptr) place = sysfsPlace;
+  std::vector<std::pair<std::tuple<int, int, int, int>, int>> keyed;
+  keyed.reserve(cpus.size());
+  for (int c : cpus) {
+    const CpuPlace p = place(c);
+    keyed.push_back({{p.package, p.die, p.core, c}, c});
+  }
+  std::sort(keyed.begin(), keyed.end());
+  for (size_t i = 0; i < keyed.size(); ++i) cpus[i] = keyed[i].second;
+  return cpus;
+}
 
 int usableCpus() {
   cpu_set_t set;
@@ -59,7 +91,7 @@ int sharedCpus(int local_processes) {
 bool oversubscribed(int local_processes) { return local_processes > sharedCpus(local_processes); }
 
 std::vector<int> bindToShare(int local_rank, int local_size) {
-  const std::vector<int> cpus = allowedCpus();
+  const std::vector<int> cpus = coreOrder(allowedCpus());
   if (local_size < 2 || local_rank < 0 || local_rank >= local_size ||
       cpus.size() < static_cast<size_t>(local_size)) {
     return {};

@@ -32,10 +32,19 @@ int sharedCpus(int local_processes);
 bool oversubscribed(int local_processes);
 
 // Binds every thread of this process to local rank `local_rank`'s share of the cores it may
-// run on: `local_size` equal blocks of consecutive CPU ids (hyperthread siblings are usually
-// numbered far apart, so a block holds distinct cores), the remainder left unused. Returns the
-// CPUs bound to; nothing (and no binding) when there are fewer cores than ranks or only one
-// rank, or when the mask cannot be set.
+// run on: the CPUs in core order (coreOrder()) cut into `local_size` equal blocks, the
+// remainder left unused. Returns the CPUs bound to; nothing (and no binding) when there are
+// fewer CPUs than ranks or only one rank, or when the mask cannot be set.
 std::vector<int> bindToShare(int local_rank, int local_size);
+
+// Where a CPU sits: (package, die, core) as /sys/devices/system/cpu/cpuN/topology gives them.
+struct CpuPlace {
+  int package = 0, die = 0, core = 0;
+};
+// `cpus` ordered by package, die and core, then by id: hyperthread siblings (often numbered N
+// apart, e.g. 3 and 3 + cores) end up side by side, so an even block never splits a core
+// between ranks, and blocks stay within a package where they can. `place` is the machine's
+// topology (sysfs when null; a CPU it cannot read sorts by its id alone).
+std::vector<int> coreOrder(std::vector<int> cpus, CpuPlace (*place)(int cpu) = nullptr);
 
 }  // namespace perseus::transport::shm
