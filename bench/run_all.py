@@ -169,13 +169,14 @@ def engine_latency_row(build_dir, ranks, iterations):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return None, "timed out after 600 s"
-    pat = re.compile(r"median ([0-9.]+) us/op \(p10 ([0-9.]+), p90 ([0-9.]+)\)")
+    pat = re.compile(r"median ([0-9.]+) us/op \(p10 ([0-9.]+), p90 ([0-9.]+), mean ([0-9.]+)\)")
     found = [m for m in map(pat.search, proc.stdout.splitlines()) if m]
     if proc.returncode != 0 or len(found) != ranks:
         return None, f"exit {proc.returncode}: {last_lines(proc.stderr) or proc.stdout[-300:]}"
     return {"library": "perseus", "collective": "allreduce-latency-wait", "ranks": ranks,
             "bytes": 4, "time_us": max(float(m.group(1)) for m in found),
-            "p90_us": max(float(m.group(3)) for m in found), "iters": iterations}, None
+            "p90_us": max(float(m.group(3)) for m in found),
+            "mean_us": max(float(m.group(4)) for m in found), "iters": iterations}, None
 
 
 def latency_split_row(build_dir, ranks, iterations):
