@@ -27,12 +27,16 @@ def core_section(rows):
         out.append("| the same in place (as DistributedOptimizer runs it; nccl-tests reports "
                    "both) | " + ", ".join(f"{b // MIB} MiB {bw:.2f} GB/s" for b, bw in big_in)
                    + f" | {'✅' if ok else '❌'} |")
-    mid = [(b, mpi[b]["time_us"] / perseus[b]["time_us"]) for b in sorted(perseus)
-           if MIB <= b <= 4 * MIB and b in mpi]
+    def fastest(row):  # the fastest interleaved round: each library in its own fast state
+        return min(row.get("rounds_time_us") or [row["time_us"]])
+
+    mid = [(b, mpi[b]["time_us"] / perseus[b]["time_us"], fastest(mpi[b]) / fastest(perseus[b]))
+           for b in sorted(perseus) if MIB <= b <= 4 * MIB and b in mpi]
     if mid:
-        ok = all(x >= 2.0 for _, x in mid)
-        out.append("| allreduce 1–4 MiB ≥ 2× Open MPI | " + ", ".join(
-            f"{b // MIB} MiB {x:.2f}×" for b, x in mid) + f" | {'✅' if ok else '❌'} |")
+        ok = all(x >= 2.0 and f >= 2.0 for _, x, f in mid)
+        out.append("| allreduce 1–4 MiB ≥ 2× Open MPI (median of rounds; each at its fastest "
+                   "round) | " + ", ".join(f"{b // MIB} MiB {x:.2f}× ({f:.2f}×)" for b, x, f in mid)
+                   + f" | {'✅' if ok else '❌'} |")
     lat = next((r for r in rows if r.get("collective") == "allreduce-latency-wait"), None)
     if lat:
         out.append(f"| 4-byte allreduce through the engine < 20 µs | {lat['time_us']:.2f} µs "

@@ -126,3 +126,20 @@ def test_interleaved_rounds_keep_the_median_row_of_each_library():
     got = run_all.interleaved(r, runs, 3)
     assert r.calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # no library always first
     assert len(got) == 3 and all(len(g) == 3 for g in got)
+
+
+def test_allreduce_verdict_also_takes_each_library_at_its_fastest_round():
+    rows = coll_rows()
+    for r in rows:
+        if r["library"] in ("perseus", "openmpi"):
+            r["rounds_time_us"] = [r["time_us"]] * 3
+    ahead = report.allreduce_verdict(rows)
+    assert ahead["ok"] and "also with each library at its fastest round" in ahead["text"]
+    # Open MPI slow in two rounds of three, fast in one: the median says ahead, its fastest
+    # round says behind, and the verdict is not met.
+    for r in rows:
+        if r["library"] == "openmpi" and r["bytes"] == 1024:
+            r["rounds_time_us"] = [r["time_us"], r["time_us"], 0.1]
+    mixed = report.allreduce_verdict(rows)
+    assert not mixed["ok"]
+    assert "fastest round: behind at 1 KiB (openmpi" in mixed["text"], mixed["text"]
