@@ -133,18 +133,18 @@ INSTANTIATE_TEST_SUITE_P(RanksAndThreads, ShmThreads,
                                   std::get<2>(info.param);
                          });
 
-// Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
-TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
+// A float32 sum of `count` elements on 2 in-process ranks through "shm", out of place and then
+// in place, checked against the reference.
+void expectShmSums(size_t count, int threads, int seed) {
   testing::InProcWorldOptions o;
   o.size = 2;
   o.slot_bytes = kSlotBytes;
-  o.params.reduce_threads = 2;
-  const size_t count = (size_t{16} << 20) / 4 + 3;
-  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, 5);
+  o.params.reduce_threads = threads;
+  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, seed);
   testing::InProcWorld world(o);
   world.runOk([&](int rank) {
     auto comm = world.makeWorldComm(rank);
-    Bytes in = testing::testVector(rank, count, DataType::kFloat32, 5), out(in.size());
+    Bytes in = testing::testVector(rank, count, DataType::kFloat32, seed), out(in.size());
     CollectiveArgs args;
     args.kind = Collective::kAllreduce;
     args.in = in.data();
@@ -152,34 +152,18 @@ TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
     args.count = count;
     args.dtype = DataType::kFloat32;
     runCollective(*comm, args, "shm");
-    if (out != expected) throw std::runtime_error("wrong 16 MiB + 12 B float32 sum");
+    if (out != expected) throw std::runtime_error("wrong float32 sum out of place, " + std::to_string(count));
+    args.out = in.data();
+    runCollective(*comm, args, "shm");
+    if (in != expected) throw std::runtime_error("wrong float32 sum in place, " + std::to_string(count));
   });
 }
 
+// Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
+TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) { expectShmSums((size_t{16} << 20) / 4 + 3, 2, 5); }
+
 // Out of place, outputs are streamed from 4 MiB; in place only from 16 MiB. Both give the sum.
-TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) {
-  testing::InProcWorldOptions o;
-  o.size = 2;
-  o.slot_bytes = kSlotBytes;
-  const size_t count = (size_t{4} << 20) / 4 + 5;
-  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, 6);
-  testing::InProcWorld world(o);
-  world.runOk([&](int rank) {
-    auto comm = world.makeWorldComm(rank);
-    Bytes in = testing::testVector(rank, count, DataType::kFloat32, 6), out(in.size());
-    CollectiveArgs args;
-    args.kind = Collective::kAllreduce;
-    args.in = in.data();
-    args.out = out.data();
-    args.count = count;
-    args.dtype = DataType::kFloat32;
-    runCollective(*comm, args, "shm");
-    if (out != expected) throw std::runtime_error("wrong 4 MiB + 20 B float32 sum, out of place");
-    args.out = in.data();
-    runCollective(*comm, args, "shm");
-    if (in != expected) throw std::runtime_error("wrong 4 MiB + 20 B float32 sum, in place");
-  });
-}
+TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) { expectShmSums((size_t{4} << 20) / 4 + 5, 1, 6); }
 
 // The real shared-memory arena (futex barriers, the segments' slots), ranks as threads: every
 // barrier is bounded by PERSEUS_TIMEOUT, so a hang fails the test.
