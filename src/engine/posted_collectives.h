@@ -18,9 +18,9 @@
 //    (learn()). Every rank runs the same responses in the same order, and the slots and pool
 //    offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
-//    must wait for that completion) always finds the slot (from the name's second negotiated
-//    run: secondSightingLocked()); the slot takes posts once this
-//    rank's negotiated handle completed (until then the name is still in flight). The slot
+//    must wait for that completion) finds the slot from the name's second negotiated run on
+//    (secondSightingLocked()); the slot takes posts once this rank's negotiated handle
+//    completed (until then the name is still in flight). The slot
 //    remembers what was negotiated: the shapes (an allgather's rows of every rank), the dtype,
 //    the reduce op and scales, the root. Slots and pool space are never reused; when they run
 //    out, names stay on the negotiated path, and so does a name that had kMaxSlotsPerName
@@ -197,9 +197,9 @@ class PostedCollectives {
   // A name gets a slot at its second negotiated run, not its first: names used once (an
   // unnamed op gets a fresh name per call, `allreduce.noname.N`) would otherwise fill the
   // board, after which no new name is posted, and grow the registry by ~170 B per op
-  // (tests/python/reliability/test_soak.py). The
-  // table holds each name's hash in one of two places and changes alike on every rank (the
-  // same responses in the same order); an eviction only delays a slot.
+  // (tests/python/reliability/test_soak.py). The table holds each name's hash in one of two
+  // places and changes alike on every rank (the same responses in the same order); an
+  // eviction only delays a slot.
   bool secondSightingLocked(const std::string& name);
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).

@@ -2,12 +2,10 @@
 
 #include <dirent.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>

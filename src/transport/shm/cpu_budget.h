@@ -8,9 +8,10 @@
 // spent 10-28 ms of every 100k ops (~60 ms) in ops slower than 3 us, unbound, and 1.6-2.5 ms
 // with each rank bound to its own core, in three interleaved pairs; in five later pairs, in
 // another state of the VM, both spent 3-8 ms, with outliers either way (docs/algorithms.md,
-// "Binding ranks to cores"). Open MPI's mpirun binds to cores by default for the same reason. perseusrun asks for binding (--bind-to,
-// PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has
-// included (a framework's pools start before init), so remote ranks need nothing on their host.
+// "Binding ranks to cores"). Open MPI's mpirun binds to cores by default for the same reason.
+// perseusrun asks for binding (--bind-to, PERSEUS_BIND_TO=core); the rank binds itself at
+// start-up, every thread it already has included (a framework's pools start before init), so
+// remote ranks need nothing on their host.
 #pragma once
 
 #include <vector>
