@@ -10,7 +10,7 @@ import os
 import sys
 from collections import defaultdict
 
-from report_common import IMG, human, pyplot, replace_section, save
+from report_common import IMG, fastest_round, human, pyplot, replace_section, save
 from report_core import core_section
 from report_engine import latency_section, negotiation_section
 from report_shortfalls import shortfalls_section
@@ -70,12 +70,6 @@ def collective_table(rows, collective):
             ratio = f"{best / d['perseus']['time_us']:.2f}× ({who})"
         lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
-
-
-def fastest_round(row):
-    """A row's fastest interleaved round (its time when it ran alone otherwise): the library
-    in its own fast state, whichever state the VM was in for the other."""
-    return min(row.get("rounds_time_us") or [row["time_us"]])
 
 
 def allreduce_verdict(rows):

@@ -2,6 +2,8 @@
 what this run measured, and, where it is not met, the measured limit (docs/algorithms.md has
 the measurements of the limits)."""
 
+from report_common import fastest_round
+
 MIB = 1 << 20
 
 
@@ -27,10 +29,7 @@ def core_section(rows):
         out.append("| the same in place (as DistributedOptimizer runs it; nccl-tests reports "
                    "both) | " + ", ".join(f"{b // MIB} MiB {bw:.2f} GB/s" for b, bw in big_in)
                    + f" | {'✅' if ok else '❌'} |")
-    def fastest(row):  # the fastest interleaved round: each library in its own fast state
-        return min(row.get("rounds_time_us") or [row["time_us"]])
-
-    mid = [(b, mpi[b]["time_us"] / perseus[b]["time_us"], fastest(mpi[b]) / fastest(perseus[b]))
+    mid = [(b, mpi[b]["time_us"] / perseus[b]["time_us"], fastest_round(mpi[b]) / fastest_round(perseus[b]))
            for b in sorted(perseus) if MIB <= b <= 4 * MIB and b in mpi]
     if mid:
         ok = all(x >= 2.0 and f >= 2.0 for _, x, f in mid)

@@ -49,7 +49,6 @@ void addTensor(Entry& e, const TensorArg& t) {
   e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
-
 // A single CPU tensor of the global set may be posted (Note [Posted collectives]): its
 // arguments, or nothing for any other call.
 std::optional<PostArgs> postable(OpType kind, const std::string& name, const TensorArg& in,
