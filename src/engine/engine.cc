@@ -535,13 +535,16 @@ void Engine::idleWait(bool pending, bool spin) {
   // Posts that a callback or a blocked caller needs (Note [Posted collectives]): be rung when
   // they complete, or, when one can be settled already, do not sleep.
   bool listening = false, settle_now = false;
+  // Before listen() reads the slots: a post that completes one after that read rings this
+  // rank by moving the count, also before the transport sleeps (or while it spins).
+  const uint32_t rings = transport_->rings();
   if (posted_.listeningWanted() && posted_watchers_.load() == 0) {
     listening = posted_.listen();
     settle_now = !listening;
   }
   if (!settle_now && !queue_nonempty_.load() && !shutdown_requested_.load() &&
       !drive_requested_.load()) {
-    transport_->waitIncoming(timeout);
+    transport_->waitIncoming(timeout, rings);
   }
   if (listening) posted_.stopListening();
   engine_blocked_.store(false);

@@ -139,11 +139,13 @@ class PostedCollectives {
   // to one, or a caller stopped watching its post and blocks. Without it the engine thread
   // finishes posts every millisecond, and waiting callers finish their own: being rung for
   // every post of a loop that submits thousands costs the submitting thread its core.
-  void wantListening() { listen_wanted_.store(true, std::memory_order_relaxed); }
+  // seq_cst: Dekker with the engine thread's idle wait (the caller then reads whether it
+  // sleeps, the engine thread sets that it sleeps and then reads this).
+  void wantListening() { listen_wanted_.store(true, std::memory_order_seq_cst); }
   // True when wanted and posts are pending; forgets the wish once none is.
   bool listeningWanted() {
     if (!hasPending()) listen_wanted_.store(false, std::memory_order_relaxed);
-    return listen_wanted_.load(std::memory_order_relaxed) && hasPending();
+    return listen_wanted_.load(std::memory_order_seq_cst) && hasPending();
   }
 
   // join(): every live slot is revoked.

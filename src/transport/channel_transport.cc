@@ -33,6 +33,11 @@ int toPollMs(std::chrono::microseconds us) {
 
 }  // namespace
 
+uint32_t LocalDoorbell::rings() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seq_;
+}
+
 uint32_t LocalDoorbell::arm() {
   std::lock_guard<std::mutex> lock(mutex_);
   return seq_;
@@ -269,7 +274,8 @@ void ChannelTransport::drainEventFd() {
   }
 }
 
-bool ChannelTransport::blockOnce(bool for_exchange, std::chrono::microseconds limit) {
+bool ChannelTransport::blockOnce(bool for_exchange, std::chrono::microseconds limit,
+                                 const uint32_t* since_rings) {
   // Which channels are we waiting on, and do any of them have a file descriptor?
   std::vector<pollfd> fds;  // small; blocking is already the slow path
   bool fdless = false;
@@ -309,7 +315,8 @@ bool ChannelTransport::blockOnce(bool for_exchange, std::chrono::microseconds li
   const uint32_t ticket = doorbell_->arm();
   // Re-check after arming: progress that happened before arm() rang no bell for us.
   const bool ready = for_exchange ? progressPass()
-                                  : (wake_pending_.load() || hasIncoming());
+                                  : (wake_pending_.load() || hasIncoming() ||
+                                     (since_rings != nullptr && ticket != *since_rings));
   if (ready || aborted_.load()) {
     doorbell_->disarm();
     return for_exchange && ready;
@@ -327,13 +334,21 @@ bool ChannelTransport::hasIncoming() {
 }
 
 void ChannelTransport::waitIncoming(std::chrono::microseconds timeout) {
+  waitIncoming(timeout, doorbell_->rings());
+}
+
+void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
   checkAborted();
-  if (wake_pending_.exchange(false) || hasIncoming()) return;
+  // A ring that brought no bytes (ShmArena::notify()) ends the wait too, also in the spin.
+  auto ready = [&] {
+    return wake_pending_.exchange(false) || hasIncoming() || doorbell_->rings() != since;
+  };
+  if (ready()) return;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
   const Clock::time_point spin_end = start + std::min(timeout, spin_);
   for (uint32_t i = 1;; ++i) {
-    if (wake_pending_.exchange(false) || hasIncoming()) return;
+    if (ready()) return;
     if (yield_when_idle_) sched_yield();
     if (yield_when_idle_ || (i & 63u) == 0) {
       checkAborted();
@@ -344,9 +359,9 @@ void ChannelTransport::waitIncoming(std::chrono::microseconds timeout) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return;
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    blockOnce(false, std::min(left + std::chrono::microseconds(1), kIdleSlice));
+    blockOnce(false, std::min(left + std::chrono::microseconds(1), kIdleSlice), &since);
     checkAborted();
-    if (wake_pending_.exchange(false) || hasIncoming()) return;
+    if (ready()) return;
   }
 }
 

@@ -29,6 +29,8 @@ class Doorbell {
   virtual uint32_t arm() = 0;
   // Sleeps until ring() or the timeout; leaves the doorbell disarmed.
   virtual void wait(uint32_t ticket, std::chrono::microseconds timeout) = 0;
+  // How often it was rung so far (the value arm() returns as the ticket).
+  virtual uint32_t rings() = 0;
   virtual void disarm() = 0;
   virtual void ring() = 0;
   // True when the processes that ring each other share fewer cores than they number: waiters
@@ -41,6 +43,7 @@ class LocalDoorbell : public Doorbell {
  public:
   uint32_t arm() override;
   void wait(uint32_t ticket, std::chrono::microseconds timeout) override;
+  uint32_t rings() override;
   void disarm() override {}
   void ring() override;
 
@@ -66,6 +69,8 @@ class ChannelTransport : public Transport {
   void exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) override;
   bool hasIncoming() override;
   void waitIncoming(std::chrono::microseconds timeout) override;
+  uint32_t rings() override { return doorbell_->rings(); }
+  void waitIncoming(std::chrono::microseconds timeout, uint32_t since) override;
   void wake() override;
   void abort(const std::string& reason) override;
 
@@ -84,8 +89,10 @@ class ChannelTransport : public Transport {
   bool progressPass();
   // Sleeps for at most `limit` while nothing can move; returns early when something might.
   // Returns true if the exchange made progress in its re-check (so the caller resets its
-  // idle clock).
-  bool blockOnce(bool for_exchange, std::chrono::microseconds limit);
+  // idle clock). An idle wait given `since_rings` does not sleep once the doorbell's count moved
+  // from it.
+  bool blockOnce(bool for_exchange, std::chrono::microseconds limit,
+                 const uint32_t* since_rings = nullptr);
   void checkPeers();
   [[noreturn]] void throwTimeout(double idle_s) const;
   void checkAborted() const;

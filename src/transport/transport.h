@@ -47,6 +47,15 @@ class Transport {
   virtual bool hasIncoming() = 0;
   // Blocks until hasIncoming(), wake(), or the timeout. Spurious returns are allowed.
   virtual void waitIncoming(std::chrono::microseconds timeout) = 0;
+  // Rings of this rank's doorbell by local peers so far (ShmArena::notify(), which carries no
+  // bytes: a post that completed a generation, Note [Posted collectives]); 0 without one.
+  virtual uint32_t rings() { return 0; }
+  // waitIncoming() that also returns once rings() differs from `since`: read `since` before
+  // checking what the ring announces, so that a ring between that check and the sleep is seen.
+  virtual void waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
+    (void)since;
+    waitIncoming(timeout);
+  }
   virtual void wake() = 0;
 
   // Makes every blocked and later call throw ShutDownError(reason). Idempotent.

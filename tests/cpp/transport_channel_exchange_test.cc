@@ -180,6 +180,29 @@ TEST(ChannelExchange, WaitIncomingWakesOnDataAndOnWake) {
   EXPECT_FALSE(t1.hasIncoming());
 }
 
+// A posted collective's ring (ShmArena::notify(): no bytes on any channel) ends an idle wait,
+// also one that reads the count before checking what the ring announces and is rung before it
+// sleeps (the engine's listen(), Note [Posted collectives]).
+TEST(ChannelExchange, WaitIncomingWakesOnARingWithoutBytes) {
+  ThreadWorld w(2, shmTestParams(), "ring");
+  ChannelTransport& t1 = *w.transports[1];
+  std::thread ringer([&] {
+    std::this_thread::sleep_for(50ms);
+    w.groups[0]->arena->notify(1);
+  });
+  auto start = std::chrono::steady_clock::now();
+  t1.waitIncoming(5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the ring was not heard";
+  ringer.join();
+  EXPECT_FALSE(t1.hasIncoming());
+
+  const uint32_t since = t1.rings();
+  w.groups[0]->arena->notify(1);
+  start = std::chrono::steady_clock::now();
+  t1.waitIncoming(5s, since);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a ring before the sleep was lost";
+}
+
 double threadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

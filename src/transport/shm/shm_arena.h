@@ -63,8 +63,9 @@ class ShmArena {
     (void)local_rank;
     return {};
   }
-  // Wakes local rank `local_rank`'s sleeping engine thread, after a seq_cst store of what it
-  // may be waiting for. Any thread.
+  // Rings local rank `local_rank`'s engine thread, after a seq_cst store of what it may be
+  // waiting for: wakes it if it sleeps, and moves its Transport::rings() if it spins. Any
+  // thread.
   virtual void notify(int local_rank) { (void)local_rank; }
 };
 

@@ -44,7 +44,7 @@ class ShmArenaImpl : public ShmArena {
     set_->recordCause(lost_rank, reason);
   }
   PostBoardMemory postBoard(int local_rank) override;
-  void notify(int local_rank) override { set_->notify(local_rank); }
+  void notify(int local_rank) override { set_->alert(local_rank); }
 
  private:
   void validateMembers(int group_id, const std::vector<int>& members) const;

@@ -25,6 +25,10 @@ void ShmDoorbell::wait(uint32_t ticket, std::chrono::microseconds timeout) {
   h->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }
 
+uint32_t ShmDoorbell::rings() {
+  return set_->header(set_->localRank())->doorbell.load(std::memory_order_seq_cst);
+}
+
 void ShmDoorbell::disarm() {
   set_->header(set_->localRank())->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }

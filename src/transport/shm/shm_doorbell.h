@@ -15,6 +15,7 @@ class ShmDoorbell : public Doorbell {
   explicit ShmDoorbell(std::shared_ptr<ShmSegmentSet> set);
   uint32_t arm() override;
   void wait(uint32_t ticket, std::chrono::microseconds timeout) override;
+  uint32_t rings() override;
   void disarm() override;
   void ring() override;
   // More local ranks than usable cores (decided once, at construction).

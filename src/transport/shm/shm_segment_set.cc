@@ -108,6 +108,13 @@ void ShmSegmentSet::notify(int lr) const {
   }
 }
 
+void ShmSegmentSet::alert(int lr) const {
+  // Dekker with ShmDoorbell::arm() as in notify(), the count being what is published.
+  SegmentHeader* h = header(lr);
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) futexWakeAll(&h->doorbell);
+}
+
 bool ShmSegmentSet::peerGone(int lr, std::string* why) const {
   if (header(lr)->closed.load(std::memory_order_acquire) != 0) {
     *why = "closed its shared-memory transport (it shut down or failed)";

@@ -68,6 +68,10 @@ class ShmSegmentSet {
   // be waiting for WITH A seq_cst STORE, which the sleeper re-checks with seq_cst loads (see
   // ShmDoorbell::arm); costs one load when it does not sleep.
   void notify(int lr) const;
+  // Rings local rank `lr` whether or not it sleeps: its doorbell's count moves (which a rank
+  // that spins before sleeping watches, Transport::rings()) and sleepers wake. For rings that
+  // carry no bytes, which no channel would report; costs a shared read-modify-write.
+  void alert(int lr) const;
   // True (with a reason) when local rank `lr` closed its transport or its process exited.
   bool peerGone(int lr, std::string* why) const;
   // Publishes in this rank's header that it stops because global rank `lost_rank` was lost
