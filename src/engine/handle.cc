@@ -115,48 +115,50 @@ void Handle::streamWait(void* stream) const {
   for (const auto& w : works) w->streamWait(stream);
 }
 
-namespace {
-constexpr size_t kSpareNodes = 64;
-}  // namespace
-
-HandleTable::HandleTable() {
-  handles_.reserve(1024);
-  spare_.reserve(kSpareNodes);
-}
+HandleTable::HandleTable() : ring_(kRingSize) {}
 
 void HandleTable::insert(std::shared_ptr<Handle> handle) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t id = handle->id();
-  if (spare_.empty()) {
-    handles_[id] = std::move(handle);
-    return;
+  Place& p = ring_[static_cast<size_t>(id) & (kRingSize - 1)];
+  if (p.id == 0) {
+    p.id = id;
+    p.handle = std::move(handle);
+  } else {
+    overflow_[id] = std::move(handle);
   }
-  Map::node_type node = std::move(spare_.back());
-  spare_.pop_back();
-  node.key() = id;
-  node.mapped() = std::move(handle);
-  handles_.insert(std::move(node));
+  ++live_;
 }
 
 std::shared_ptr<Handle> HandleTable::find(int64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = handles_.find(id);
-  return it == handles_.end() ? nullptr : it->second;
+  const Place& p = ring_[static_cast<size_t>(id) & (kRingSize - 1)];
+  if (p.id == id && id != 0) return p.handle;
+  if (overflow_.empty()) return nullptr;
+  auto it = overflow_.find(id);
+  return it == overflow_.end() ? nullptr : it->second;
 }
 
 bool HandleTable::release(int64_t id) {
   std::shared_ptr<Handle> last;  // destroyed after the lock is let go
   std::lock_guard<std::mutex> lock(mu_);
-  Map::node_type node = handles_.extract(id);
-  if (node.empty()) return false;
-  last = std::move(node.mapped());
-  if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
+  Place& p = ring_[static_cast<size_t>(id) & (kRingSize - 1)];
+  if (p.id == id && id != 0) {
+    p.id = 0;
+    last = std::move(p.handle);
+  } else {
+    auto it = overflow_.find(id);
+    if (it == overflow_.end()) return false;
+    last = std::move(it->second);
+    overflow_.erase(it);
+  }
+  --live_;
   return true;
 }
 
 size_t HandleTable::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return handles_.size();
+  return live_;
 }
 
 }  // namespace perseus::engine

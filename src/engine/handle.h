@@ -124,6 +124,12 @@ class Handle {
 };
 
 // Handles by id, for the C API. Ids come from the engine and are never reused by it.
+//
+// Ids are handed out in sequence, so the live ones of a program (its handles not yet released)
+// are almost always a window narrower than the ring: each sits in the ring's place id mod
+// kRingSize, one cache line away from the last, with no hashing and no node. An id whose
+// place is taken (more than kRingSize live, or a handle kept far longer than its successors)
+// goes to the overflow map.
 class HandleTable {
  public:
   HandleTable();
@@ -133,11 +139,15 @@ class HandleTable {
   size_t size() const;
 
  private:
-  using Map = std::unordered_map<int64_t, std::shared_ptr<Handle>>;
+  static constexpr size_t kRingSize = size_t{1} << 12;
+  struct Place {
+    int64_t id = 0;  // 0: free (ids start at 1)
+    std::shared_ptr<Handle> handle;
+  };
   mutable std::mutex mu_;
-  Map handles_;
-  // Released nodes, reused by insert(): a submit-wait-release loop allocates no node.
-  std::vector<Map::node_type> spare_;
+  std::vector<Place> ring_;
+  std::unordered_map<int64_t, std::shared_ptr<Handle>> overflow_;
+  size_t live_ = 0;
 };
 
 }  // namespace perseus::engine
