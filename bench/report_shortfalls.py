@@ -56,41 +56,48 @@ def collective_shortfalls(rows):
                         f"itself takes {us(split.get('communicate_us', 0))} (Open MPI's whole "
                         f"4-byte op: {us(mpi4['time_us'])}) and submission to negotiated "
                         f"{us(split.get('negotiate_us', 0))}; ")
-            if coll in ("allreduce", "broadcast", "allgather"):
-                why = ("at these sizes the time is the fixed per-op cost. A small "
-                       f"{coll} of a name negotiated before is posted (Note [Posted "
-                       "collectives]): no control exchange and no cycle; each rank writes its "
-                       "contribution to shared memory, counts it in the name's slot and "
-                       "finishes the op from the others' posts itself, with no entry and no "
-                       "allocation but the handle (docs/algorithms.md, *The post lane*). What "
-                       "is left over the protocol's floor (bench/post_board_floor_bench) is "
-                       "~0.2 µs of software: the spin on the shared state word and the "
-                       "compare-and-swap on a line both ranks touch (the protocol), about eight "
-                       "uncontended mutex pairs (the C API's runtime and handle table, the "
-                       "registry, the handle), two clock reads and the handle's allocation; "
-                       "from 1 KiB also the copy into shared memory and the peer's read of it, "
-                       "which Open MPI pays too. Open MPI's broadcast returns at the root as soon "
-                       "as it has written; a posted broadcast completes when every rank posted "
-                       "(what lets a pool be reused safely). Fix, not built: a lock-free handle "
-                       "table and registry lookup.")
-            else:
-                why = ("at these sizes the time is the fixed per-op cost. The waiting caller "
-                       "runs the engine's cycle itself (Note [Caller-run cycles]: no hand-off "
-                       "to the engine thread), but every op still pays one control exchange "
-                       "with the peer before its collective (a response-cache hit) and ~1 µs of "
-                       "submission, bookkeeping and completion, where Open MPI runs one "
-                       "exchange on the caller's thread. Fix, not built: post these as small "
-                       "allreduces, broadcasts and allgathers are (Note [Posted collectives]; "
-                       "each rank reduces its own block of every rank's post).")
+            why = ("at these sizes the time is the fixed per-op cost. A small "
+                   f"{coll} of a name negotiated before is posted (Note [Posted "
+                   "collectives]): no control exchange and no cycle; each rank writes its "
+                   "contribution to shared memory, counts it in the name's slot and "
+                   "finishes the op from the others' posts itself, with no entry and no "
+                   "allocation but the handle (docs/algorithms.md, *The post lane*). Such an "
+                   "op's time is the software path of the rank that posts second, which "
+                   "finishes it inline: the compare-and-swap on the slot's state word and the "
+                   "read of the other's post (two cross-core misses, the protocol's floor in "
+                   "bench/post_board_floor_bench), plus the asynchronous handle: its "
+                   "allocation and two clock reads, the C API's handle table (insert, find, "
+                   "release) and about six uncontended mutex pairs; from 1 KiB also the copy "
+                   "into shared memory, whose lines the peer read (a read-for-ownership "
+                   "each), which Open MPI pays too. Open MPI's broadcast returns at the root "
+                   "as soon as it has written; a posted broadcast completes when every rank "
+                   "posted (what lets a pool be reused safely). Fix, not built: a blocking "
+                   "call that needs no handle (the caller spins on the slot itself), handles "
+                   "recycled per slot.")
             out.append(
                 f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
                 + why)
         if large:
             out.append(
-                f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. Fix: fewer passes "
-                "over the data (reduce-scatter + allgather in place in shared memory, "
-                "non-temporal stores above L3) with both cores reducing.")
+                f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. "
+                + BANDWIDTH_WHY.get(coll, BANDWIDTH_WHY["allreduce"]))
     return out
+
+
+BANDWIDTH_WHY = {
+    "allreduce": ("The shared-memory pipeline already reads each input and writes each output "
+                  "once and moves half of each across cores once each way, both cores reducing "
+                  "(docs/algorithms.md, *Shared memory*); here both libraries run at about the "
+                  "cross-core rate of the floors table (*The core's targets*). Tried without "
+                  "gain: single-copy reads of the peer's input (CMA), other segment sizes, "
+                  "streaming stores in place (docs/algorithms.md, *Tried for large allreduces*)."),
+    "allgather": ("Perseus stages every piece through a shared-memory slot and copies it out "
+                  "(two copies), where Open MPI's vader transport lets the receiver copy "
+                  "straight from the sender's buffer (one copy, CMA). Fix, not built: "
+                  "single-copy reads of the peer's buffer for large allgathers and broadcasts."),
+}
+BANDWIDTH_WHY["broadcast"] = BANDWIDTH_WHY["allgather"]
+BANDWIDTH_WHY["reducescatter"] = BANDWIDTH_WHY["allreduce"]
 
 
 def latency_shortfall(rows, verdict):
