@@ -91,10 +91,13 @@ BANDWIDTH_WHY = {
                   "cross-core rate of the floors table (*The core's targets*). Tried without "
                   "gain: single-copy reads of the peer's input (CMA), other segment sizes, "
                   "streaming stores in place (docs/algorithms.md, *Tried for large allreduces*)."),
-    "allgather": ("Perseus stages every piece through a shared-memory slot and copies it out "
-                  "(two copies), where Open MPI's vader transport lets the receiver copy "
-                  "straight from the sender's buffer (one copy, CMA). Fix, not built: "
-                  "single-copy reads of the peer's buffer for large allgathers and broadcasts."),
+    "allgather": ("Since session 8 mid-sized broadcasts and allgathers read straight from the "
+                  "peer's buffer (one copy, cross-memory attach, as Open MPI's vader does); "
+                  "large ones pipeline through the shared-memory slots, where that measured "
+                  "faster (docs/algorithms.md, *Single-copy broadcasts and allgathers*). Every "
+                  "such op is also negotiated (a control exchange and a cycle, a few µs) where "
+                  "Open MPI's runs at once. Fix, not built: post mid-sized ones as small ones "
+                  "are (Note [Posted collectives]), which needs pools as large as the messages."),
 }
 BANDWIDTH_WHY["broadcast"] = BANDWIDTH_WHY["allgather"]
 BANDWIDTH_WHY["reducescatter"] = BANDWIDTH_WHY["allreduce"]

@@ -18,7 +18,10 @@ bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.are
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   size_t half = detail::ArenaView::dataBytesOf(*comm.arena()) / 2;
   double segments = static_cast<double>((args.bytes + half - 1) / half);
-  return (segments + 1) * cost::kBarrierUs + 2.0 * args.bytes * cost::kArenaUsPerByte;
+  // The root copies segment k + 1 in while the others copy segment k out: one segment's copy
+  // more than the data, not two copies of it.
+  const double copied = static_cast<double>(args.bytes + std::min(args.bytes, half));
+  return (segments + 1) * cost::kBarrierUs + copied * cost::kArenaUsPerByte;
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {

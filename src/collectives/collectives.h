@@ -45,4 +45,8 @@ void gatherv(Communicator& comm, const void* in, void* out, const std::vector<si
 
 void barrier(Communicator& comm);
 
+// Single-copy broadcasts and allgathers (single_copy_shm.cc) that this process ran through the
+// slots instead, because some member could not or would not read a peer's memory.
+uint64_t singleCopyFallbacks();
+
 }  // namespace perseus::collectives

@@ -25,6 +25,12 @@ inline PointToPoint pointToPoint(const Communicator& comm) {
 // Shared-memory arena: one barrier, and bytes copied or reduced through the caches.
 constexpr double kBarrierUs = 0.15;
 constexpr double kArenaUsPerByte = 1.0 / 30000.0;
+// One cross-memory read of a peer's buffer (process_vm_readv): the call, and per byte one
+// copy on the reader's core alone with the peer's pages pinned as it goes, measured at about
+// two thirds of the rate of a copy through the arena (docs/algorithms.md, *Single-copy
+// broadcasts and allgathers*).
+constexpr double kCrossMemoryUs = 3.0;
+constexpr double kCrossMemoryUsPerByte = 1.5 * kArenaUsPerByte;
 
 inline int ceilLog2(int p) {
   int k = 0;

@@ -19,6 +19,8 @@ extern const Algorithm kAllgathervShm;
 extern const Algorithm kBroadcastBinomial;
 extern const Algorithm kBroadcastChain;
 extern const Algorithm kBroadcastShm;
+extern const Algorithm kBroadcastSingleCopy;
+extern const Algorithm kAllgathervSingleCopy;
 extern const Algorithm kAlltoallvPairwise;
 extern const Algorithm kReducescattervRing;
 extern const Algorithm kReducescattervShm;
@@ -58,8 +60,8 @@ const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> table = {
       &kAllreduceShm,         &kAllreduceHierarchical, &kAllreduceRing,
       &kAllreduceRecursiveDoubling,
-      &kAllgathervShm,        &kAllgathervRing,
-      &kBroadcastShm,         &kBroadcastBinomial,     &kBroadcastChain,
+      &kAllgathervShm,        &kAllgathervSingleCopy,  &kAllgathervRing,
+      &kBroadcastShm,         &kBroadcastSingleCopy,   &kBroadcastBinomial,     &kBroadcastChain,
       &kAlltoallvPairwise,
       &kReducescattervShm,    &kReducescattervRing,
       &kGathervLinear,

@@ -58,6 +58,8 @@ namespace perseus {
     "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host (a bound rank's own share), 1 to 8.") \
   X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                     \
     "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size).") \
+  X(bool, shm_single_copy, "PERSEUS_SHM_SINGLE_COPY", true,                                   \
+    "Large broadcasts and allgathers among the ranks of one host copy straight from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does not, and the collectives it takes part in run through the slots.") \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \
     "GPU tensors without NCCL (host-staged): bytes per pipeline chunk (device->host copy, CPU collective, host->device copy).") \
   X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                       \

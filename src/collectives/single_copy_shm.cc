@@ -1,0 +1,129 @@
+// Broadcast and allgatherv by single-copy reads (transport/shm/cross_memory.h): each member
+// publishes its process id and the address of its buffer in its own slot; after a barrier,
+// every reader copies what it needs straight out of the other members' memory, one pass over
+// the data where the slot algorithms (broadcast_shm.cc, allgather_shm.cc) make two, into a
+// slot and out of it. This is how Open MPI's vader transport moves large messages.
+//
+// The closing barrier is a barrierMax of "this member could not read": the writers' buffers
+// stay untouched until everyone has read them, and every member learns whether someone could
+// not (the system forbids cross-memory attach, or PERSEUS_SHM_SINGLE_COPY=0 there), in which
+// case all of them run the slot algorithm instead. Members only read peers' slots between the two barriers and write their
+// own before the first (Note [Arena slot discipline], arena_view.h), so the fallback starts
+// cleanly.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "collectives/arena_view.h"
+#include "collectives/collectives.h"
+#include "collectives/cost_model.h"
+#include "collectives/detail.h"
+#include "collectives/registry.h"
+#include "common/logging.h"
+#include "transport/shm/cross_memory.h"
+
+namespace perseus::collectives {
+
+extern const Algorithm kBroadcastShm;
+extern const Algorithm kAllgathervShm;
+
+namespace {
+
+std::atomic<uint64_t> g_fallbacks{0};
+
+// Every member runs this when the members agreed to fall back.
+void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
+  if (g_fallbacks.fetch_add(1, std::memory_order_relaxed) == 0 && err != 0) {
+    PERSEUS_LOG(WARNING, kCollectives)
+        << "rank " << comm.globalRank(comm.rank()) << ": cannot read a local peer's memory ("
+        << std::strerror(err) << ", in a " << collectiveName(args.kind)
+        << "); large broadcasts and allgathers go through the shared-memory slots instead "
+           "(two copies instead of one)";
+  }
+  slots.run(comm, args);
+}
+
+struct Published {
+  uint64_t pid;
+  uint64_t address;
+};
+
+void publish(const detail::ArenaView& view, int rank, const void* buffer) {
+  const Published p{static_cast<uint64_t>(::getpid()), reinterpret_cast<uintptr_t>(buffer)};
+  std::memcpy(view.half(rank, 0), &p, sizeof p);
+}
+
+// Copies `bytes` at `offset` of member `q`'s published buffer to `to`; 0 or the errno.
+int readFrom(const detail::ArenaView& view, int q, size_t offset, void* to, size_t bytes) {
+  Published p;
+  std::memcpy(&p, view.half(q, 0), sizeof p);
+  return transport::shm::readPeerMemory(static_cast<pid_t>(p.pid),
+                                        reinterpret_cast<const void*>(p.address + offset), to,
+                                        bytes);
+}
+
+bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
+
+double broadcastEstimate(const Communicator&, const CollectiveArgs& args) {
+  return 2 * cost::kBarrierUs + cost::kCrossMemoryUs +
+         static_cast<double>(args.bytes) * cost::kCrossMemoryUsPerByte;
+}
+
+void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
+  detail::ArenaView view(comm);
+  const bool refuse = !comm.params().shm_single_copy;
+  if (comm.rank() == args.root) publish(view, comm.rank(), args.out);
+  view.barrier();
+  const int err = refuse || comm.rank() == args.root
+                      ? 0
+                      : readFrom(view, args.root, 0, args.out, args.bytes);
+  if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
+}
+
+double allgatherEstimate(const Communicator& comm, const CollectiveArgs& args) {
+  // Each member reads the others' pieces; the slowest reads all but the smallest.
+  const size_t smallest = *std::min_element(args.sizes->begin(), args.sizes->end());
+  return 2 * cost::kBarrierUs + (comm.size() - 1) * cost::kCrossMemoryUs +
+         static_cast<double>(args.totalBytes() - smallest) * cost::kCrossMemoryUsPerByte;
+}
+
+void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
+  detail::ArenaView view(comm);
+  const int p = comm.size(), r = comm.rank();
+  const auto& bytes = *args.sizes;
+  const auto off = detail::offsetsOf(bytes);
+  auto* out = detail::bytePtr(args.out);
+  publish(view, r, args.in);
+  view.barrier();
+  const bool refuse = !comm.params().shm_single_copy;
+  int err = 0;
+  for (int k = 1; k < p && !refuse && err == 0; ++k) {
+    const int q = (r + k) % p;  // members start at different peers
+    if (bytes[q] > 0) err = readFrom(view, q, 0, out + off[q], bytes[q]);
+  }
+  const auto* in = detail::bytePtr(args.in);
+  const bool failed = refuse || err != 0;
+  if (!failed && bytes[r] > 0 && out + off[r] != in) std::memmove(out + off[r], in, bytes[r]);
+  if (view.barrierMax(failed ? 1 : 0) != 0) fallBack(comm, args, kAllgathervShm, err);
+}
+
+}  // namespace
+
+uint64_t singleCopyFallbacks() { return g_fallbacks.load(std::memory_order_relaxed); }
+
+extern const Algorithm kBroadcastSingleCopy = {
+    "single-copy", Collective::kBroadcast,
+    "every member copies straight from the root's memory (cross-memory attach); needs every "
+    "member on this host",
+    supports, broadcastEstimate, broadcastRun};
+
+extern const Algorithm kAllgathervSingleCopy = {
+    "single-copy", Collective::kAllgatherv,
+    "every member copies each peer's piece straight from its memory (cross-memory attach); "
+    "needs every member on this host",
+    supports, allgatherEstimate, allgatherRun};
+
+}  // namespace perseus::collectives
