@@ -95,9 +95,10 @@ BANDWIDTH_WHY = {
                   "peer's buffer (one copy, cross-memory attach, as Open MPI's vader does); "
                   "large ones pipeline through the shared-memory slots, where that measured "
                   "faster (docs/algorithms.md, *Single-copy broadcasts and allgathers*). Every "
-                  "such op is also negotiated (a control exchange and a cycle, a few µs) where "
-                  "Open MPI's runs at once. Fix, not built: post mid-sized ones as small ones "
-                  "are (Note [Posted collectives]), which needs pools as large as the messages."),
+                  "such op is also negotiated first (a control exchange and a cycle), where "
+                  "Open MPI's starts at once; that share is not separated in this run. Fix, "
+                  "not built: post mid-sized ones as small ones are (Note [Posted "
+                  "collectives]), which needs pools as large as the messages."),
 }
 BANDWIDTH_WHY["broadcast"] = BANDWIDTH_WHY["allgather"]
 BANDWIDTH_WHY["reducescatter"] = BANDWIDTH_WHY["allreduce"]
