@@ -33,25 +33,22 @@ int toPollMs(std::chrono::microseconds us) {
 
 }  // namespace
 
-uint32_t LocalDoorbell::rings() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return seq_;
-}
+uint32_t LocalDoorbell::rings() { return seq_.load(std::memory_order_seq_cst); }
 
 uint32_t LocalDoorbell::arm() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return seq_;
+  return seq_.load(std::memory_order_relaxed);
 }
 
 void LocalDoorbell::wait(uint32_t ticket, std::chrono::microseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait_for(lock, timeout, [&] { return seq_ != ticket; });
+  cv_.wait_for(lock, timeout, [&] { return seq_.load(std::memory_order_relaxed) != ticket; });
 }
 
 void LocalDoorbell::ring() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ++seq_;
+    seq_.fetch_add(1, std::memory_order_seq_cst);
   }
   cv_.notify_all();
 }

@@ -50,7 +50,9 @@ class LocalDoorbell : public Doorbell {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  uint32_t seq_ = 0;
+  // Changed under mutex_ (for the waiters); read without it by rings(), which spinning
+  // waiters call on every pass.
+  std::atomic<uint32_t> seq_{0};
 };
 
 class ChannelTransport : public Transport {
