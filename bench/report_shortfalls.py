@@ -80,7 +80,7 @@ def collective_shortfalls(rows):
         if large:
             out.append(
                 f"- **{coll}, bandwidth-bound sizes**: {', '.join(large)}. "
-                + BANDWIDTH_WHY.get(coll, BANDWIDTH_WHY["allreduce"]))
+                + BANDWIDTH_WHY[coll])
     return out
 
 

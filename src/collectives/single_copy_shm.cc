@@ -7,9 +7,9 @@
 // The closing barrier is a barrierMax of "this member could not read": the writers' buffers
 // stay untouched until everyone has read them, and every member learns whether someone could
 // not (the system forbids cross-memory attach, or PERSEUS_SHM_SINGLE_COPY=0 there), in which
-// case all of them run the slot algorithm instead. Members only read peers' slots between the two barriers and write their
-// own before the first (Note [Arena slot discipline], arena_view.h), so the fallback starts
-// cleanly.
+// case all of them run the slot algorithm instead. Members only read peers' slots between the
+// two barriers and write their own before the first (Note [Arena slot discipline],
+// arena_view.h), so the fallback starts cleanly.
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,10 +33,13 @@ extern const Algorithm kAllgathervShm;
 namespace {
 
 std::atomic<uint64_t> g_fallbacks{0};
+std::atomic<bool> g_warned{false};
 
-// Every member runs this when the members agreed to fall back.
+// Every member runs this when the members agreed to fall back; `err`: this member's failed
+// read (0 when another member failed or this one refused).
 void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
-  if (g_fallbacks.fetch_add(1, std::memory_order_relaxed) == 0 && err != 0) {
+  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  if (err != 0 && !g_warned.exchange(true, std::memory_order_relaxed)) {
     PERSEUS_LOG(WARNING, kCollectives)
         << "rank " << comm.globalRank(comm.rank()) << ": cannot read a local peer's memory ("
         << std::strerror(err) << ", in a " << collectiveName(args.kind)
@@ -56,13 +59,12 @@ void publish(const detail::ArenaView& view, int rank, const void* buffer) {
   std::memcpy(view.half(rank, 0), &p, sizeof p);
 }
 
-// Copies `bytes` at `offset` of member `q`'s published buffer to `to`; 0 or the errno.
-int readFrom(const detail::ArenaView& view, int q, size_t offset, void* to, size_t bytes) {
+// Copies the first `bytes` of member `q`'s published buffer to `to`; 0 or the errno.
+int readFrom(const detail::ArenaView& view, int q, void* to, size_t bytes) {
   Published p;
   std::memcpy(&p, view.half(q, 0), sizeof p);
   return transport::shm::readPeerMemory(static_cast<pid_t>(p.pid),
-                                        reinterpret_cast<const void*>(p.address + offset), to,
-                                        bytes);
+                                        reinterpret_cast<const void*>(p.address), to, bytes);
 }
 
 bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
@@ -79,7 +81,7 @@ void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
   view.barrier();
   const int err = refuse || comm.rank() == args.root
                       ? 0
-                      : readFrom(view, args.root, 0, args.out, args.bytes);
+                      : readFrom(view, args.root, args.out, args.bytes);
   if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
 }
 
@@ -102,7 +104,7 @@ void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
   int err = 0;
   for (int k = 1; k < p && !refuse && err == 0; ++k) {
     const int q = (r + k) % p;  // members start at different peers
-    if (bytes[q] > 0) err = readFrom(view, q, 0, out + off[q], bytes[q]);
+    if (bytes[q] > 0) err = readFrom(view, q, out + off[q], bytes[q]);
   }
   const auto* in = detail::bytePtr(args.in);
   const bool failed = refuse || err != 0;

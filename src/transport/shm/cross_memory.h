@@ -2,7 +2,7 @@
 // The kernel copies straight from the peer's pages into ours: one pass over the data where
 // staging through a shared-memory slot takes two (into the slot, out of it). Allowed between
 // processes of one user unless the system forbids it (Yama's ptrace_scope, seccomp); callers
-// agree on a failure with their peers and take another path (collectives/broadcast_cma.cc).
+// agree on a failure with their peers and take another path (collectives/single_copy_shm.cc).
 #pragma once
 
 #include <sys/types.h>
