@@ -331,10 +331,15 @@ bool ChannelTransport::hasIncoming() {
 }
 
 void ChannelTransport::waitIncoming(std::chrono::microseconds timeout) {
-  waitIncoming(timeout, doorbell_->rings());
+  waitIncoming(timeout, doorbell_->rings(), spin_);
 }
 
 void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
+  waitIncoming(timeout, since, std::chrono::microseconds(0));
+}
+
+void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since,
+                                    std::chrono::microseconds spin) {
   checkAborted();
   // A ring that brought no bytes (ShmArena::notify()) ends the wait too, also in the spin.
   auto ready = [&] {
@@ -343,8 +348,8 @@ void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t 
   if (ready()) return;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
-  const Clock::time_point spin_end = start + std::min(timeout, spin_);
-  for (uint32_t i = 1;; ++i) {
+  const Clock::time_point spin_end = start + std::min(timeout, spin);
+  for (uint32_t i = 1; spin.count() > 0; ++i) {
     if (ready()) return;
     if (yield_when_idle_) sched_yield();
     if (yield_when_idle_ || (i & 63u) == 0) {

@@ -77,6 +77,9 @@ class ChannelTransport : public Transport {
   void abort(const std::string& reason) override;
 
  private:
+  // Spins for `spin` (checking bytes, wake() and rings), then blocks until the timeout.
+  void waitIncoming(std::chrono::microseconds timeout, uint32_t since, std::chrono::microseconds spin);
+
   struct PendingOp {
     Channel* channel;
     char* data;

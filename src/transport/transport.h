@@ -52,6 +52,8 @@ class Transport {
   virtual uint32_t rings() { return 0; }
   // waitIncoming() that also returns once rings() differs from `since`: read `since` before
   // checking what the ring announces, so that a ring between that check and the sleep is seen.
+  // It blocks at once, with no spin: its caller, the engine's idle wait, spins itself first
+  // (checking more than bytes), and is called again every 2 ms while posts are pending.
   virtual void waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
     (void)since;
     waitIncoming(timeout);
