@@ -38,6 +38,15 @@ struct alignas(64) SmallLine {
 };
 static_assert(sizeof(SmallLine) == 64, "one cache line");
 
+// Local rank `local_rank`'s line `parity` (0 or 1) of group `group`, in its slot's line area.
+// Valid only when ArenaView::hasLines(arena).
+inline SmallLine* groupLine(transport::ShmArena& arena, int local_rank, int group, int parity) {
+  constexpr size_t kLinesBytes = transport::ShmArena::kMaxGroups * 2 * sizeof(SmallLine);
+  auto* base = static_cast<unsigned char*>(arena.slot(local_rank)) +
+               ((arena.slotBytes() - kLinesBytes) & ~size_t{63});
+  return reinterpret_cast<SmallLine*>(base) + group * 2 + parity;
+}
+
 class ArenaView {
  public:
   static constexpr size_t kLinesBytes = transport::ShmArena::kMaxGroups * 2 * sizeof(SmallLine);
@@ -69,9 +78,7 @@ class ArenaView {
   // Communicator rank `set_rank`'s line `parity` (0 or 1) of this communicator's group.
   // Valid only when hasLines().
   SmallLine* line(int set_rank, int parity) const {
-    auto* base = static_cast<unsigned char*>(arena_->slot(comm_.arenaRank(set_rank))) +
-                 ((arena_->slotBytes() - kLinesBytes) & ~size_t{63});
-    return reinterpret_cast<SmallLine*>(base) + comm_.groupId() * 2 + parity;
+    return groupLine(*arena_, comm_.arenaRank(set_rank), comm_.groupId(), parity);
   }
   void barrier() const { arena_->barrier(comm_.groupId(), comm_.arenaMembers()); }
   uint64_t barrierMax(uint64_t value) const {

@@ -45,6 +45,16 @@ void gatherv(Communicator& comm, const void* in, void* out, const std::vector<si
 
 void barrier(Communicator& comm);
 
+// Note [Reused group ids]
+// A communicator's group id names its barrier counters and small-message lines in the arena,
+// which carry the history of the group's earlier members: each member's count of barriers
+// and its lines' sequence numbers. Before a removed set's group id is given to a new member
+// list, every local rank of the host calls this in the same place, over `host` (a
+// communicator of all of them, whose own group is another): they agree on the largest count
+// and sequence number, and each continues from those. Counters and sequence numbers only
+// grow, so a peer still leaving an old barrier of the group is not disturbed.
+void reuseGroup(Communicator& host, int group_id);
+
 // Single-copy broadcasts and allgathers (single_copy_shm.cc) that this process ran through the
 // slots instead, because some member could not or would not read a peer's memory.
 uint64_t singleCopyFallbacks();

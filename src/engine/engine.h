@@ -280,9 +280,11 @@ class Engine {
   // Engine thread only.
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
   int32_t next_set_id_ = 1;
-  // Group ids are never reused: a group's arena barrier counters and small-message lines carry
-  // the history of its members, which a new set with other members must not inherit.
+  // Group ids not used yet start at next_group_; once those ran out, a removed set's id is
+  // handed to the next new set, after every rank agreed how to continue its history in the
+  // arena (Note [Reused group ids] in collectives/collectives.h).
   int next_group_ = kFirstUserGroup;
+  std::set<int> removed_groups_;
   bool more_work_ = false;
   bool set_work_[kMaxGroups] = {};  // from the last global negotiation
   std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use

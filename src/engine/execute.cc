@@ -2,6 +2,7 @@
 // Engine thread only.
 #include <algorithm>
 
+#include "collectives/collectives.h"
 #include "common/logging.h"
 #include "engine/engine.h"
 
@@ -121,16 +122,23 @@ void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
 
 void Engine::addSet(const Response& r, Entry* e) {
   ProcessSet& global = *sets_.at(kGlobalGroup);
-  if (next_group_ >= kMaxGroups) {
+  // Every rank runs this response in the same place, so all pick the same group id.
+  int group = -1;
+  if (next_group_ < kMaxGroups) {
+    group = next_group_++;
+  } else if (!removed_groups_.empty()) {
+    group = *removed_groups_.begin();
+    removed_groups_.erase(removed_groups_.begin());
+    collectives::reuseGroup(*sets_.at(kLocalGroup)->comm, group);
+  } else {
     if (e) {
       finish(global, e, StatusCode::kInvalidArgument,
-             PERSEUS_STR("add_process_set: a job can create at most "
-                         << kMaxGroups - kFirstUserGroup
-                         << " process sets in its lifetime; reuse the sets you have"));
+             PERSEUS_STR("add_process_set: " << kMaxGroups - kFirstUserGroup
+                         << " process sets exist already, the most a job can have at once; "
+                            "remove one it no longer needs (remove_process_set) first"));
     }
     return;
   }
-  const int group = next_group_++;
   const int32_t id = next_set_id_++;
   std::vector<int> members(r.set_ranks.begin(), r.set_ranks.end());
   auto set = std::make_unique<ProcessSet>(id, group, members, transport_->rank(),
@@ -162,6 +170,7 @@ void Engine::removeSet(const Response& r, Entry* e) {
       std::lock_guard<std::mutex> lock(mu_);
       set_info_.erase(set.id);
     }
+    removed_groups_.insert(it->first);
     sets_.erase(it);
     break;
   }

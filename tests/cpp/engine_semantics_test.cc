@@ -2,6 +2,7 @@
 // stall inspection, shutdown and the timeline. Ranks as threads with their own engines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -140,6 +141,56 @@ TEST(EngineSemantics, ProcessSetsAddUseRemove) {
     // Mismatched membership lists are an error on every rank.
     auto bad = e.addProcessSet(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2});
     EXPECT_EQ(waitStatus(bad), StatusCode::kMismatch);
+  });
+}
+
+// Group ids run out after 61 sets; removed sets' ids are then handed to new sets whose members
+// differ, and whose arena history (barrier counts, small-message lines) differs by member:
+// every kind of shared-memory step must still line up (Note [Reused group ids]).
+TEST(EngineSemantics, RemovedProcessSetsMakeRoomForNewOnes) {
+  const std::vector<std::vector<int>> member_lists = {
+      {0, 1}, {1, 2, 3}, {0, 2, 3}, {2, 3}, {0, 3}, {0, 1, 2, 3}, {1, 3}};
+  EngineRanks ranks(4, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int i = 0; i < 75; ++i) {  // 61 fresh ids, then reused ones
+      const std::vector<int>& members = member_lists[static_cast<size_t>(i) % member_lists.size()];
+      auto added = e.addProcessSet(members);
+      expectOk(added);
+      const int32_t set = added->intResult();
+      const bool member = std::find(members.begin(), members.end(), r) != members.end();
+      const int n = static_cast<int>(members.size());
+      for (int round = 0; member && round <= i % 3; ++round) {
+        std::vector<int32_t> tiny(3, r);  // one-barrier path: the group's lines
+        expectOk(e.allreduce("tiny", {arg(tiny.data(), {3}, DataType::kInt32)}, {tiny.data()},
+                             ReduceOp::kSum, 1, 1, set));
+        int32_t sum = 0;
+        for (int m : members) sum += m;
+        EXPECT_EQ(tiny[2], sum) << "set " << set << " at step " << i;
+        std::vector<float> small(1000, 1.0f);  // two barriers
+        expectOk(e.allreduce("small", {arg(small.data(), {1000})}, {small.data()}, ReduceOp::kSum, 1, 1, set));
+        EXPECT_FLOAT_EQ(small[999], static_cast<float>(n));
+        expectOk(e.barrier(set));
+      }
+      expectOk(e.removeProcessSet(set));
+    }
+    // At most 61 sets at once; removing one makes room again.
+    std::vector<int32_t> sets;
+    for (int i = 0; i < 61; ++i) {
+      auto added = e.addProcessSet({0, 1});
+      expectOk(added);
+      sets.push_back(added->intResult());
+    }
+    auto refused = e.addProcessSet({0, 1});
+    ASSERT_EQ(waitStatus(refused), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused->message().find("remove one"), std::string::npos) << refused->message();
+    expectOk(e.removeProcessSet(sets[7]));
+    auto again = e.addProcessSet({2, 3, 1});
+    expectOk(again);
+    std::vector<float> v(5, 1.0f);
+    if (r != 0) {
+      expectOk(e.allreduce("after", {arg(v.data(), {5})}, {v.data()}, ReduceOp::kSum, 1, 1, again->intResult()));
+      EXPECT_FLOAT_EQ(v[4], 3.0f);
+    }
   });
 }
 

@@ -39,6 +39,12 @@ class ShmArena {
   // (every member must call barrierMax, not barrier, at this point). Lets members agree on a
   // figure, e.g. the slowest member's time, without a message of its own.
   virtual uint64_t barrierMax(int group_id, const std::vector<int>& members, uint64_t value) = 0;
+  // This rank's barriers of the group so far.
+  virtual uint64_t barriers(int group_id) const = 0;
+  // Numbers this rank's next barrier of the group `count` + 1 (count >= barriers(group_id)).
+  // For a group id that a new member list takes over: every new member must call it with the
+  // same count before the group's next barrier (collectives::reuseGroup agrees on it).
+  virtual void continueBarriersFrom(int group_id, uint64_t count) = 0;
   virtual void abort(const std::string& reason) = 0;
   // This rank stops because global rank `lost_rank` was lost (`reason`): published where the
   // other local ranks read it when they see this rank go, so that they name `lost_rank`, not

@@ -54,6 +54,13 @@ ShmArena::PostBoardMemory ShmArenaImpl::postBoard(int local_rank) {
   return m;
 }
 
+void ShmArenaImpl::checkGroup(int group_id) const {
+  if (group_id < 0 || group_id >= kMaxGroups) {
+    throw InvalidArgumentError(PERSEUS_STR("ShmArena: group " << group_id << " is not in 0.."
+                                           << kMaxGroups - 1));
+  }
+}
+
 void ShmArenaImpl::validateMembers(int group_id, const std::vector<int>& members) const {
   const bool group_ok = group_id >= 0 && group_id < kMaxGroups;
   const bool sorted = std::adjacent_find(members.begin(), members.end(),
@@ -97,6 +104,22 @@ uint64_t ShmArenaImpl::barrierMax(int group_id, const std::vector<int>& members,
     largest = std::max(largest, set_->carried(m, group_id, target)->load(std::memory_order_relaxed));
   }
   return largest;
+}
+
+uint64_t ShmArenaImpl::barriers(int group_id) const {
+  checkGroup(group_id);
+  return epochs_[static_cast<size_t>(group_id)];
+}
+
+void ShmArenaImpl::continueBarriersFrom(int group_id, uint64_t count) {
+  checkGroup(group_id);
+  uint64_t& mine = epochs_[static_cast<size_t>(group_id)];
+  if (count < mine) {
+    throw InvalidArgumentError(PERSEUS_STR("ShmArena::continueBarriersFrom: group " << group_id
+                                           << " already passed " << mine << " barriers, not "
+                                           << count));
+  }
+  mine = count;
 }
 
 uint64_t ShmArenaImpl::arrive(int group_id, const std::vector<int>& members,

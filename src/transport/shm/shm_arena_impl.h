@@ -39,6 +39,10 @@ class ShmArenaImpl : public ShmArena {
   // can reach the barrier after next, which reuses the slot, only once every member has
   // arrived at the next one, i.e. has read this one's values.
   uint64_t barrierMax(int group_id, const std::vector<int>& members, uint64_t value) override;
+  uint64_t barriers(int group_id) const override;
+  // Only the local count moves: the shared counter, which peers still in an old barrier of
+  // the group may read, only ever grows, and the next barrier stores count + 1 there.
+  void continueBarriersFrom(int group_id, uint64_t count) override;
   void abort(const std::string& reason) override;
   void recordLostPeer(int lost_rank, const std::string& reason) override {
     set_->recordCause(lost_rank, reason);
@@ -47,6 +51,7 @@ class ShmArenaImpl : public ShmArena {
   void notify(int local_rank) override { set_->alert(local_rank); }
 
  private:
+  void checkGroup(int group_id) const;
   void validateMembers(int group_id, const std::vector<int>& members) const;
   void checkAborted() const;
   // First member whose counter for the group is below `target`, or -1 when all arrived.

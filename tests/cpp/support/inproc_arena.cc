@@ -40,6 +40,13 @@ class InProcArenaView : public transport::ShmArena {
     return largest;
   }
 
+  uint64_t barriers(int group_id) const override { return epochs_.at(static_cast<size_t>(group_id)); }
+  void continueBarriersFrom(int group_id, uint64_t count) override {
+    uint64_t& mine = epochs_.at(static_cast<size_t>(group_id));
+    if (count < mine) throw InvalidArgumentError("continueBarriersFrom: count below the barriers passed");
+    mine = count;
+  }
+
   void abort(const std::string&) override { host_->abortAll("aborted"); }
 
  private:
