@@ -61,6 +61,10 @@ class Communicator {
 
   // How this communicator's shared-memory collectives write their slots (slot_stores.h).
   SlotStoreChooser& storeChooser();
+  // Single-copy reads (single_copy_shm.cc) failed for some member once: every member learnt it
+  // in the same call, so all of them stop choosing them together.
+  bool singleCopyFailed() const { return single_copy_failed_; }
+  void setSingleCopyFailed() { single_copy_failed_ = true; }
 
   // --- Scratch memory -----------------------------------------------------------------------
   // Buffer `index` (0 .. kScratchBuffers-1) of at least `bytes`, 64-byte aligned. It only
@@ -93,6 +97,7 @@ class Communicator {
   };
   std::unique_ptr<SlotStoreChooser, ChooserDeleter> store_chooser_;
   size_t scratch_bytes_[kScratchBuffers] = {};
+  bool single_copy_failed_ = false;
 };
 
 }  // namespace perseus::collectives

@@ -7,9 +7,10 @@
 // The closing barrier is a barrierMax of "this member could not read": the writers' buffers
 // stay untouched until everyone has read them, and every member learns whether someone could
 // not (the system forbids cross-memory attach, or PERSEUS_SHM_SINGLE_COPY=0 there), in which
-// case all of them run the slot algorithm instead. Members only read peers' slots between the
-// two barriers and write their own before the first (Note [Arena slot discipline],
-// arena_view.h), so the fallback starts cleanly.
+// case all of them run the slot algorithm instead, then and in every later call on the
+// communicator (a refusal or the system's policy does not change). Members only read peers'
+// slots between the two barriers and write their own before the first (Note [Arena slot
+// discipline], arena_view.h), so the fallback starts cleanly.
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@ std::atomic<bool> g_warned{false};
 // read (0 when another member failed or this one refused).
 void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
   g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  comm.setSingleCopyFailed();
   if (err != 0 && !g_warned.exchange(true, std::memory_order_relaxed)) {
     PERSEUS_LOG(WARNING, kCollectives)
         << "rank " << comm.globalRank(comm.rank()) << ": cannot read a local peer's memory ("
@@ -67,7 +69,9 @@ int readFrom(const detail::ArenaView& view, int q, void* to, size_t bytes) {
                                         reinterpret_cast<const void*>(p.address), to, bytes);
 }
 
-bool supports(const Communicator& comm, const CollectiveArgs&) { return comm.arena() != nullptr; }
+bool supports(const Communicator& comm, const CollectiveArgs&) {
+  return comm.arena() != nullptr && !comm.singleCopyFailed();
+}
 
 double broadcastEstimate(const Communicator&, const CollectiveArgs& args) {
   return 2 * cost::kBarrierUs + cost::kCrossMemoryUs +
