@@ -75,8 +75,8 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_name_.find(r.name);
-  if (it == by_name_.end() && !secondSightingLocked(r.name)) return;
-  if (it != by_name_.end()) {
+  const bool had_slot = it != by_name_.end();
+  if (had_slot) {
     // Another negotiated run of a name with a slot: every rank retires the old slot here
     // (revoking it if no rank has), so all give the name the same new one below.
     Slot& old = slots_[it->second];
@@ -121,6 +121,9 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   }
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
   if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
+  // Only names that could be posted enter the table: the others would take places (and evict
+  // first sightings of names that can) at every negotiated run.
+  if (!had_slot && !secondSightingLocked(r.name)) return;
   if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {
     if (!full_reported_) {
       full_reported_ = true;

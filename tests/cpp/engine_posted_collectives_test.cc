@@ -426,6 +426,25 @@ TEST(PostedCollectives, NamesUsedOnceTakeNoSlot) {
   });
 }
 
+TEST(PostedCollectives, OnlyRunsThatCouldBePostedCountAsSightings) {
+  // A name's runs too large to post do not enter the table of names seen once (they would take
+  // places and evict first sightings of names that can be posted at every step): a name whose
+  // tensor shrinks to a postable size gets its slot at its second small run, its third posts.
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> large(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f), small(4, 1.0f);
+    expectOk(e, e.allreduce("shrinks", {arg(large.data(), {static_cast<int64_t>(large.size())})},
+                            {large.data()}, ReduceOp::kSum));
+    for (int k = 0; k < 2; ++k) {
+      expectOk(e, e.allreduce("shrinks", {arg(small.data(), {4})}, {small.data()}, ReduceOp::kSum));
+    }
+    EXPECT_EQ(e.stats().posted_allreduces, 0u) << "the large run counted as a first sighting";
+    expectOk(e, e.allreduce("shrinks", {arg(small.data(), {4})}, {small.data()}, ReduceOp::kSum));
+    EXPECT_EQ(e.stats().posted_allreduces, 1u);
+    EXPECT_FLOAT_EQ(small[0], 8.0f);  // 1, doubled by each of three runs
+  });
+}
+
 TEST(PostedCollectives, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
