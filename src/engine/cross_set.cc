@@ -21,6 +21,14 @@ std::vector<Request> Engine::announceNewRequests() {
       if (set->cache.lookup(e->request).state == ResponseCache::Lookup::kHit) continue;
       out.push_back(e->request);
     }
+    // A cache hit that stalled went back to negotiation (its bit invalidated on every member,
+    // cycle.cc): reported now, so that a name cached here and submitted on another set by
+    // some rank fails as a conflict after PERSEUS_STALL_WARNING instead of stalling on.
+    for (Entry* e : set->uncached) {
+      if (e->announced) continue;
+      e->announced = true;
+      out.push_back(e->request);
+    }
   }
   return out;
 }

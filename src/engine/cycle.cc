@@ -122,6 +122,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   }
   auto toUncached = [&](Entry* e) {
     e->cache_bit = -1;
+    e->announced = false;  // to the cross-set check as well (announceNewRequests)
     set.uncached.push_back(e);
   };
   if (cv.anyFlag(ControlFlag::kInvalid)) {

@@ -5,8 +5,9 @@
 // that submitted elsewhere), so it fails on every rank with MismatchError.
 //
 // Contract: pure bookkeeping (no network, no clock), engine thread of global rank 0 only.
-// Cached requests are not reported (steady-state steps cost nothing), so a name cached on one
-// set and new on another is not caught here; the stall inspector still reports it.
+// Cached requests are not reported (steady-state steps cost nothing): a name cached on one
+// set and submitted on another is caught once the cached request stalled (after
+// PERSEUS_STALL_WARNING its cache bit is invalidated and it is reported like a new one).
 // Limitation: one rank submitting one name on two overlapping sets at once may be reported
 // as a conflict when the other ranks submit the two in the opposite order.
 #pragma once

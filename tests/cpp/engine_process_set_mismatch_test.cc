@@ -61,6 +61,41 @@ TEST(EngineProcessSetMismatch, SameNameOnDifferentSetsFailsEveryRank) {
   });
 }
 
+// A name negotiated on one set before (a cache hit there, which the check is not told about)
+// and submitted on another set by one rank: the cached request stalls, its bit is invalidated,
+// it is reported like a new one, and the conflict fails every rank after PERSEUS_STALL_WARNING
+// instead of stalling on. Both with a user set and the global set as the cached one.
+TEST(EngineProcessSetMismatch, ANameCachedOnOneSetAndNewOnAnotherFailsAfterTheStallWarning) {
+  Params params = engineTestParams();
+  params.stall_warning_s = 0.5;
+  EngineRanks ranks(2, params);
+  ranks.run([&](int r, Engine& e) {
+    auto add_a = e.addProcessSet({0, 1});
+    expectOk(add_a);
+    auto add_b = e.addProcessSet({0, 1});
+    expectOk(add_b);
+    const int32_t a = add_a->intResult(), b = add_b->intResult();
+    for (int32_t cached_on : {a, Engine::kGlobalSet}) {
+      const std::string name = "cached." + std::to_string(cached_on);
+      std::vector<float> buf(2, 1.0f);
+      for (int k = 0; k < 3; ++k) {
+        expectOk(e.allreduce(name, {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1, cached_on));
+      }
+      const auto start = std::chrono::steady_clock::now();
+      auto h = e.allreduce(name, {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
+                           r == 1 ? b : cached_on);
+      EXPECT_EQ(waitStatus(h), StatusCode::kMismatch) << h->message();
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+      EXPECT_NE(h->message().find("'" + name + "'"), std::string::npos) << h->message();
+      EXPECT_NE(h->message().find("process set " + std::to_string(b)), std::string::npos) << h->message();
+      std::vector<float> ok(2, 1.0f);
+      expectOk(e.allreduce(name, {arg(ok.data(), {2})}, {ok.data()}, ReduceOp::kSum, 1, 1, cached_on));
+      EXPECT_FLOAT_EQ(ok[0], 2.0f);
+    }
+    expectOk(e.barrier());
+  });
+}
+
 // The conflict is found before one member of the sets has submitted the name (a slow rank):
 // that rank's later submission fails at once with the same error instead of waiting for ranks
 // that have moved on.
