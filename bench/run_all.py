@@ -40,7 +40,8 @@ PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 TRAIN_DIR = os.path.join(ROOT, "bench", "training")
 
 
-ALLREDUCE_ROUNDS = 3  # alternating Perseus / Open MPI allreduce sweeps (median per size)
+ALLREDUCE_ROUNDS = 5  # alternating Perseus / Open MPI allreduce sweeps (median per size); 5
+# since session 9, whose first run had the VM slow in two Perseus rounds and one Open MPI round
 TRAIN_ROUNDS = 3  # interleaved training runs per framework and rank count (median per library)
 
 

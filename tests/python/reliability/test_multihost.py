@@ -45,6 +45,17 @@ def test_collectives_across_hosts(tmp_path, cluster, hierarchical):
     j.assert_clean()
 
 
+def test_process_sets_beyond_the_group_ids(tmp_path, cluster):
+    """80 process sets created and removed (61 group ids): sets within one host and across
+    hosts take over removed sets' group ids, whose arena history every host's ranks agree on
+    first (Note [Reused group ids])."""
+    j = job(tmp_path, cluster, "set_churn.py", "--sets", 80).run()
+    assert j.returncode == 0, j.output()
+    res = j.results_by_rank()
+    assert all(recs[-1]["outcome"] == "ok" for recs in res.values()), res
+    j.assert_clean()
+
+
 @pytest.mark.parametrize("phase", ["negotiation", "allreduce"])
 def test_sigkill_rank_on_remote_host(tmp_path, cluster, phase):
     victim = 3
