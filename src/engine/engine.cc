@@ -544,7 +544,10 @@ void Engine::idleWait(bool pending, bool spin) {
   }
   if (!settle_now && !queue_nonempty_.load() && !shutdown_requested_.load() &&
       !drive_requested_.load()) {
-    transport_->waitIncoming(timeout, rings);
+    // This thread spun already (above), but pending GPU work is polled only between these
+    // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
+    const auto spin = !gpu_pending_.empty() ? timeout : std::chrono::microseconds(0);
+    transport_->waitIncoming(timeout, rings, spin);
   }
   if (listening) posted_.stopListening();
   engine_blocked_.store(false);

@@ -334,10 +334,6 @@ void ChannelTransport::waitIncoming(std::chrono::microseconds timeout) {
   waitIncoming(timeout, doorbell_->rings(), spin_);
 }
 
-void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
-  waitIncoming(timeout, since, std::chrono::microseconds(0));
-}
-
 void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since,
                                     std::chrono::microseconds spin) {
   checkAborted();

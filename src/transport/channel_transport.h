@@ -72,14 +72,12 @@ class ChannelTransport : public Transport {
   bool hasIncoming() override;
   void waitIncoming(std::chrono::microseconds timeout) override;
   uint32_t rings() override { return doorbell_->rings(); }
-  void waitIncoming(std::chrono::microseconds timeout, uint32_t since) override;
+  void waitIncoming(std::chrono::microseconds timeout, uint32_t since,
+                    std::chrono::microseconds spin) override;
   void wake() override;
   void abort(const std::string& reason) override;
 
  private:
-  // Spins for `spin` (checking bytes, wake() and rings), then blocks until the timeout.
-  void waitIncoming(std::chrono::microseconds timeout, uint32_t since, std::chrono::microseconds spin);
-
   struct PendingOp {
     Channel* channel;
     char* data;

@@ -50,12 +50,15 @@ class Transport {
   // Rings of this rank's doorbell by local peers so far (ShmArena::notify(), which carries no
   // bytes: a post that completed a generation, Note [Posted collectives]); 0 without one.
   virtual uint32_t rings() { return 0; }
-  // waitIncoming() that also returns once rings() differs from `since`: read `since` before
-  // checking what the ring announces, so that a ring between that check and the sleep is seen.
-  // It blocks at once, with no spin: its caller, the engine's idle wait, spins itself first
-  // (checking more than bytes), and is called again every 2 ms while posts are pending.
-  virtual void waitIncoming(std::chrono::microseconds timeout, uint32_t since) {
+  // waitIncoming() that also returns once rings() differs from `since` (read `since` before
+  // checking what the ring announces, so that a ring between that check and the sleep is
+  // seen), and spins for `spin` at most, not PERSEUS_SPIN_US, before it blocks: the engine's
+  // idle wait spins itself first (checking more than bytes) and is called again every 2 ms
+  // while posts are pending, when a spin here too took the caller's core.
+  virtual void waitIncoming(std::chrono::microseconds timeout, uint32_t since,
+                            std::chrono::microseconds spin) {
     (void)since;
+    (void)spin;
     waitIncoming(timeout);
   }
   virtual void wake() = 0;

@@ -199,8 +199,17 @@ TEST(ChannelExchange, WaitIncomingWakesOnARingWithoutBytes) {
   const uint32_t since = t1.rings();
   w.groups[0]->arena->notify(1);
   start = std::chrono::steady_clock::now();
-  t1.waitIncoming(5s, since);
+  t1.waitIncoming(5s, since, 0us);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a ring before the sleep was lost";
+
+  std::thread spin_ringer([&] {
+    std::this_thread::sleep_for(50ms);
+    w.groups[0]->arena->notify(1);
+  });
+  start = std::chrono::steady_clock::now();
+  t1.waitIncoming(5s, t1.rings(), 1s);  // rung while it spins
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms) << "a ring during the spin was lost";
+  spin_ringer.join();
 }
 
 double threadCpuSeconds() {
@@ -228,16 +237,16 @@ TEST(ChannelExchange, BlockedReceiverSleepsInsteadOfSpinning) {
   EXPECT_LT(cpu, 0.1) << "a receiver waiting 300 ms used " << cpu << " s of CPU";
 }
 
-// The engine's idle wait spins itself before it calls waitIncoming(timeout, since), and calls
-// it every 2 ms while posts are pending: a spin in there too kept the engine thread on a core
-// 5-6% of the time, taken from the framework thread (Note [Posted collectives]).
+// The engine's idle wait spins itself before it calls waitIncoming(timeout, since, 0), and
+// calls it every 2 ms while posts are pending: a spin in there too kept the engine thread on a
+// core 5-6% of the time, taken from the framework thread (Note [Posted collectives]).
 TEST(ChannelExchange, WaitIncomingSinceBlocksWithoutSpinning) {
   Params params = shmTestParams();
   params.spin_us = 200000;  // the plain waitIncoming() spins this long
   ThreadWorld w(2, params, "nospin-since");
   ChannelTransport& t1 = *w.transports[1];
   const double before = threadCpuSeconds();
-  t1.waitIncoming(100ms, t1.rings());
+  t1.waitIncoming(100ms, t1.rings(), 0us);
   const double cpu = threadCpuSeconds() - before;
   EXPECT_LT(cpu, 0.03) << "a 100 ms idle wait used " << cpu << " s of CPU";
 }
