@@ -397,7 +397,7 @@ def main():
                 r.skip(f"mxnet horovod x{ranks}", "horovod", hvd_mx_info)
             runs.append((f"mxnet mxnet-ps x{ranks}", "mxnet-ps",
                          script + ["--library", "mxnet-ps", "--ranks", str(ranks)],
-                         {"timeout": 600}))
+                         {"timeout": 120}))  # ps-lite can hang when a node dies (4 s normally)
             r.rows += median_rows(interleaved(r, runs, 1 if q else TRAIN_ROUNDS), train_key,
                                   "step_ms")
     log(f"measured in {time.time() - started:.0f} s")
