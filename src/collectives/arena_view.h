@@ -38,10 +38,12 @@ struct alignas(64) SmallLine {
 };
 static_assert(sizeof(SmallLine) == 64, "one cache line");
 
+// The line area at the end of a slot: two lines per group.
+constexpr size_t kLinesBytes = transport::ShmArena::kMaxGroups * 2 * sizeof(SmallLine);
+
 // Local rank `local_rank`'s line `parity` (0 or 1) of group `group`, in its slot's line area.
 // Valid only when ArenaView::hasLines(arena).
 inline SmallLine* groupLine(transport::ShmArena& arena, int local_rank, int group, int parity) {
-  constexpr size_t kLinesBytes = transport::ShmArena::kMaxGroups * 2 * sizeof(SmallLine);
   auto* base = static_cast<unsigned char*>(arena.slot(local_rank)) +
                ((arena.slotBytes() - kLinesBytes) & ~size_t{63});
   return reinterpret_cast<SmallLine*>(base) + group * 2 + parity;
@@ -49,8 +51,6 @@ inline SmallLine* groupLine(transport::ShmArena& arena, int local_rank, int grou
 
 class ArenaView {
  public:
-  static constexpr size_t kLinesBytes = transport::ShmArena::kMaxGroups * 2 * sizeof(SmallLine);
-
   explicit ArenaView(Communicator& comm) : comm_(comm), arena_(comm.arena()) {
     PERSEUS_CHECK(arena_ != nullptr, "shared-memory algorithm on a communicator without arena");
     data_bytes_ = dataBytesOf(*arena_);
