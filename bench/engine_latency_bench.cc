@@ -2,7 +2,10 @@
 // via the response cache) -> shared-memory collective -> handle completion, with 2 (or argv[1])
 // forked ranks on this host, bootstrapped like perseusrun does.
 //
-//   engine_latency_bench [ranks=2] [iterations=20000] [bytes=4]
+//   engine_latency_bench [ranks=2] [iterations=20000] [bytes=4] [async|blocking]
+//
+// async (the default): perseus_allreduce, perseus_wait, perseus_release; blocking:
+// perseus_allreduce_blocking.
 //
 // Prints per-rank median and p10/p90 of per-op time over batches of back-to-back ops.
 #include <signal.h>
@@ -22,7 +25,7 @@ namespace {
 
 constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 
-int runRank(int iterations, int64_t bytes) {
+int runRank(int iterations, int64_t bytes, bool blocking) {
   if (perseus_init() != PERSEUS_OK) {
     std::fprintf(stderr, "init: %s\n", perseus_last_error());
     return 1;
@@ -33,6 +36,13 @@ int runRank(int iterations, int64_t bytes) {
   std::vector<float> buf(count, 1.0f);
   perseus_tensor t{buf.data(), PERSEUS_FLOAT32, 1, &count, PERSEUS_DEVICE_CPU, nullptr};
   auto one = [&] {
+    if (blocking) {
+      if (perseus_allreduce_blocking("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0) != PERSEUS_OK) {
+        std::fprintf(stderr, "allreduce: %s\n", perseus_last_error());
+        std::exit(1);
+      }
+      return;
+    }
     perseus_handle h;
     if (perseus_allreduce("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h) != PERSEUS_OK ||
         perseus_wait(h, 30) != PERSEUS_OK) {
@@ -53,8 +63,8 @@ int runRank(int iterations, int64_t bytes) {
   for (double v : per_op) mean += v / per_op.size();
   std::sort(per_op.begin(), per_op.end());
   auto q = [&](double f) { return per_op[static_cast<size_t>(f * (per_op.size() - 1))]; };
-  std::printf("rank %d/%d: allreduce %lld B: median %.2f us/op (p10 %.2f, p90 %.2f, mean %.2f) over %d ops\n",
-              topo.rank, topo.size, static_cast<long long>(count * 4), q(0.5), q(0.1), q(0.9), mean,
+  std::printf("rank %d/%d: allreduce%s %lld B: median %.2f us/op (p10 %.2f, p90 %.2f, mean %.2f) over %d ops\n",
+              topo.rank, topo.size, blocking ? " (blocking)" : "", static_cast<long long>(count * 4), q(0.5), q(0.1), q(0.9), mean,
               iterations);
   std::fflush(stdout);
   perseus_shutdown();
@@ -67,6 +77,7 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 2;
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 20000;
   const int64_t bytes = argc > 3 ? std::atoll(argv[3]) : 4;
+  const bool blocking = argc > 4 && std::string(argv[4]) == "blocking";
   void* server = nullptr;
   int32_t port = 0;
   if (perseus_store_server_start("127.0.0.1", 0, kSecret, &port, &server) != PERSEUS_OK) {
@@ -83,7 +94,7 @@ int main(int argc, char** argv) {
       setenv("PERSEUS_CONTROLLER_PORT", std::to_string(port).c_str(), 1);
       setenv("PERSEUS_SECRET", kSecret, 1);
       std::fflush(stdout);
-      _exit(runRank(iterations, bytes));
+      _exit(runRank(iterations, bytes, blocking));
     }
     pids.push_back(pid);
   }

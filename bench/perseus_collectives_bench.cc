@@ -91,9 +91,20 @@ struct Op {
   int64_t shape[1];
   size_t bytes = 0;  // nccl-tests' S
   bool in_place = false;  // allreduce only: out is in
+  // Allreduce and broadcast run as blocking calls, as MPI's do (BENCH_ASYNC=1: submit, wait
+  // and release a handle, as the asynchronous framework calls do).
+  bool blocking = !(std::getenv("BENCH_ASYNC") && std::atoi(std::getenv("BENCH_ASYNC")) != 0);
   void run() {
     perseus_tensor ti = tensor(in.data(), shape);
     perseus_tensor to = in_place ? ti : tensor(out.data(), shape);
+    if (blocking && collective == "allreduce") {
+      check(perseus_allreduce_blocking(name.c_str(), &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0), "allreduce");
+      return;
+    }
+    if (blocking && collective == "broadcast") {
+      check(perseus_broadcast_blocking(name.c_str(), &ti, &ti, 0, 0), "broadcast");
+      return;
+    }
     perseus_handle h;
     if (collective == "allreduce") {
       check(perseus_allreduce(name.c_str(), &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0, &h), "allreduce");

@@ -157,6 +157,21 @@ PERSEUS_API perseus_status perseus_barrier(int32_t process_set, perseus_handle* 
  * others still run until every rank joined. The result is the last rank to join. */
 PERSEUS_API perseus_status perseus_join(perseus_handle* handle);
 
+/* --- collectives (blocking) ---------------------------------------------------------- */
+/* The asynchronous call, then perseus_wait(handle, -1) and perseus_release(handle), in one
+ * call with no handle: the synchronous form (Horovod's allreduce without _async). The
+ * engine's PERSEUS_TIMEOUT bounds the wait. A small collective of a name that ran before is
+ * finished on the calling thread without entering the handle table. */
+PERSEUS_API perseus_status perseus_allreduce_blocking(const char* name,
+                                                      const perseus_tensor* input,
+                                                      const perseus_tensor* output, int32_t op,
+                                                      double prescale, double postscale,
+                                                      int32_t process_set);
+PERSEUS_API perseus_status perseus_broadcast_blocking(const char* name,
+                                                      const perseus_tensor* input,
+                                                      const perseus_tensor* output,
+                                                      int32_t root_rank, int32_t process_set);
+
 /* --- handles ---------------------------------------------------------------------------- */
 PERSEUS_API perseus_status perseus_poll(perseus_handle handle, int* done);
 /* Blocks until done or timeout_s passes (< 0: no limit; the engine's PERSEUS_TIMEOUT still

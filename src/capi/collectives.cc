@@ -120,6 +120,69 @@ void checkHandle(perseus_handle* handle) {
   if (handle == nullptr) throw InvalidArgumentError("the handle pointer is NULL");
 }
 
+// A blocking call's wait, on the calling thread as perseus_wait(handle, -1) does, for a
+// handle that never enters the table: throws the operation's error.
+void finish(engine::Engine& e, const engine::Handle& h) {
+  e.waitFor(h, -1, capi::runtime().spin_us.load(std::memory_order_relaxed));
+  if (h.status() != StatusCode::kOk) throw Error(h.status(), h.message());
+}
+
+// The blocking calls' post lane: true when `a` was posted and has completed. The rank whose
+// post completes the generation finishes it with no handle; one that waits has an untimed
+// handle (nobody can ask for its times) that never enters the table (docs/algorithms.md,
+// "Blocking calls").
+bool postedAndFinished(std::optional<engine::PostArgs> a) {
+  if (!a) return false;
+  a->blocking = true;
+  auto e = capi::requireEngine();
+  bool finished = false;
+  auto h = e->post(*a, &finished);
+  if (finished) return true;
+  if (!h) return false;
+  finish(*e, *h);
+  return true;
+}
+
+// The general path of an allreduce (validated, converted, submitted).
+std::shared_ptr<engine::Handle> submitAllreduce(const char* name, int32_t count,
+                                                const perseus_tensor* inputs,
+                                                const perseus_tensor* outputs, int32_t op,
+                                                double prescale, double postscale,
+                                                int32_t process_set, const char* call) {
+  std::string n = checkName(name, call);
+  checkCount(count, inputs, n);
+  if (outputs == nullptr) throw InvalidArgumentError("'" + n + "': outputs are NULL (pass the inputs for in place)");
+  auto e = capi::requireEngine();
+  std::vector<TensorArg> in;
+  std::vector<void*> out;
+  for (int32_t i = 0; i < count; ++i) {
+    in.push_back(toArg(&inputs[i], n, "input"));
+    out.push_back(toOutput(&outputs[i], in.back(), n));
+  }
+  return e->allreduce(n, in, out, toOp(op, n), prescale, postscale, process_set);
+}
+
+// The general path of a broadcast.
+std::shared_ptr<engine::Handle> submitBroadcast(const char* name, const perseus_tensor* input,
+                                                const perseus_tensor* output, int32_t root_rank,
+                                                int32_t process_set, const char* call) {
+  std::string n = checkName(name, call);
+  auto e = capi::requireEngine();
+  TensorArg in = toArg(input, n, "input");
+  void* out = toOutput(output, in, n);
+  return e->broadcast(n, in, out, root_rank, process_set);
+}
+
+// A broadcast's post-lane arguments, if it qualifies.
+std::optional<engine::PostArgs> postableBroadcast(const char* name, const perseus_tensor* input,
+                                                  const perseus_tensor* output, int32_t root_rank,
+                                                  int32_t process_set) {
+  if (process_set != 0) return std::nullopt;
+  auto a = postable(OpType::kBroadcast, name, input, output);
+  if (a) a->root = root_rank;
+  return a;
+}
+
 }  // namespace
 
 extern "C" {
@@ -141,18 +204,26 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                handle)) {
       return;
     }
-    std::string n = checkName(name, "perseus_allreduce");
+    checkName(name, "perseus_allreduce");
     checkHandle(handle);
-    checkCount(count, inputs, n);
-    if (outputs == nullptr) throw InvalidArgumentError("'" + n + "': outputs are NULL (pass the inputs for in place)");
-    auto e = capi::requireEngine();
-    std::vector<TensorArg> in;
-    std::vector<void*> out;
-    for (int32_t i = 0; i < count; ++i) {
-      in.push_back(toArg(&inputs[i], n, "input"));
-      out.push_back(toOutput(&outputs[i], in.back(), n));
+    *handle = capi::publish(submitAllreduce(name, count, inputs, outputs, op, prescale, postscale,
+                                            process_set, "perseus_allreduce"));
+  });
+}
+
+perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor* input,
+                                          const perseus_tensor* output, int32_t op,
+                                          double prescale, double postscale,
+                                          int32_t process_set) {
+  return guarded([&] {
+    if (process_set == 0 &&
+        postedAndFinished(reducing(postable(OpType::kAllreduce, name, input, output), op, prescale,
+                                   postscale))) {
+      return;
     }
-    *handle = capi::publish(e->allreduce(n, in, out, toOp(op, n), prescale, postscale, process_set));
+    auto h = submitAllreduce(name, 1, input, output, op, prescale, postscale, process_set,
+                             "perseus_allreduce_blocking");
+    finish(*capi::requireEngine(), *h);
   });
 }
 
@@ -183,17 +254,22 @@ perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
                                  const perseus_tensor* output, int32_t root_rank,
                                  int32_t process_set, perseus_handle* handle) {
   return guarded([&] {
-    if (process_set == 0) {
-      auto a = postable(OpType::kBroadcast, name, input, output);
-      if (a) a->root = root_rank;
-      if (posted(a, handle)) return;
-    }
-    std::string n = checkName(name, "perseus_broadcast");
+    if (posted(postableBroadcast(name, input, output, root_rank, process_set), handle)) return;
+    checkName(name, "perseus_broadcast");
     checkHandle(handle);
-    auto e = capi::requireEngine();
-    TensorArg in = toArg(input, n, "input");
-    void* out = toOutput(output, in, n);
-    *handle = capi::publish(e->broadcast(n, in, out, root_rank, process_set));
+    *handle = capi::publish(
+        submitBroadcast(name, input, output, root_rank, process_set, "perseus_broadcast"));
+  });
+}
+
+perseus_status perseus_broadcast_blocking(const char* name, const perseus_tensor* input,
+                                          const perseus_tensor* output, int32_t root_rank,
+                                          int32_t process_set) {
+  return guarded([&] {
+    if (postedAndFinished(postableBroadcast(name, input, output, root_rank, process_set))) return;
+    auto h = submitBroadcast(name, input, output, root_rank, process_set,
+                             "perseus_broadcast_blocking");
+    finish(*capi::requireEngine(), *h);
   });
 }
 

@@ -353,9 +353,12 @@ void Engine::prepareDevice(Entry& e) {
   e.ready = gpu_->recordReady(e.device, e.cuda_stream);
 }
 
-std::shared_ptr<Handle> Engine::post(const PostArgs& a) {
+std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
   std::shared_ptr<Handle> handle;
   switch (posted_.post(a, &handle)) {
+    case PostedCollectives::Outcome::kFinished:
+      if (finished != nullptr) *finished = true;
+      return nullptr;
     case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
       return handle;

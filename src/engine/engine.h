@@ -108,8 +108,10 @@ class Engine {
                                     int32_t set = kGlobalSet);
   // An allreduce, broadcast or allgather of one CPU tensor of the global set, when its name is
   // posted (Note [Posted collectives]): no entry, no negotiation. Null when it is not: submit
-  // it the usual way. Throws DuplicateNameError when the name's post is in flight.
-  std::shared_ptr<Handle> post(const PostArgs& args);
+  // it the usual way. Throws DuplicateNameError when the name's post is in flight. A
+  // blocking post (args.blocking) may be finished at once: then `*finished` is true and there
+  // is no handle.
+  std::shared_ptr<Handle> post(const PostArgs& args, bool* finished = nullptr);
   std::shared_ptr<Handle> allgather(const std::string& name, const std::vector<TensorArg>& in,
                                     int32_t set = kGlobalSet);
   std::shared_ptr<Handle> broadcast(const std::string& name, const TensorArg& in, void* out,

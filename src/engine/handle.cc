@@ -1,6 +1,7 @@
 #include "engine/handle.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <chrono>
 
@@ -24,16 +25,24 @@ int64_t steadyNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// CLOCK_MONOTONIC_COARSE: steady_clock's clock as of the last tick, never ahead of it.
+int64_t coarseSteadyNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
 }  // namespace
 
 std::shared_ptr<Handle> Handle::create(std::string name) {
   return create(std::make_shared<const std::string>(std::move(name)));
 }
 
-std::shared_ptr<Handle> Handle::create(Name name) {
+std::shared_ptr<Handle> Handle::create(Name name, bool timed) {
   static std::atomic<int64_t> next_id{1};
   auto h = std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
-  h->submitted_ns_ = steadyNs();
+  h->timed_ = timed;
+  h->submitted_ns_ = timed ? steadyNs() : coarseSteadyNs();
   return h;
 }
 
@@ -81,7 +90,7 @@ void Handle::complete(StatusCode status, const std::string& message) {
     std::lock_guard<std::mutex> lock(mu_);
     if (completing_) return;  // the first completion wins (e.g. failure racing shutdown)
     completing_ = true;
-    completed_ns_ = steadyNs();
+    if (timed_) completed_ns_ = steadyNs();
     status_ = status;
     message_ = message;
     cb = std::move(callback_);

@@ -56,7 +56,10 @@ class Handle {
   // re-initialise), so a stale id never finds another engine's handle. Stamps the submission.
   static std::shared_ptr<Handle> create(std::string name);
   // The same with a name shared with its owner (a posted slot's): no copy per operation.
-  static std::shared_ptr<Handle> create(Name name);
+  // `timed` false: a blocking call's handle, whose times nobody can ask for. Its submission is
+  // stamped with the coarse clock (ticks of a few ms: enough for patience and stall warnings,
+  // and a third of the precise clock's 24 ns on this VM's kvm-clock), its completion not at all.
+  static std::shared_ptr<Handle> create(Name name, bool timed = true);
 
   int64_t id() const { return id_; }
   const std::string& name() const { return *name_; }
@@ -113,6 +116,7 @@ class Handle {
   int posted_slot_ = -1;
   int64_t submitted_ns_ = 0;
   int64_t completed_ns_ = 0;  // written before done_ is published
+  bool timed_ = true;
   uint64_t posted_gen_ = 0;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_

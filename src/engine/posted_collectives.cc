@@ -173,7 +173,7 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   // The lookup key without an allocation per call (the buffer keeps its capacity).
   thread_local std::string key;
   key.assign(a.name.data(), a.name.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (closed_) return Outcome::kNotPosted;
   auto it = by_name_.find(key);
   if (it == by_name_.end()) return Outcome::kNotPosted;
@@ -199,7 +199,21 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
     return Outcome::kNotPosted;
   }
   s.gen = gen;
-  s.pending = Handle::create(s.name);
+  if (a.blocking && board_->state(index, gen) == PostBoard::State::kComplete &&
+      (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
+    // The last post of the generation, by a caller that waits for it anyway: finished here,
+    // with no handle and nothing pending (the claim of a settling thread, made at once).
+    ringPeers();
+    Claim c;
+    c.slot = &s;
+    c.input = a.input;
+    c.output = a.output;
+    c.gen = gen;
+    lock.unlock();
+    settle(std::move(c));
+    return Outcome::kFinished;
+  }
+  s.pending = Handle::create(s.name, !a.blocking);
   s.pending->setPosted(static_cast<int>(index), gen);
   s.input = a.input;
   s.output = a.output;

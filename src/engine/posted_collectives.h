@@ -84,6 +84,10 @@ struct PostArgs {
   ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;  // broadcast: the root's set rank
+  // A blocking call's (allreduce, broadcast): nobody can see its handle, so a post that
+  // completes its generation is finished at once without one (Outcome::kFinished), and a
+  // handle it needs is untimed (Handle::create).
+  bool blocking = false;
 };
 
 class PostedCollectives {
@@ -109,8 +113,9 @@ class PostedCollectives {
   // metadata whose negotiated run completed: kPosted, and `*handle` (its postedSlot() set)
   // completes once every rank posted, or after falling back to negotiation. kInFlight: the
   // name has a post in flight (a duplicate). kNotPosted: nothing happened; the caller
-  // submits it the negotiated way.
-  enum class Outcome { kPosted, kNotPosted, kInFlight };
+  // submits it the negotiated way. kFinished: a blocking post that completed its generation,
+  // settled on the calling thread (no handle).
+  enum class Outcome { kPosted, kNotPosted, kInFlight, kFinished };
   Outcome post(const PostArgs& a, std::shared_ptr<Handle>* handle);
 
   // Any thread: a global-set request of `name` on its way to negotiation. True when the name

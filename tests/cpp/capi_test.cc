@@ -14,66 +14,19 @@
 #include <vector>
 
 #include "perseus/c_api.h"
-#include "support/forked_ranks.h"
-#include "support/forked_store_server.h"
+#include "support/capi_job.h"
 
 namespace {
 
-constexpr const char* kSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-
-perseus_tensor cpu(void* data, perseus_dtype t, int ndim, const int64_t* shape) {
-  return perseus_tensor{data, t, ndim, shape, PERSEUS_DEVICE_CPU, nullptr};
-}
-
-// Runs `body(rank)` in `n` forked ranks of one job; returns their statuses.
-std::vector<perseus::testing::ChildStatus> runJob(int n, const std::function<int(int)>& body,
-                                                  const char* timeout_s = "5") {
-  // The store runs in a process of its own: forking ranks beside an in-process server thread
-  // can leave a child blocked on a lock that thread held (seen with ASan's allocator).
-  perseus::testing::ForkedStoreServer server(kSecret);
-  const int port = server.port();
-  return perseus::testing::runForked(
-      n,
-      [&](int rank) {
-        setenv("PERSEUS_RANK", std::to_string(rank).c_str(), 1);
-        setenv("PERSEUS_SIZE", std::to_string(n).c_str(), 1);
-        setenv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1", 1);
-        setenv("PERSEUS_CONTROLLER_PORT", std::to_string(port).c_str(), 1);
-        setenv("PERSEUS_SECRET", kSecret, 1);
-        setenv("PERSEUS_TIMEOUT", timeout_s, 1);
-        setenv("PERSEUS_START_TIMEOUT", "20", 1);
-        return body(rank);
-      },
-      std::chrono::seconds(60));
-}
-
-#define CHILD_CHECK(cond)                                                            \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "rank check failed at line %d: %s (last error: %s)\n", __LINE__, \
-              #cond, perseus_last_error());                                         \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
-
-// A survivor's failed wait after rank 2 was SIGKILLed (CHILD_CHECK style: 0 when it holds).
-// The cause names `quoted_name` and, for a lost peer, rank 2, also when this rank was not
-// talking to it and saw the other survivor go first (it publishes the rank it lost: a cascade
-// names rank 2); it came within `limit_s`.
-int checkLostRank2(int r, perseus_status s, const char* quoted_name, double took, double limit_s) {
-  const std::string msg = perseus_last_error();
-  fprintf(stderr, "rank %d: after %.2f s: status %d: %s\n", r, took, s, msg.c_str());
-  CHILD_CHECK(s == PERSEUS_ERR_PEER_LOST || s == PERSEUS_ERR_TIMEOUT);
-  CHILD_CHECK(msg.find(quoted_name) != std::string::npos);
-  if (s == PERSEUS_ERR_PEER_LOST) CHILD_CHECK(msg.find("rank 2 ") != std::string::npos);
-  CHILD_CHECK(took < limit_s);
-  return 0;
-}
+using perseus::testing::kCapiJobSecret;
+using perseus::testing::cpuTensor;
+using perseus::testing::checkLostRank2;
+using perseus::testing::runCapiJob;
 
 TEST(CapiTest, StoreServerStartsOnAFreePortAndStops) {
   void* server = nullptr;
   int32_t port = 0;
-  ASSERT_EQ(perseus_store_server_start("127.0.0.1", 0, kSecret, &port, &server), PERSEUS_OK)
+  ASSERT_EQ(perseus_store_server_start("127.0.0.1", 0, kCapiJobSecret, &port, &server), PERSEUS_OK)
       << perseus_last_error();
   EXPECT_GT(port, 0);
   EXPECT_EQ(perseus_store_server_stop(server), PERSEUS_OK) << perseus_last_error();
@@ -86,7 +39,7 @@ TEST(CapiTest, ErrorsBeforeInitAndBasics) {
   perseus_handle h;
   float x = 1;
   int64_t shape[1] = {1};
-  perseus_tensor tx = cpu(&x, PERSEUS_FLOAT32, 1, shape);
+  perseus_tensor tx = cpuTensor(&x, PERSEUS_FLOAT32, 1, shape);
   EXPECT_EQ(perseus_allreduce("x", &tx, &tx, PERSEUS_SUM, 1, 1, 0, &h), PERSEUS_ERR_NOT_INITIALIZED);
   EXPECT_EQ(perseus_is_initialized(), 0);
   EXPECT_NE(std::string(perseus_build_info()).find("cpu=1"), std::string::npos);
@@ -109,7 +62,7 @@ TEST(CapiTest, SingleRankInThisProcess) {
         CHILD_CHECK(perseus_get_topology(&t) == PERSEUS_OK && t.size == 1 && t.rank == 0);
         float v[3] = {1, 2, 3};
         int64_t shape[1] = {3};
-        perseus_tensor tv = cpu(v, PERSEUS_FLOAT32, 1, shape);
+        perseus_tensor tv = cpuTensor(v, PERSEUS_FLOAT32, 1, shape);
         perseus_handle h;
         CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_AVERAGE, 2.0, 1.0, 0, &h) == PERSEUS_OK);
         CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK);
@@ -147,7 +100,7 @@ TEST(CapiTest, SingleRankInThisProcess) {
         // Library-owned outputs.
         int32_t rows[4] = {1, 2, 3, 4};
         int64_t rshape[2] = {2, 2};
-        perseus_tensor tr = cpu(rows, PERSEUS_INT32, 2, rshape);
+        perseus_tensor tr = cpuTensor(rows, PERSEUS_INT32, 2, rshape);
         CHILD_CHECK(perseus_allgather("g", &tr, 0, &h) == PERSEUS_OK);
         CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK);
         int32_t n = 0;
@@ -179,7 +132,7 @@ void onDone(perseus_handle, perseus_status s, void* user) {
 
 TEST(CapiTest, ThreeRanksEveryCollective) {
   const int n = 3;
-  auto st = runJob(n, [&](int r) {
+  auto st = runCapiJob(n, [&](int r) {
     CHILD_CHECK(perseus_init() == PERSEUS_OK);
     perseus_topology t;
     CHILD_CHECK(perseus_get_topology(&t) == PERSEUS_OK && t.rank == r && t.size == n);
@@ -187,7 +140,7 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     // allreduce with a callback
     double v[4] = {double(r), 1, 2, 3};
     int64_t s4[1] = {4};
-    perseus_tensor tv = cpu(v, PERSEUS_FLOAT64, 1, s4);
+    perseus_tensor tv = cpuTensor(v, PERSEUS_FLOAT64, 1, s4);
     CallbackState cs;
     CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_set_callback(h, onDone, &cs) == PERSEUS_OK);
@@ -199,13 +152,13 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     // grouped allreduce
     float a[2] = {1, 1}, b[3] = {2, 2, 2};
     int64_t s2[1] = {2}, s3[1] = {3};
-    perseus_tensor ins[2] = {cpu(a, PERSEUS_FLOAT32, 1, s2), cpu(b, PERSEUS_FLOAT32, 1, s3)};
+    perseus_tensor ins[2] = {cpuTensor(a, PERSEUS_FLOAT32, 1, s2), cpuTensor(b, PERSEUS_FLOAT32, 1, s3)};
     CHILD_CHECK(perseus_grouped_allreduce("grp", 2, ins, ins, PERSEUS_AVERAGE, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK && a[1] == 1.0f && b[2] == 2.0f);
     perseus_release(h);
     // broadcast
     int64_t x[2] = {r == 1 ? 77 : 0, r == 1 ? 78 : 0};
-    perseus_tensor tx = cpu(x, PERSEUS_INT64, 1, s2);
+    perseus_tensor tx = cpuTensor(x, PERSEUS_INT64, 1, s2);
     CHILD_CHECK(perseus_broadcast("bc", &tx, &tx, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK && x[0] == 77 && x[1] == 78);
     perseus_release(h);
@@ -213,7 +166,7 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     int64_t rows = 6;
     std::vector<float> data(rows, float(r));
     int64_t splits[3] = {1, 2, 3};
-    perseus_tensor td = cpu(data.data(), PERSEUS_FLOAT32, 1, &rows);
+    perseus_tensor td = cpuTensor(data.data(), PERSEUS_FLOAT32, 1, &rows);
     CHILD_CHECK(perseus_alltoall("a2a", &td, splits, 3, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
     const int64_t* recv = nullptr;
@@ -225,7 +178,7 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     // reducescatter
     std::vector<int32_t> rs(7, 1);
     int64_t s7[1] = {7};
-    perseus_tensor trs = cpu(rs.data(), PERSEUS_INT32, 1, s7);
+    perseus_tensor trs = cpuTensor(rs.data(), PERSEUS_INT32, 1, s7);
     CHILD_CHECK(perseus_reducescatter("rs", &trs, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
     CHILD_CHECK(perseus_handle_output(h, 0, &out) == PERSEUS_OK && out.shape[0] == (r == 0 ? 3 : 2));
@@ -234,7 +187,7 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     // mismatch: every rank gets the error, the job continues
     float m[4] = {0};
     int64_t ms[1] = {r == 2 ? 4 : 2};
-    perseus_tensor tm = cpu(m, PERSEUS_FLOAT32, 1, ms);
+    perseus_tensor tm = cpuTensor(m, PERSEUS_FLOAT32, 1, ms);
     CHILD_CHECK(perseus_allreduce("mm", &tm, &tm, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_ERR_MISMATCH);
     CHILD_CHECK(std::string(perseus_last_error()).find("'mm'") != std::string::npos);
@@ -268,13 +221,13 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
 
 TEST(CapiTest, SigkilledRankFailsTheOthersWithItsRank) {
   const int n = 3;
-  auto st = runJob(
+  auto st = runCapiJob(
       n,
       [&](int r) {
         CHILD_CHECK(perseus_init() == PERSEUS_OK);
         const int64_t count = 4 << 20;  // 16 MiB of float32
         std::vector<float> big(count, 1.0f);
-        perseus_tensor tb = cpu(big.data(), PERSEUS_FLOAT32, 1, &count);
+        perseus_tensor tb = cpuTensor(big.data(), PERSEUS_FLOAT32, 1, &count);
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < 1000; ++i) {
           perseus_handle h;
@@ -309,13 +262,13 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWhileTheyWaitForItsPost) {
   // Small allreduces of one name are posted (Note [Posted collectives]) after the first: the
   // survivors wait on rank 2's post, then negotiate, and find rank 2 gone.
   const int n = 3;
-  auto st = runJob(
+  auto st = runCapiJob(
       n,
       [&](int r) {
         CHILD_CHECK(perseus_init() == PERSEUS_OK);
         const int64_t count = 16;
         std::vector<float> v(count, 1.0f);
-        perseus_tensor t = cpu(v.data(), PERSEUS_FLOAT32, 1, &count);
+        perseus_tensor t = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &count);
         for (int i = 0; i < 1000; ++i) {
           perseus_handle h;
           if (r == 2 && i == 50) raise(SIGKILL);

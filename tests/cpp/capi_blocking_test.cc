@@ -1,0 +1,139 @@
+// The blocking calls of the C API (perseus_allreduce_blocking, perseus_broadcast_blocking):
+// the same results and errors as the asynchronous calls, on the negotiated path (a name's
+// first runs, large tensors, process sets) and on the post lane, where the rank that posts
+// last finishes with no handle and the others wait on an untimed one.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "perseus/c_api.h"
+#include "support/capi_job.h"
+
+namespace {
+
+using perseus::testing::checkLostRank2;
+using perseus::testing::cpuTensor;
+using perseus::testing::runCapiJob;
+
+TEST(CapiBlocking, ResultsMatchTheAsynchronousCallsOnEveryPath) {
+  const int n = 3;
+  auto st = runCapiJob(n, [&](int r) {
+    CHILD_CHECK(perseus_init() == PERSEUS_OK);
+    // 5 floats: posted from the name's third run; 40000: always negotiated.
+    for (int64_t count : {int64_t{5}, int64_t{40000}}) {
+      std::vector<float> in(static_cast<size_t>(count)), out(in.size()), bc(in.size());
+      perseus_tensor ti = cpuTensor(in.data(), PERSEUS_FLOAT32, 1, &count);
+      perseus_tensor to = cpuTensor(out.data(), PERSEUS_FLOAT32, 1, &count);
+      perseus_tensor tb = cpuTensor(bc.data(), PERSEUS_FLOAT32, 1, &count);
+      const std::string sum = "sum." + std::to_string(count), avg = "avg." + std::to_string(count),
+                        root = "bc." + std::to_string(count);
+      for (int it = 0; it < 60; ++it) {
+        for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r + 1) * (it + 1) + i;
+        // Rank 1 mixes in the asynchronous call: both kinds post into the same slots.
+        if (r == 1 && it % 3 == 0) {
+          perseus_handle h;
+          CHILD_CHECK(perseus_allreduce(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
+          CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK && perseus_release(h) == PERSEUS_OK);
+        } else {
+          CHILD_CHECK(perseus_allreduce_blocking(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0) == PERSEUS_OK);
+        }
+        for (size_t i = 0; i < in.size(); ++i) {
+          CHILD_CHECK(out[i] == 6.0f * (it + 1) + 3.0f * i);  // (1 + 2 + 3)(it + 1) + n i
+        }
+        // In place, with an average and both scales: (sum * 2 / n) * 0.5 = sum / n.
+        std::vector<float> copy = in;
+        CHILD_CHECK(perseus_allreduce_blocking(avg.c_str(), &ti, &ti, PERSEUS_AVERAGE, 2.0, 0.5, 0) == PERSEUS_OK);
+        for (size_t i = 0; i < in.size(); ++i) CHILD_CHECK(in[i] == (6.0f * (it + 1) + 3.0f * i) / 3.0f);
+        in = copy;
+        for (size_t i = 0; i < bc.size(); ++i) bc[i] = r == 2 ? it + 0.5f * i : -1.0f;
+        CHILD_CHECK(perseus_broadcast_blocking(root.c_str(), &tb, &tb, 2, 0) == PERSEUS_OK);
+        for (size_t i = 0; i < bc.size(); ++i) CHILD_CHECK(bc[i] == it + 0.5f * i);
+      }
+    }
+    perseus_engine_stats stats;
+    CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK);
+    // The small names were posted after their first runs (2 allreduces and 1 broadcast each
+    // step), the large ones never.
+    CHILD_CHECK(stats.posted_allreduces >= 100 && stats.posted_collectives >= 150);
+    fprintf(stderr, "rank %d: %llu posted allreduces, %llu posted collectives\n", r,
+            static_cast<unsigned long long>(stats.posted_allreduces),
+            static_cast<unsigned long long>(stats.posted_collectives));
+    CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+TEST(CapiBlocking, ErrorsAreTheAsynchronousCallsErrors) {
+  const int n = 2;
+  auto st = runCapiJob(n, [&](int r) {
+    int64_t count = 4;
+    std::vector<float> v(4, 1.0f);
+    perseus_tensor t = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &count);
+    CHILD_CHECK(perseus_allreduce_blocking("early", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_NOT_INITIALIZED);
+    CHILD_CHECK(std::string(perseus_last_error()).find("perseus_init") != std::string::npos);
+    CHILD_CHECK(perseus_init() == PERSEUS_OK);
+    CHILD_CHECK(perseus_allreduce_blocking(nullptr, &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", nullptr, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, nullptr, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, 42, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(std::string(perseus_last_error()).find("'x'") != std::string::npos);
+    CHILD_CHECK(perseus_broadcast_blocking("", &t, &t, 0, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, PERSEUS_SUM, 1, 1, 7) == PERSEUS_ERR_INVALID_ARGUMENT);
+    // A name posted for a while, then a shape that differs on one rank: the post falls back
+    // to negotiation, which reports the mismatch on every rank; the job goes on.
+    for (int it = 0; it < 20; ++it) {
+      CHILD_CHECK(perseus_allreduce_blocking("grad", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
+    }
+    int64_t other = r == 0 ? 3 : 4;
+    perseus_tensor odd = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &other);
+    CHILD_CHECK(perseus_allreduce_blocking("grad", &odd, &odd, PERSEUS_MAX, 1, 1, 0) == PERSEUS_ERR_MISMATCH);
+    const std::string msg = perseus_last_error();
+    CHILD_CHECK(msg.find("'grad'") != std::string::npos && msg.find("shape") != std::string::npos);
+    // A root that differs: the same.
+    CHILD_CHECK(perseus_broadcast_blocking("root", &t, &t, r, 0) == PERSEUS_ERR_MISMATCH);
+    for (int it = 0; it < 20; ++it) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r));
+      CHILD_CHECK(perseus_allreduce_blocking("grad", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_OK);
+      CHILD_CHECK(v[3] == 1.0f);
+    }
+    CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
+    CHILD_CHECK(perseus_allreduce_blocking("late", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_SHUT_DOWN);
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+TEST(CapiBlocking, ASigkilledRankFailsTheOthersBlockedOnItsPost) {
+  const int n = 3;
+  auto st = runCapiJob(
+      n,
+      [&](int r) {
+        CHILD_CHECK(perseus_init() == PERSEUS_OK);
+        int64_t count = 16;
+        std::vector<float> v(16, 1.0f);
+        perseus_tensor t = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &count);
+        for (int i = 0; i < 1000; ++i) {
+          if (r == 2 && i == 50) raise(SIGKILL);
+          const auto start = std::chrono::steady_clock::now();
+          perseus_status s = perseus_allreduce_blocking("small", &t, &t, PERSEUS_MAX, 1, 1, 0);
+          if (s == PERSEUS_OK) continue;
+          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (checkLostRank2(r, s, "'small'", took, 10) != 0) return 1;
+          CHILD_CHECK(i == 50);
+          perseus_shutdown();
+          return 0;
+        }
+        return 1;
+      },
+      "5");
+  EXPECT_TRUE(st[0].ok()) << st[0].describe();
+  EXPECT_TRUE(st[1].ok()) << st[1].describe();
+  EXPECT_EQ(st[2].signal, SIGKILL);
+}
+
+}  // namespace
