@@ -65,15 +65,29 @@ def collective_shortfalls(rows):
                    "op's time is the software path of the rank that posts second, which "
                    "finishes it inline: the compare-and-swap on the slot's state word and the "
                    "read of the other's post (two cross-core misses, the protocol's floor in "
-                   "bench/post_board_floor_bench), plus the asynchronous handle: its "
-                   "allocation and two clock reads, the C API's handle table (insert, find, "
-                   "release) and about six uncontended mutex pairs; from 1 KiB also the copy "
-                   "into shared memory, whose lines the peer read (a read-for-ownership "
-                   "each), which Open MPI pays too. Open MPI's broadcast returns at the root "
-                   "as soon as it has written; a posted broadcast completes when every rank "
-                   "posted (what lets a pool be reused safely). Fix, not built: a blocking "
-                   "call that needs no handle (the caller spins on the slot itself), handles "
-                   "recycled per slot.")
+                   "bench/post_board_floor_bench)")
+            if coll in ("allreduce", "broadcast"):
+                why += (", plus, as a blocking call (docs/algorithms.md, *Blocking calls*), "
+                        "the slot's lookup under the post board's lock and, on the rank that "
+                        "posts first, the untimed handle it waits on (its allocation and the "
+                        "mutex that completes it); from 1 KiB also the copy into shared "
+                        "memory, whose lines the peer reads (a read-for-ownership each), "
+                        "which Open MPI pays too. ")
+                if coll == "broadcast":
+                    why += ("Open MPI's broadcast returns at the root as soon as it has "
+                            "written; a posted broadcast completes when every rank posted "
+                            "(what lets a pool be reused safely). ")
+                why += ("Fix, not built: the first poster watching the slot with no handle "
+                        "(the engine thread then needs another way to finish or renegotiate "
+                        "a post nobody watches), a lookup without the lock.")
+            else:
+                why += (", plus the asynchronous handle: its allocation and two clock reads, "
+                        "the C API's handle table (insert, find, release) and about six "
+                        "uncontended mutex pairs; from 1 KiB also the copy into shared memory, "
+                        "whose lines the peer reads (a read-for-ownership each), which Open "
+                        "MPI pays too. Fix, not built: blocking forms of these calls, as "
+                        "allreduce and broadcast have (docs/algorithms.md, *Blocking calls*), "
+                        "which need the library-owned output handed over without a handle.")
             out.append(
                 f"- **{coll}, small sizes (< {human(SMALL_BELOW)})**: {', '.join(small)}. {lat}"
                 + why)

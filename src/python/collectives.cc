@@ -1,7 +1,8 @@
-// Bindings of the asynchronous collectives: tensors in (DLPack capsules or buffers), a Handle
-// out. Validation beyond tensor layout is the core's job.
+// Bindings of the collectives: tensors in (DLPack capsules or buffers), a Handle out, or
+// nothing for the blocking forms. Validation beyond tensor layout is the core's job.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pybind11/stl.h>
@@ -35,6 +36,16 @@ std::vector<perseus_tensor> addArgs(Args& args, const py::list& objs, bool writa
   return tensors;
 }
 
+// An op's input and output; output None: in place (the output is the input).
+std::pair<perseus_tensor, perseus_tensor> inputAndOutput(Args& args, py::handle input,
+                                                         py::handle output,
+                                                         const std::string& name,
+                                                         uintptr_t stream) {
+  const bool in_place = output.is_none();
+  const perseus_tensor in = addArg(args, input, in_place, "input", name, stream).tensor();
+  return {in, in_place ? in : addArg(args, output, true, "output", name, stream).tensor()};
+}
+
 // Submits with the GIL released: the core may take its queue lock.
 template <typename Fn>
 py::object submit(Args args, const char* what, Fn&& fn) {
@@ -51,12 +62,41 @@ py::object submit(Args args, const char* what, Fn&& fn) {
 py::object allreduce(const std::string& name, py::handle input, py::handle output, int op,
                      double prescale, double postscale, int process_set, uintptr_t stream) {
   Args args;
-  const bool in_place = output.is_none();
-  const perseus_tensor in = addArg(args, input, in_place, "input", name, stream).tensor();
-  const perseus_tensor out =
-      in_place ? in : addArg(args, output, true, "output", name, stream).tensor();
+  const auto io = inputAndOutput(args, input, output, name, stream);
   return submit(std::move(args), "perseus_allreduce", [&](perseus_handle* h) {
-    return perseus_allreduce(name.c_str(), &in, &out, op, prescale, postscale, process_set, h);
+    return perseus_allreduce(name.c_str(), &io.first, &io.second, op, prescale, postscale,
+                             process_set, h);
+  });
+}
+
+// The blocking forms: no handle, so nothing to return; the tensors stay borrowed until the
+// call returns. The GIL is released while it runs.
+template <typename Fn>
+void runBlocking(const char* what, Fn&& fn) {
+  perseus_status status;
+  {
+    py::gil_scoped_release release;
+    status = fn();
+  }
+  check(status, what);
+}
+
+void allreduceBlocking(const std::string& name, py::handle input, py::handle output, int op,
+                       double prescale, double postscale, int process_set, uintptr_t stream) {
+  Args args;
+  const auto io = inputAndOutput(args, input, output, name, stream);
+  runBlocking("perseus_allreduce_blocking", [&] {
+    return perseus_allreduce_blocking(name.c_str(), &io.first, &io.second, op, prescale,
+                                      postscale, process_set);
+  });
+}
+
+void broadcastBlocking(const std::string& name, py::handle input, py::handle output, int root,
+                       int process_set, uintptr_t stream) {
+  Args args;
+  const auto io = inputAndOutput(args, input, output, name, stream);
+  runBlocking("perseus_broadcast_blocking", [&] {
+    return perseus_broadcast_blocking(name.c_str(), &io.first, &io.second, root, process_set);
   });
 }
 
@@ -101,12 +141,9 @@ py::object groupedAllgather(const std::string& name, const py::list& inputs, int
 py::object broadcast(const std::string& name, py::handle input, py::handle output, int root,
                      int process_set, uintptr_t stream) {
   Args args;
-  const bool in_place = output.is_none();
-  const perseus_tensor in = addArg(args, input, in_place, "input", name, stream).tensor();
-  const perseus_tensor out =
-      in_place ? in : addArg(args, output, true, "output", name, stream).tensor();
+  const auto io = inputAndOutput(args, input, output, name, stream);
   return submit(std::move(args), "perseus_broadcast", [&](perseus_handle* h) {
-    return perseus_broadcast(name.c_str(), &in, &out, root, process_set, h);
+    return perseus_broadcast(name.c_str(), &io.first, &io.second, root, process_set, h);
   });
 }
 
@@ -152,6 +189,13 @@ void registerCollectives(py::module_& m) {
         arg("op") = static_cast<int>(PERSEUS_AVERAGE), arg("prescale") = 1.0,
         arg("postscale") = 1.0, arg("process_set") = kGlobal, arg("stream") = 0,
         "output=None reduces in place.");
+  m.def("allreduce_blocking", &allreduceBlocking, arg("name"), arg("input"),
+        arg("output") = py::none(), arg("op") = static_cast<int>(PERSEUS_AVERAGE),
+        arg("prescale") = 1.0, arg("postscale") = 1.0, arg("process_set") = kGlobal,
+        arg("stream") = 0, "allreduce and wait, with no handle; output=None reduces in place.");
+  m.def("broadcast_blocking", &broadcastBlocking, arg("name"), arg("input"),
+        arg("output") = py::none(), arg("root_rank") = 0, arg("process_set") = kGlobal,
+        arg("stream") = 0, "broadcast and wait, with no handle; output=None in place.");
   m.def("grouped_allreduce", &groupedAllreduce, arg("name"), arg("inputs"),
         arg("outputs") = py::none(), arg("op") = static_cast<int>(PERSEUS_AVERAGE),
         arg("prescale") = 1.0, arg("postscale") = 1.0, arg("process_set") = kGlobal,

@@ -52,8 +52,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    return _ops.synchronize(_ops.allreduce_async_(tensor, average, name, op, prescale_factor,
-                                                  postscale_factor, process_set))
+    return _ops.allreduce_blocking_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                    process_set)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -132,7 +132,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return _ops.synchronize(_ops.broadcast_async_(tensor, root_rank, name, process_set))
+    return _ops.broadcast_blocking_(tensor, root_rank, name, process_set)
 
 
 class _Alltoall(torch.autograd.Function):

@@ -193,6 +193,40 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _t.register(h, finish, wire)
 
 
+# --- blocking in-place forms (allreduce_, broadcast_) -----------------------------------------
+
+def _blocks(tensor):
+    """A tensor the blocking calls take as is: a contiguous CPU tensor of a native dtype.
+    Anything else (CUDA, strided, other dtypes, bad arguments) takes the asynchronous path,
+    which converts it or reports the error."""
+    return (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            and not tensor.is_sparse and tensor.dtype in _t.NATIVE and tensor.is_contiguous())
+
+
+def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set):
+    """synchronize(allreduce_async_(...)) as one call with no handle (the core's
+    perseus_allreduce_blocking)."""
+    if not _blocks(tensor):
+        return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                            postscale_factor, process_set))
+    ps = process_set_id(process_set)
+    name = op_name("allreduce", name, ps)
+    _core().allreduce_blocking(name, _t.capsule(tensor), None, to_core_op(resolve_op(op, average)),
+                               float(prescale_factor), float(postscale_factor), ps)
+    return tensor
+
+
+def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
+    """synchronize(broadcast_async_(...)) as one call with no handle."""
+    if not _blocks(tensor):
+        return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    ps = process_set_id(process_set)
+    name = op_name("broadcast", name, ps)
+    _core().broadcast_blocking(name, _t.capsule(tensor), None, int(root_rank), ps)
+    return tensor
+
+
 # --- reducescatter -------------------------------------------------------------------------
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,

@@ -51,6 +51,15 @@ def check_allreduce(rank, size):
     t = torch.full((4,), float(rank))
     assert hvd.allreduce_(t, average=False) is t
     assert torch.equal(t, torch.full((4,), float(sum(ranks))))
+    # A name used again and again: after its first runs allreduce_ and broadcast_ are posted
+    # (Note [Posted collectives]) and finish inside one blocking call.
+    for step in range(30):
+        t = torch.full((4,), float(rank + step))
+        assert hvd.allreduce_(t, op=hvd.Sum, name="again") is t
+        assert torch.equal(t, torch.full((4,), float(sum(ranks) + size * step)))
+        b = torch.full((3,), float(rank))
+        assert hvd.broadcast_(b, size - 1, name="again.bc") is b
+        assert torch.equal(b, torch.full((3,), float(size - 1)))
     nc = torch.arange(12.0).reshape(3, 4).t()
     assert not nc.is_contiguous()
     expect = nc * size
