@@ -134,6 +134,7 @@ void finish(engine::Engine& e, const engine::Handle& h) {
 bool postedAndFinished(std::optional<engine::PostArgs> a) {
   if (!a) return false;
   a->blocking = true;
+  a->spin_us = capi::runtime().spin_us.load(std::memory_order_relaxed);
   auto e = capi::requireEngine();
   bool finished = false;
   auto h = e->post(*a, &finished);

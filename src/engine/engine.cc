@@ -359,6 +359,14 @@ std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
     case PostedCollectives::Outcome::kFinished:
       if (finished != nullptr) *finished = true;
       return nullptr;
+    case PostedCollectives::Outcome::kClosed: {
+      std::lock_guard<std::mutex> lock(mu_);
+      throw Error(stop_code_ == StatusCode::kOk ? StatusCode::kShutDown : stop_code_,
+                  PERSEUS_STR(opTypeName(a.kind) << " '" << a.name << "' failed: "
+                                                 << (stop_code_ == StatusCode::kOk
+                                                         ? "Perseus was shut down"
+                                                         : stop_message_)));
+    }
     case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
       return handle;
@@ -698,34 +706,13 @@ void Engine::setCallback(Handle& handle, Handle::Callback cb) {
 bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0 && timeout_s != 0) {
-    // A post completes as soon as the last rank posts: watch it for the spin. The engine
-    // thread does not listen for posts meanwhile (Note [Posted collectives]).
-    // While the other ranks keep posting they are still submitting, and will reach this one:
-    // the spin restarts (blocking would add a wake-up to the step's last operation).
+    // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
+    // engine thread does not listen for posts meanwhile (Note [Posted collectives]).
     posted_watchers_.fetch_add(1);
-    const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
-    // The clock and the other ranks' post counts only once the post did not complete at once:
-    // reading a count that a peer just wrote costs a cross-core miss per operation.
-    std::chrono::steady_clock::time_point until{};
-    uint64_t others = 0;
-    for (uint32_t i = 1;; ++i) {
+    PostWatch watch(posted_, spin_us);
+    do {
       progressPosted(handle);
-      if (handle.done()) break;
-      if (i == 64) {
-        until = Clock::now() + spin;
-        others = posted_.othersPosts();
-      } else if ((i & 255u) == 0) {
-        const auto now = Clock::now();
-        const uint64_t seen = posted_.othersPosts();
-        if (seen != others) {
-          others = seen;
-          until = now + spin;
-        } else if (now >= until) {
-          break;
-        }
-        sched_yield();  // the last rank may need this core
-      }
-    }
+    } while (!handle.done() && watch.keepWatching());
     posted_watchers_.fetch_sub(1);
     if (handle.done()) return true;
     posted_.wantListening();

@@ -1,5 +1,7 @@
 #include "engine/posted_collectives.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -52,6 +54,7 @@ PostedCollectives::PostedCollectives(transport::ShmArena* arena, int rank, int s
   transport::ShmArena::PostBoardMemory shared = arena->postBoard(0);
   board_.emplace(shared.states, shared.num_states, std::move(pools), pool_bytes,
                  std::move(listening), std::move(posts), rank);
+  watched_ = std::make_unique<std::atomic<bool>[]>(shared.num_states);
   slots_.reserve(shared.num_states);
 }
 
@@ -179,7 +182,7 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   if (it == by_name_.end()) return Outcome::kNotPosted;
   const size_t index = it->second;
   Slot& s = slots_[index];
-  if (s.pending) return Outcome::kInFlight;
+  if (s.pending || watched_[index].load(std::memory_order_acquire)) return Outcome::kInFlight;
   if (s.dead || !matches(s, a)) return Outcome::kNotPosted;
   if (s.negotiated) {
     // Done means the negotiated run left the engine's in-flight names (handles complete after).
@@ -199,19 +202,9 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
     return Outcome::kNotPosted;
   }
   s.gen = gen;
-  if (a.blocking && board_->state(index, gen) == PostBoard::State::kComplete &&
-      (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
-    // The last post of the generation, by a caller that waits for it anyway: finished here,
-    // with no handle and nothing pending (the claim of a settling thread, made at once).
-    ringPeers();
-    Claim c;
-    c.slot = &s;
-    c.input = a.input;
-    c.output = a.output;
-    c.gen = gen;
-    lock.unlock();
-    settle(std::move(c));
-    return Outcome::kFinished;
+  if (a.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
+    const Outcome o = watchBlocking(a, index, gen, lock);
+    if (o != Outcome::kPosted) return o;
   }
   s.pending = Handle::create(s.name, !a.blocking);
   s.pending->setPosted(static_cast<int>(index), gen);
@@ -225,13 +218,65 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
   return Outcome::kPosted;
 }
 
+PostedCollectives::Outcome PostedCollectives::watchBlocking(const PostArgs& a, size_t index,
+                                                             uint64_t gen,
+                                                             std::unique_lock<std::mutex>& lock) {
+  // Settled as a settling thread settles a claim, but with nothing pending to claim: the post
+  // is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
+  Claim c;
+  c.slot = &slots_[index];
+  c.input = a.input;
+  c.output = a.output;
+  c.gen = gen;
+  PostBoard::State st = board_->state(index, gen);
+  if (st == PostBoard::State::kComplete) {  // the generation's last post
+    ringPeers();
+    lock.unlock();
+    settle(std::move(c));
+    return Outcome::kFinished;
+  }
+  watched_[index].store(true, std::memory_order_relaxed);
+  lock.unlock();
+  PostWatch watch(*this, a.spin_us);
+  while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
+  if (st == PostBoard::State::kComplete) {
+    settle(std::move(c));
+    watched_[index].store(false, std::memory_order_release);
+    return Outcome::kFinished;
+  }
+  // Not complete within the spin, or revoked: from here it is pending like any post, with a
+  // handle the caller waits on, which the engine thread can finish or send to negotiation.
+  lock.lock();
+  watched_[index].store(false, std::memory_order_relaxed);
+  return closed_ ? Outcome::kClosed : Outcome::kPosted;
+}
+
+bool PostWatch::keepWatching() {
+  ++looks_;
+  if (looks_ == 64) {
+    until_ = std::chrono::steady_clock::now() + spin_;
+    others_ = posted_.othersPosts();
+  } else if (looks_ > 64 && (looks_ & 255u) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    const uint64_t seen = posted_.othersPosts();
+    if (seen != others_) {
+      others_ = seen;
+      until_ = now + spin_;
+    } else if (now >= until_) {
+      return false;
+    }
+    sched_yield();
+  }
+  return true;
+}
+
 bool PostedCollectives::screen(const std::string& name) {
   if (!enabled()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return false;
   Slot& s = slots_[it->second];
-  if (s.pending) return true;
+  if (s.pending || watched_[it->second].load(std::memory_order_acquire)) return true;
   if (!s.dead) {
     board_->revoke(it->second, 0);
     s.dead = true;

@@ -50,6 +50,7 @@
 //    reschedule interrupt per operation) or from a loop that submits thousands of tensors.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -84,10 +85,34 @@ struct PostArgs {
   ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;  // broadcast: the root's set rank
-  // A blocking call's (allreduce, broadcast): nobody can see its handle, so a post that
-  // completes its generation is finished at once without one (Outcome::kFinished), and a
-  // handle it needs is untimed (Handle::create).
+  // A blocking call's (allreduce, broadcast): nobody can see its handle, so the caller
+  // finishes the post without one when the generation completes while it watches
+  // (Outcome::kFinished); a handle it needs after all is untimed (Handle::create).
   bool blocking = false;
+  int64_t spin_us = 0;  // blocking: how long the caller watches the post before it has a handle
+};
+
+class PostedCollectives;
+
+// How a caller watches a pending post (Engine::waitFor, a blocking post): it spins for
+// PERSEUS_SPIN_US, and the spin restarts while the other ranks keep posting: they are still
+// submitting and will reach this one (blocking would add a wake-up to the step's last
+// operation). The clock and the other ranks' post counts are read only once the post did not
+// complete at once: reading a count that a peer just wrote costs a cross-core miss per operation.
+class PostWatch {
+ public:
+  PostWatch(const PostedCollectives& posted, int64_t spin_us)
+      : posted_(posted), spin_(std::chrono::microseconds(std::max<int64_t>(spin_us, 0))) {}
+  // Once per look at the post: false once the spin expired. Yields the core now and then (the
+  // last rank may need it).
+  bool keepWatching();
+
+ private:
+  const PostedCollectives& posted_;
+  const std::chrono::steady_clock::duration spin_;
+  std::chrono::steady_clock::time_point until_{};
+  uint64_t others_ = 0;
+  uint32_t looks_ = 0;
 };
 
 class PostedCollectives {
@@ -113,9 +138,10 @@ class PostedCollectives {
   // metadata whose negotiated run completed: kPosted, and `*handle` (its postedSlot() set)
   // completes once every rank posted, or after falling back to negotiation. kInFlight: the
   // name has a post in flight (a duplicate). kNotPosted: nothing happened; the caller
-  // submits it the negotiated way. kFinished: a blocking post that completed its generation,
-  // settled on the calling thread (no handle).
-  enum class Outcome { kPosted, kNotPosted, kInFlight, kFinished };
+  // submits it the negotiated way. kFinished: a blocking post whose generation completed while
+  // its caller watched, settled on the calling thread (no handle). kClosed: a blocking post
+  // that did not complete before the engine stopped.
+  enum class Outcome { kPosted, kNotPosted, kInFlight, kFinished, kClosed };
   Outcome post(const PostArgs& a, std::shared_ptr<Handle>* handle);
 
   // Any thread: a global-set request of `name` on its way to negotiation. True when the name
@@ -201,6 +227,11 @@ class PostedCollectives {
     uint64_t gen = 0;
   };
   bool matches(const Slot& s, const PostArgs& a) const;
+  // A blocking post, published as generation `gen` of `index`, with the lock held: watched on
+  // the calling thread with no handle, settled there if it completes. Returns kFinished, or
+  // kPosted after all (with the lock held again and the handle to come), or kClosed.
+  Outcome watchBlocking(const PostArgs& a, size_t index, uint64_t gen,
+                        std::unique_lock<std::mutex>& lock);
   // A name gets a slot at its second negotiated run, not its first: names used once (an
   // unnamed op gets a fresh name per call, `allreduce.noname.N`) would otherwise fill the
   // board, after which no new name is posted, and grow the registry by ~170 B per op
@@ -231,6 +262,9 @@ class PostedCollectives {
   // Hashes of names negotiated once, no slot yet (secondSightingLocked()); a power of two.
   std::vector<uint64_t> seen_once_ = std::vector<uint64_t>(size_t{1} << 14);
   std::vector<size_t> pending_slots_;
+  // Per slot: a blocking caller watches a post of it with no handle. Set under mu_, cleared by
+  // that caller without it; post() and screen() take it as a post in flight.
+  std::unique_ptr<std::atomic<bool>[]> watched_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};
   std::atomic<uint64_t> completed_{0};

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "perseus/c_api.h"
@@ -105,6 +107,55 @@ TEST(CapiBlocking, ErrorsAreTheAsynchronousCallsErrors) {
     CHILD_CHECK(perseus_allreduce_blocking("late", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_SHUT_DOWN);
     return 0;
   });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+TEST(CapiBlocking, ADuplicateWhileACallWatchesItsPostFailsLocally) {
+  // With a long spin the rank that posts first watches its post with no handle until rank 1
+  // posts, 300 ms later; meanwhile another thread's posted and negotiated submissions of the
+  // name are duplicates.
+  setenv("PERSEUS_SPIN_US", "3000000", 1);
+  const int n = 2;
+  auto st = runCapiJob(n, [&](int r) {
+    CHILD_CHECK(perseus_init() == PERSEUS_OK);
+    int64_t count = 4, other = 5;
+    std::vector<float> v(5, 1.0f), w(5, 1.0f);
+    perseus_tensor t = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &count);
+    for (int it = 0; it < 10; ++it) {
+      CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
+    }
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    } else {
+      int seen = 0;
+      std::thread other_thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        perseus_tensor tw = cpuTensor(w.data(), PERSEUS_FLOAT32, 1, &count);
+        perseus_tensor odd = cpuTensor(w.data(), PERSEUS_FLOAT32, 1, &other);
+        perseus_handle h;
+        if (perseus_allreduce("dup", &tw, &tw, PERSEUS_MAX, 1, 1, 0, &h) == PERSEUS_ERR_DUPLICATE_NAME &&
+            std::string(perseus_last_error()).find("'dup'") != std::string::npos) {
+          ++seen;
+        }
+        if (perseus_allreduce_blocking("dup", &odd, &odd, PERSEUS_MAX, 1, 1, 0) == PERSEUS_ERR_DUPLICATE_NAME) {
+          ++seen;
+        }
+      });
+      const auto start = std::chrono::steady_clock::now();
+      std::fill(v.begin(), v.end(), 2.0f);
+      CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      other_thread.join();
+      CHILD_CHECK(seen == 2 && took > 0.2 && v[0] == 2.0f);
+    }
+    if (r == 1) CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
+    CHILD_CHECK(v[0] == 2.0f);
+    perseus_engine_stats stats;
+    CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK && stats.posted_allreduces >= 8);
+    CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
+    return 0;
+  });
+  unsetenv("PERSEUS_SPIN_US");
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
 }
 
