@@ -68,18 +68,17 @@ def collective_shortfalls(rows):
                    "bench/post_board_floor_bench)")
             if coll in ("allreduce", "broadcast"):
                 why += (", plus, as a blocking call (docs/algorithms.md, *Blocking calls*), "
-                        "the slot's lookup under the post board's lock and, on the rank that "
-                        "posts first, the untimed handle it waits on (its allocation and the "
-                        "mutex that completes it); from 1 KiB also the copy into shared "
-                        "memory, whose lines the peer reads (a read-for-ownership each), "
-                        "which Open MPI pays too. ")
+                        "the runtime's engine pointer and the slot's lookup, each under a "
+                        "mutex; the rank that posts first watches the slot's state word with "
+                        "no handle; from 1 KiB also the copy into shared memory, whose lines "
+                        "the peer reads (a read-for-ownership each), which Open MPI pays "
+                        "too. ")
                 if coll == "broadcast":
                     why += ("Open MPI's broadcast returns at the root as soon as it has "
                             "written; a posted broadcast completes when every rank posted "
                             "(what lets a pool be reused safely). ")
-                why += ("Fix, not built: the first poster watching the slot with no handle "
-                        "(the engine thread then needs another way to finish or renegotiate "
-                        "a post nobody watches), a lookup without the lock.")
+                why += ("Fix, not built: the engine pointer and the slot's lookup without "
+                        "a lock.")
             else:
                 why += (", plus the asynchronous handle: its allocation and two clock reads, "
                         "the C API's handle table (insert, find, release) and about six "

@@ -205,7 +205,6 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                handle)) {
       return;
     }
-    checkName(name, "perseus_allreduce");
     checkHandle(handle);
     *handle = capi::publish(submitAllreduce(name, count, inputs, outputs, op, prescale, postscale,
                                             process_set, "perseus_allreduce"));
@@ -256,7 +255,6 @@ perseus_status perseus_broadcast(const char* name, const perseus_tensor* input,
                                  int32_t process_set, perseus_handle* handle) {
   return guarded([&] {
     if (posted(postableBroadcast(name, input, output, root_rank, process_set), handle)) return;
-    checkName(name, "perseus_broadcast");
     checkHandle(handle);
     *handle = capi::publish(
         submitBroadcast(name, input, output, root_rank, process_set, "perseus_broadcast"));

@@ -360,12 +360,10 @@ std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
       if (finished != nullptr) *finished = true;
       return nullptr;
     case PostedCollectives::Outcome::kClosed: {
+      // stopAll() recorded why before it closed the post board.
       std::lock_guard<std::mutex> lock(mu_);
-      throw Error(stop_code_ == StatusCode::kOk ? StatusCode::kShutDown : stop_code_,
-                  PERSEUS_STR(opTypeName(a.kind) << " '" << a.name << "' failed: "
-                                                 << (stop_code_ == StatusCode::kOk
-                                                         ? "Perseus was shut down"
-                                                         : stop_message_)));
+      throw Error(stop_code_, PERSEUS_STR(opTypeName(a.kind) << " '" << a.name
+                                                             << "' failed: " << stop_message_));
     }
     case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
