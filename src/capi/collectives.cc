@@ -122,7 +122,7 @@ void checkHandle(perseus_handle* handle) {
 
 // A blocking call's wait, on the calling thread as perseus_wait(handle, -1) does, for a
 // handle that never enters the table: throws the operation's error.
-void finish(engine::Engine& e, const engine::Handle& h) {
+void finish(engine::Engine& e, engine::Handle& h) {
   e.waitFor(h, -1, capi::runtime().spin_us.load(std::memory_order_relaxed));
   if (h.status() != StatusCode::kOk) throw Error(h.status(), h.message());
 }

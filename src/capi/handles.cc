@@ -23,7 +23,7 @@ std::shared_ptr<engine::Engine> currentEngine() {
   return capi::runtime().engine;
 }
 
-bool waitFor(const engine::Handle& h, double timeout_s, int64_t spin_us) {
+bool waitFor(engine::Handle& h, double timeout_s, int64_t spin_us) {
   if (h.done()) return true;
   if (auto e = currentEngine()) return e->waitFor(h, timeout_s, spin_us);
   return h.wait(timeout_s, spin_us);

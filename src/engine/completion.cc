@@ -160,7 +160,7 @@ void Engine::progressPosted() {
   settlePosted(settled);
 }
 
-void Engine::progressPosted(const Handle& h) {
+void Engine::progressPosted(Handle& h) {
   PostedCollectives::Settled one;
   if (posted_.progress(h, &one)) settle(one);
 }

@@ -675,7 +675,7 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
   if (stalled) park_cv_.notify_one();
 }
 
-bool Engine::poll(const Handle& handle) {
+bool Engine::poll(Handle& handle) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0) {
     progressPosted(handle);
@@ -701,7 +701,7 @@ void Engine::setCallback(Handle& handle, Handle::Callback cb) {
   }
 }
 
-bool Engine::waitFor(const Handle& handle, double timeout_s, int64_t spin_us) {
+bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0 && timeout_s != 0) {
     // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The

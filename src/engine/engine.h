@@ -134,10 +134,10 @@ class Engine {
   // Waits for `handle` (any thread, not from a completion callback of this engine), running
   // the engine's cycles on this thread while that makes progress (Note [Caller-run cycles]).
   // Returns false if `timeout_s` (< 0: none) passed first.
-  bool waitFor(const Handle& handle, double timeout_s, int64_t spin_us);
+  bool waitFor(Handle& handle, double timeout_s, int64_t spin_us);
   // Whether `handle` is done (any thread, never blocks). A handle that is polled rather than
   // waited for is the engine thread's to finish: a parked engine thread listens again.
-  bool poll(const Handle& handle);
+  bool poll(Handle& handle);
 
   // Attaches `cb` to `handle` (Handle::setCallback). A pending post has no waiter to finish
   // it, so the engine thread listens for it from now on (Note [Posted collectives]).
@@ -174,7 +174,7 @@ class Engine {
   // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
   // per kPostedSweep otherwise. Holder of the cycle lock.
   void sweepPosted();
-  void progressPosted(const Handle& h);  // h's post only
+  void progressPosted(Handle& h);  // h's post only
   // Queues `e` for negotiation, or fails it if the engine stopped. `from_post`: a post that
   // falls back, whose name is not in in_flight_ yet. Any thread, mu_ not held.
   void enqueue(std::unique_ptr<Entry> e, bool from_post);

@@ -43,7 +43,8 @@
 //    its tensor views in place for it: at 1 KiB the entry, its vectors and the in-flight name
 //    were ~0.5 us of a 0.9 us operation (docs/algorithms.md, "The post lane").
 //  - Who finishes a post: the caller that waits for it (it watches its slot for
-//    PERSEUS_SPIN_US), else the engine thread, every millisecond while posts are pending. When
+//    PERSEUS_SPIN_US, and settles and completes the post before it takes any lock: claim()),
+//    else the engine thread, every millisecond while posts are pending. When
 //    a callback waits for a post, or a caller stopped watching and blocks, the engine thread
 //    listens instead: the post that completes a generation rings it. Ringing on every post
 //    would wake engine threads that have nothing to do, taking the core from the watcher (a
@@ -154,9 +155,11 @@ class PostedCollectives {
     std::shared_ptr<Handle> handle;
     std::unique_ptr<Entry> renegotiate;
   };
-  // Any thread: settles the post of `handle` (postedSlot() >= 0) if it can; returns whether
-  // it did. Reads only the shared state word until the post can be settled.
-  bool progress(const Handle& handle, Settled* out);
+  // Any thread: settles the post of `handle` (postedSlot() >= 0) if it can. Reads only the
+  // shared state word until the post can be settled. A complete generation is finished and
+  // `handle` completed right here (false: nothing left to the caller); true when `*out` holds
+  // the post to settle (complete it, or send it back to negotiation).
+  bool progress(Handle& handle, Settled* out);
   // Any thread: settles every post that can be.
   void progressAll(std::vector<Settled>* out);
   bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
@@ -213,6 +216,8 @@ class PostedCollectives {
     std::shared_ptr<Handle> negotiated;  // until it completed: no posts yet
     // The pending post, if any (non-null handle).
     std::shared_ptr<Handle> pending;
+    // The pending post's tensors: written before its handle is handed out and kept until it
+    // is dropped, so whoever claimed it (claim()) reads them without the lock.
     const void* input = nullptr;
     void* output = nullptr;
     size_t pending_pos = 0;  // index in pending_slots_
@@ -242,8 +247,17 @@ class PostedCollectives {
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
+  // Any thread: the right to settle generation `gen` of the slot's pending post, given once
+  // (the engine thread's sweep and a waiting caller may both see it complete).
+  bool claim(size_t slot, uint64_t gen);
+  // Caller holds mu_. Whether the slot has a post in flight (a submission of its name now is a
+  // duplicate); drops a pending post whose handle completed already.
+  bool inFlightLocked(size_t slot);
   void dropPendingLocked(Slot& s);
   Settled settle(Claim c);
+  // Writes a complete generation's result: into `output`, or for an allgather or a
+  // reducescatter into `handle`'s library-owned output (`handle` may be null for the others).
+  void finish(const Slot& s, uint64_t gen, const void* input, void* output, Handle* handle);
   void ringPeers() const;
 
   transport::ShmArena* const arena_;
@@ -265,6 +279,9 @@ class PostedCollectives {
   // Per slot: a blocking caller watches a post of it with no handle. Set under mu_, cleared by
   // that caller without it; post() and screen() take it as a post in flight.
   std::unique_ptr<std::atomic<bool>[]> watched_;
+  // Per slot: the last generation claimed for settling (claim()); post() sets it to the one
+  // before the generation it publishes.
+  std::unique_ptr<std::atomic<uint64_t>[]> claimed_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};
   std::atomic<uint64_t> completed_{0};

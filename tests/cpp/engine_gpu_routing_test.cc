@@ -137,6 +137,31 @@ TEST(EngineGpuRouting, WorldSizeOneThroughTheCApi) {
   perseus_shutdown();
 }
 
+// The blocking calls take CUDA tensors like the asynchronous ones: the general path, with the
+// host waiting for completion, so the result is on the device when the call returns.
+TEST(EngineGpuRouting, BlockingCallsOnCudaTensorsThroughTheCApi) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  ASSERT_EQ(perseus_init(), PERSEUS_OK) << perseus_last_error();
+  float* d = toDevice({1, 2, 3, 4});
+  float* o = toDevice({0, 0, 0, 0});
+  int64_t shape[1] = {4};
+  perseus_tensor t{d, PERSEUS_FLOAT32, 1, shape, 0, nullptr};
+  perseus_tensor out{o, PERSEUS_FLOAT32, 1, shape, 0, nullptr};
+  for (int k = 0; k < 3; ++k) {  // first runs negotiated, the later ones from the cache
+    ASSERT_EQ(perseus_allreduce_blocking("ar.blocking", &t, &out, PERSEUS_SUM, 2.0, 1.0, 0), PERSEUS_OK)
+        << perseus_last_error();
+    EXPECT_EQ(toHost(o, 4), (std::vector<float>{2, 4, 6, 8})) << "run " << k;
+  }
+  ASSERT_EQ(perseus_allreduce_blocking("ar.blocking.inplace", &t, &t, PERSEUS_SUM, 1.0, 0.5, 0), PERSEUS_OK)
+      << perseus_last_error();
+  EXPECT_EQ(toHost(d, 4), (std::vector<float>{0.5f, 1, 1.5f, 2}));
+  ASSERT_EQ(perseus_broadcast_blocking("bc.blocking", &t, &out, 0, 0), PERSEUS_OK) << perseus_last_error();
+  EXPECT_EQ(toHost(o, 4), (std::vector<float>{0.5f, 1, 1.5f, 2}));
+  cudaFree(o);
+  cudaFree(d);
+  perseus_shutdown();
+}
+
 TEST(EngineGpuRouting, TwoRanksOnOneGpuHostStaged) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   testing::EngineRanks ranks(2, testing::engineTestParams());

@@ -189,6 +189,43 @@ TEST(PostedCollectives, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally)
   });
 }
 
+// A waiting caller settles its post and completes the handle before it drops the post from
+// its slot (PostedCollectives::progress()). A callback runs in between, on that caller's
+// thread: when it submits the name again (the next step's collective of the same tensor),
+// the name must be free, not a duplicate, and the sums right.
+TEST(PostedCollectives, ACallbackThatSubmitsItsNameAgainFindsItFree) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> v(4), w(4);
+    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("again", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    const uint64_t posted_before = e.stats().posted_allreduces;
+    constexpr int kRounds = 200;
+    for (int k = 0; k < kRounds; ++k) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + k));
+      std::fill(w.begin(), w.end(), static_cast<float>(r));
+      std::shared_ptr<Handle> next;
+      std::string error;
+      std::atomic<bool> fired{false};
+      auto h = e.allreduce("again", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum);
+      e.setCallback(*h, [&](StatusCode, const std::string&) {
+        try {
+          next = e.allreduce("again", {arg(w.data(), {4})}, {w.data()}, ReduceOp::kSum);
+        } catch (const std::exception& x) {
+          error = x.what();
+        }
+        fired.store(true);
+      });
+      expectOk(e, h);
+      while (!fired.load()) std::this_thread::yield();  // the engine thread may run it
+      ASSERT_EQ(error, "") << "round " << k;
+      ASSERT_FLOAT_EQ(v[3], static_cast<float>(2 * k + 1)) << "round " << k;
+      expectOk(e, next);
+      ASSERT_FLOAT_EQ(w[3], 1.0f) << "round " << k;
+    }
+    EXPECT_EQ(e.stats().posted_allreduces - posted_before, static_cast<uint64_t>(2 * kRounds));
+  });
+}
+
 TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTheReference) {
   for (int n : {2, 3}) {
     EngineRanks ranks(n, engineTestParams());
