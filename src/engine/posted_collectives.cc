@@ -307,13 +307,16 @@ void PostedCollectives::stopListening() {
 
 bool PostedCollectives::inFlightLocked(size_t index) {
   Slot& s = slots_[index];
+  // Settled by a waiting caller that has not dropped it yet: no longer in flight.
+  dropCompletedLocked(s);
+  return s.pending || watched_[index].load(std::memory_order_acquire);
+}
+
+void PostedCollectives::dropCompletedLocked(Slot& s) {
   if (s.pending && s.pending->done()) {
-    // Settled by a waiting caller that completed the handle before it took the lock
-    // (progress()): no longer in flight, whether or not that caller dropped it yet.
     s.pending.reset();
     dropPendingLocked(s);
   }
-  return s.pending || watched_[index].load(std::memory_order_acquire);
 }
 
 bool PostedCollectives::claim(size_t index, uint64_t gen) {
@@ -380,56 +383,54 @@ PostedCollectives::Settled PostedCollectives::settle(Claim c) {
 void PostedCollectives::finish(const Slot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
-  {
-    const int n = board_->size();
-    switch (s.kind) {
-      case OpType::kAllreduce:
-      case OpType::kReducescatter: {
-        // An allreduce reduces every post whole; a reducescatter its own block of rows into a
-        // library-owned output.
-        void* out = output;
-        size_t from = s.offset;
-        size_t count = static_cast<size_t>(s.meta.numElements());
-        if (s.kind == OpType::kReducescatter) {
-          std::vector<OwnedTensor>& outs = handle->outputs();
-          outs.resize(1);
-          outs[0].allocate(s.meta.dtype, s.out_shape);
-          out = outs[0].ptr();
-          from += s.block_offset;
-          count = static_cast<size_t>(s.out_shape[0] * s.meta.rowElements());
-        }
-        const void* sources[64];
-        std::vector<const void*> many;
-        const void** srcs = sources;
-        if (n > 64) {
-          many.resize(static_cast<size_t>(n));
-          srcs = many.data();
-        }
-        for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, gen, from);
-        kernels::reduceN(out, srcs, n, count, s.meta.dtype, s.reduction.op);
-        if (s.reduction.postscale != 1.0) kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
-        if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
-        break;
-      }
-      case OpType::kBroadcast: {
-        const void* from = s.root == board_->rank() ? input : board_->payload(s.root, gen, s.offset);
-        if (from != output) std::memcpy(output, from, s.meta.bytes());
-        break;
-      }
-      default: {  // allgather, into a library-owned output
+  const int n = board_->size();
+  switch (s.kind) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter: {
+      // An allreduce reduces every post whole; a reducescatter its own block of rows into a
+      // library-owned output.
+      void* out = output;
+      size_t from = s.offset;
+      size_t count = static_cast<size_t>(s.meta.numElements());
+      if (s.kind == OpType::kReducescatter) {
         std::vector<OwnedTensor>& outs = handle->outputs();
         outs.resize(1);
         outs[0].allocate(s.meta.dtype, s.out_shape);
-        auto* dst = static_cast<unsigned char*>(outs[0].ptr());
-        for (int r = 0; r < n; ++r) {
-          const size_t bytes = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
-          std::memcpy(dst, board_->payload(r, gen, s.offset), bytes);
-          dst += bytes;
-        }
+        out = outs[0].ptr();
+        from += s.block_offset;
+        count = static_cast<size_t>(s.out_shape[0] * s.meta.rowElements());
+      }
+      const void* sources[64];
+      std::vector<const void*> many;
+      const void** srcs = sources;
+      if (n > 64) {
+        many.resize(static_cast<size_t>(n));
+        srcs = many.data();
+      }
+      for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, gen, from);
+      kernels::reduceN(out, srcs, n, count, s.meta.dtype, s.reduction.op);
+      if (s.reduction.postscale != 1.0) kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
+      if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    case OpType::kBroadcast: {
+      const void* from = s.root == board_->rank() ? input : board_->payload(s.root, gen, s.offset);
+      if (from != output) std::memcpy(output, from, s.meta.bytes());
+      break;
+    }
+    default: {  // allgather, into a library-owned output
+      std::vector<OwnedTensor>& outs = handle->outputs();
+      outs.resize(1);
+      outs[0].allocate(s.meta.dtype, s.out_shape);
+      auto* dst = static_cast<unsigned char*>(outs[0].ptr());
+      for (int r = 0; r < n; ++r) {
+        const size_t bytes = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
+        std::memcpy(dst, board_->payload(r, gen, s.offset), bytes);
+        dst += bytes;
       }
     }
-    completed_.fetch_add(1, std::memory_order_relaxed);
   }
+  completed_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool PostedCollectives::progress(Handle& handle, Settled* out) {
@@ -451,11 +452,7 @@ bool PostedCollectives::progress(Handle& handle, Settled* out) {
     finish(s, gen, s.input, s.output, &handle);
     handle.complete(StatusCode::kOk, "");
     std::lock_guard<std::mutex> lock(mu_);
-    Slot& mine = slots_[index];
-    if (mine.pending.get() == &handle) {
-      mine.pending.reset();
-      dropPendingLocked(mine);
-    }
+    dropCompletedLocked(slots_[index]);  // unless a submission of the name dropped it already
     return false;
   }
   std::optional<Claim> c;

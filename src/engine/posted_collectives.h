@@ -158,7 +158,7 @@ class PostedCollectives {
   // Any thread: settles the post of `handle` (postedSlot() >= 0) if it can. Reads only the
   // shared state word until the post can be settled. A complete generation is finished and
   // `handle` completed right here (false: nothing left to the caller); true when `*out` holds
-  // the post to settle (complete it, or send it back to negotiation).
+  // the post to send back to negotiation (its slot was revoked).
   bool progress(Handle& handle, Settled* out);
   // Any thread: settles every post that can be.
   void progressAll(std::vector<Settled>* out);
@@ -253,6 +253,9 @@ class PostedCollectives {
   // Caller holds mu_. Whether the slot has a post in flight (a submission of its name now is a
   // duplicate); drops a pending post whose handle completed already.
   bool inFlightLocked(size_t slot);
+  // Caller holds mu_. Drops the slot's pending post if its handle completed: a waiting caller
+  // completes it before it takes the lock (progress()).
+  void dropCompletedLocked(Slot& s);
   void dropPendingLocked(Slot& s);
   Settled settle(Claim c);
   // Writes a complete generation's result: into `output`, or for an allgather or a
