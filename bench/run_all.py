@@ -3,7 +3,8 @@
     python bench/run_all.py [--quick] [--max-mib 256] [--ranks 2] [--skip stage,...]
 
 All in one run, so that ratios compare like with like on this noisy machine:
-  1. builds the Perseus benchmarks and Python extension (CMake, --build-dir, Release) and the
+  1. builds the Perseus benchmarks and Python extension (CMake Release in --build-dir,
+     build/bench by default: a tree of its own, so build/release keeps its tests) and the
      Open MPI peer (mpicc);
   2. collectives: allreduce/allgather/broadcast/reducescatter sweeps, 4 B to --max-mib, for
      Perseus (C API, perseusrun), Open MPI, torch.distributed/Gloo and Horovod (horovodrun
@@ -264,7 +265,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="few samples, short sweeps (smoke run)")
     ap.add_argument("--skip", default="", help="comma list of stages (see above)")
-    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "bench"))
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     max_mib = str(args.max_mib if args.max_mib is not None else (1 if args.quick else 256))

@@ -89,8 +89,8 @@ class GpuBackend {
   virtual std::string dataPlane(collectives::Communicator& comm, int device) = 0;
 
   virtual std::shared_ptr<GpuEvent> recordReady(int device, void* stream) = 0;
-  // Device memory for library-owned outputs (allgather, alltoall, reducescatter); freed when
-  // the last reference goes.
+  // Device memory for library-owned outputs (allgather, alltoall, reducescatter); given back
+  // when the last reference goes (the NCCL backend caches it: Note [Output block cache]).
   virtual std::shared_ptr<void> allocate(int device, size_t bytes) = 0;
 
   // out[i] = op over the set of in[i] for every tensor of the batch, with prescale before and

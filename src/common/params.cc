@@ -95,6 +95,8 @@ Params Params::fromEnvironment(const Lookup& lookup) {
     badValue("PERSEUS_REDUCE_THREADS", show(p.reduce_threads), "between 0 (auto) and 64");
   if (p.staged_chunk_bytes < 4096)
     badValue("PERSEUS_STAGED_CHUNK_BYTES", show(p.staged_chunk_bytes), "at least 4096");
+  if (p.gpu_output_cache_bytes < -1)
+    badValue("PERSEUS_GPU_OUTPUT_CACHE_BYTES", show(p.gpu_output_cache_bytes), "-1 (auto), 0 (off) or a size");
   if (p.shm_stores != "auto" && p.shm_stores != "cached" && p.shm_stores != "streaming")
     badValue("PERSEUS_SHM_STORES", p.shm_stores, "auto, cached or streaming");
   if (p.bind_to != "none" && p.bind_to != "core") badValue("PERSEUS_BIND_TO", p.bind_to, "core or none");

@@ -39,6 +39,9 @@ DeviceContext::DeviceContext(int device, const Params& params)
       fusion_bytes_(static_cast<size_t>(std::max<int64_t>(params.fusion_threshold, 1 << 20))),
       events_(std::make_shared<EventPool>(device)) {
   DeviceGuard guard(device);
+  outputs_ = std::make_shared<DeviceBlockCache>(
+      device, params.gpu_output_cache_bytes < 0 ? defaultOutputCacheBytes(device)
+                                                : static_cast<size_t>(params.gpu_output_cache_bytes));
   int least = 0, greatest = 0;
   checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   slots_.resize(static_cast<size_t>(std::max<int64_t>(params.num_streams, 1)));

@@ -1,7 +1,8 @@
 // What the GPU data plane keeps per device: PERSEUS_NUM_STREAMS slots (a high-priority stream,
 // its fusion buffer and NaN flag: one fused buffer in flight per slot), a pool of CUDA events,
 // and pinned host memory for the host-staged path. Created on the first collective that uses
-// the device; everything is allocated lazily, once, and reused (no cudaMalloc per call).
+// the device; everything is allocated lazily, once, and reused (no cudaMalloc per call), and
+// the cache of library-owned output blocks (Note [Output block cache]).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/gpu_backend.h"
+#include "backends/nccl/device_block_cache.h"
 
 namespace perseus::nccl {
 
@@ -57,7 +59,7 @@ struct Slot {
   unsigned nan_next = 0;
 };
 
-// Engine thread, except events() (any thread).
+// Engine thread, except events() and outputs() (any thread).
 class DeviceContext {
  public:
   static constexpr unsigned kNanRing = 1024;
@@ -70,6 +72,7 @@ class DeviceContext {
   int device() const { return device_; }
   size_t fusionBytes() const { return fusion_bytes_; }
   const std::shared_ptr<EventPool>& events() const { return events_; }
+  const std::shared_ptr<DeviceBlockCache>& outputs() const { return outputs_; }
   // The next slot, round robin; its fusion buffer is allocated on first use.
   Slot& nextSlot();
   // The slot's side buffer (half the fusion buffer), allocated on first use.
@@ -82,6 +85,7 @@ class DeviceContext {
   int device_;
   size_t fusion_bytes_;
   std::shared_ptr<EventPool> events_;
+  std::shared_ptr<DeviceBlockCache> outputs_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
   void* pinned_[2] = {nullptr, nullptr};

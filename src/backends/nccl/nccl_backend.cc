@@ -67,13 +67,7 @@ class NcclBackend : public backends::GpuBackend {
 
   std::shared_ptr<void> allocate(int device, size_t bytes) override {
     requireDevice(device);
-    DeviceGuard guard(device);
-    void* p = nullptr;
-    checkCuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (collective output)");
-    return std::shared_ptr<void>(p, [device](void* q) {
-      DeviceGuard g(device);
-      (void)cudaFree(q);
-    });
+    return context(device).outputs()->acquire(bytes);
   }
 
   std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm, const GpuBatch& batch,
