@@ -20,7 +20,8 @@
 #        (+ the staged split and chunk sizes at REDUCE_THREADS 1 and auto), engine_gpu_routing,
 #        gpu_fusion_plan, gpu_fusion_bandwidth (every tuning, best per case), gpu_capi_latency
 #        (world-1 phases through the C API), gpu_output_cache (reuse of library-owned
-#        outputs), gpu_no_driver (skips on a GPU).
+#        outputs), gpu_launch_watchdog (blocking NCCL launches; needs 2 GPUs), gpu_no_driver
+#        (skips on a GPU).
 #   (b)  bench/gpu/allreduce_world1.py: perseus.torch vs torch.distributed NCCL, world size 1,
 #        4 B / 1 MiB / 256 MiB, medians; then the phases of one 4-byte call (b_w1_split).
 #   (c)  perseusrun -np 2 bench/gpu/staged_two_ranks.py: 2 ranks on GPU 0 (host-staged path),
@@ -140,7 +141,7 @@ fi
 # ---- (a) C++ GPU tests ------------------------------------------------------------------------
 for t in gpu_kernels_test gpu_nccl_test gpu_host_staged_test engine_gpu_routing_test \
          gpu_fusion_plan_test gpu_fusion_bandwidth_test gpu_capi_latency_test \
-         gpu_output_cache_test gpu_no_driver_test; do
+         gpu_output_cache_test gpu_launch_watchdog_test gpu_no_driver_test; do
   if [ -x "$BIN/$t" ]; then
     run_step "a $t" 40 "$BIN/$t" --gtest_color=no
   else
@@ -189,9 +190,9 @@ else
 fi
 
 # ---- summary ----------------------------------------------------------------------------------------
-# results.txt: the timing scripts' RESULT lines and the C++ tests' GPUBW/GPUSTAGED/GPUNCCL/GPUCAPI
+# results.txt: the timing scripts' RESULT lines and the C++ tests' GPUBW/GPUSTAGED/GPUNCCL/GPUCAPI/GPUWATCHDOG
 # lines.
-(grep -o "RESULT .*" "$LOG"; grep -E "^GPU(BW|STAGED|NCCL|CAPI) " "$LOG") >"$OUT/results.txt"
+(grep -o "RESULT .*" "$LOG"; grep -E "^GPU(BW|STAGED|NCCL|CAPI|WATCHDOG) " "$LOG") >"$OUT/results.txt"
 elapsed=$(( $(date +%s) - t_start ))
 step_line "total elapsed ${elapsed}s mode=$MODE gpus=$NGPU" >/dev/null
 python3 bench/gpu/summarize.py "$LOG" >"$OUT/summary.md"

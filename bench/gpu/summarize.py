@@ -1,6 +1,6 @@
 """Turns the device check's log into the summary table (markdown): the TEST/MEMCHECK/STEP lines
-that scripts/device_check.sh writes, the C++ tests' GPUBW/GPUSTAGED/GPUNCCL/GPUCAPI lines, and
-the `RESULT <step> k=v ...` lines of the timing scripts (perseusrun prefixes them with `[rank]<stdout>:`, stripped here).
+that scripts/device_check.sh writes, the C++ tests' GPUBW/GPUSTAGED/GPUNCCL/GPUCAPI/GPUWATCHDOG
+lines, and the `RESULT <step> k=v ...` lines of the timing scripts (perseusrun prefixes them with `[rank]<stdout>:`, stripped here).
 
 Usage: summarize.py LOG > summary.md"""
 
@@ -14,7 +14,7 @@ def main():
         line = line.rstrip("\n")
         if line.startswith(("STEP ", "TEST ", "MEMCHECK ")):
             steps.append(line)
-        if re.match(r"GPU(BW|STAGED|NCCL|CAPI) ", line):
+        if re.match(r"GPU(BW|STAGED|NCCL|CAPI|WATCHDOG) ", line):
             figures.append(line)
         m = re.search(r"RESULT (\S+) (.*)$", line)
         if m:

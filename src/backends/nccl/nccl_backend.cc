@@ -231,25 +231,29 @@ void NcclBackend::hierarchicalAllreduce(const Call& call, void* buf, size_t coun
   void* part = at(buf, static_cast<size_t>(s.local->rank()) * chunk * es);
   const ncclDataType_t type = ncclType(wire);
   const ncclRedOp_t red = ncclOp(op, wire);
-  s.local->check(api().reduceScatter(buf, part, chunk, type, red, s.local->get(), call.stream),
-                 "ncclReduceScatter (within host)");
+  s.local->run("ncclReduceScatter (within host)", [&] {
+    return api().reduceScatter(buf, part, chunk, type, red, s.local->get(), call.stream);
+  });
   if (s.cross->size() > 1) {
     if (mixed && wire == DataType::kFloat32) {
       void* half = call.dc->aux(*call.slot);
       CopyEntry down{part, half, chunk, 0};
       batchedCopy(&down, 1, DataType::kFloat32, DataType::kFloat16, 1.0, nullptr, call.stream);
-      s.cross->check(api().allReduce(half, half, chunk, ncclFloat16, ncclOp(op, DataType::kFloat16),
-                                     s.cross->get(), call.stream),
-                     "ncclAllReduce (across hosts, float16)");
+      s.cross->run("ncclAllReduce (across hosts, float16)", [&] {
+        return api().allReduce(half, half, chunk, ncclFloat16, ncclOp(op, DataType::kFloat16),
+                               s.cross->get(), call.stream);
+      });
       CopyEntry up{half, part, chunk, 0};
       batchedCopy(&up, 1, DataType::kFloat16, DataType::kFloat32, 1.0, nullptr, call.stream);
     } else {
-      s.cross->check(api().allReduce(part, part, chunk, type, red, s.cross->get(), call.stream),
-                     "ncclAllReduce (across hosts)");
+      s.cross->run("ncclAllReduce (across hosts)", [&] {
+        return api().allReduce(part, part, chunk, type, red, s.cross->get(), call.stream);
+      });
     }
   }
-  s.local->check(api().allGather(part, buf, chunk, type, s.local->get(), call.stream),
-                 "ncclAllGather (within host)");
+  s.local->run("ncclAllGather (within host)", [&] {
+    return api().allGather(part, buf, chunk, type, s.local->get(), call.stream);
+  });
 }
 
 void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
@@ -277,9 +281,10 @@ void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
   } else if (hierarchical) {
     hierarchicalAllreduce(call, fusion, round.count, wire, op, mixed);
   } else {
-    s.flat->check(api().allReduce(fusion, fusion, round.count, ncclType(wire), ncclOp(op, wire),
-                                  s.flat->get(), call.stream),
-                  "ncclAllReduce");
+    s.flat->run("ncclAllReduce", [&] {
+      return api().allReduce(fusion, fusion, round.count, ncclType(wire), ncclOp(op, wire),
+                             s.flat->get(), call.stream);
+    });
   }
   batchedCopy(out.data(), static_cast<int>(out.size()), wire, batch.dtype, postscale, nullptr,
               call.stream);
@@ -334,9 +339,10 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
         HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
             .allreduce(comm, *call.slot, src, t.output, t.count, dtype, op, 1.0, 1.0);
       } else {
-        s.flat->check(api().allReduce(src, t.output, t.count, ncclType(dtype), ncclOp(op, dtype),
-                                      s.flat->get(), call.stream),
-                      "ncclAllReduce");
+        s.flat->run("ncclAllReduce", [&] {
+          return api().allReduce(src, t.output, t.count, ncclType(dtype), ncclOp(op, dtype),
+                                 s.flat->get(), call.stream);
+        });
       }
       if (postscale != 1.0) {
         CopyEntry e{t.output, t.output, t.count, 0};
@@ -410,18 +416,22 @@ std::shared_ptr<GpuWork> NcclBackend::allgatherv(collectives::Communicator& comm
   const bool equal = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
   NcclComm& c = *s.flat;
   if (equal) {
-    c.check(api().allGather(in.input, out, bytes[0], ncclUint8, c.get(), call.stream), "ncclAllGather");
+    c.run("ncclAllGather", [&] {
+      return api().allGather(in.input, out, bytes[0], ncclUint8, c.get(), call.stream);
+    });
   } else {
     // Uneven parts: one broadcast per rank into its place, fused by the group.
-    c.check(api().groupStart(), "ncclGroupStart");
+    c.run("ncclGroupStart", [&] { return api().groupStart(); });
     size_t off = 0;
     for (int r = 0; r < comm.size(); ++r) {
       const void* send = r == comm.rank() ? in.input : at(out, off);
-      c.check(api().broadcast(send, at(out, off), bytes[static_cast<size_t>(r)], ncclUint8, r,
-                              c.get(), call.stream), "ncclBroadcast");
+      c.run("ncclBroadcast", [&] {
+        return api().broadcast(send, at(out, off), bytes[static_cast<size_t>(r)], ncclUint8, r,
+                               c.get(), call.stream);
+      });
       off += bytes[static_cast<size_t>(r)];
     }
-    c.check(api().groupEnd(), "ncclGroupEnd (allgatherv)");
+    c.run("ncclGroupEnd (allgatherv)", [&] { return api().groupEnd(); });
   }
   return finish(call, describe("allgather", {in}), {s.flat});
 }
@@ -434,8 +444,9 @@ std::shared_ptr<GpuWork> NcclBackend::broadcast(collectives::Communicator& comm,
     HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).broadcast(comm, *call.slot, t.input, t.output, bytes, root);
     return finish(call, describe("broadcast", {t}), {});
   }
-  s.flat->check(api().broadcast(t.input, t.output, bytes, ncclUint8, root, s.flat->get(), call.stream),
-                "ncclBroadcast");
+  s.flat->run("ncclBroadcast", [&] {
+    return api().broadcast(t.input, t.output, bytes, ncclUint8, root, s.flat->get(), call.stream);
+  });
   return finish(call, describe("broadcast", {t}), {s.flat});
 }
 
@@ -450,16 +461,20 @@ std::shared_ptr<GpuWork> NcclBackend::alltoallv(collectives::Communicator& comm,
     return finish(call, describe("alltoall", {in}), {});
   }
   NcclComm& c = *s.flat;
-  c.check(api().groupStart(), "ncclGroupStart");
+  c.run("ncclGroupStart", [&] { return api().groupStart(); });
   size_t soff = 0, roff = 0;
   for (int p = 0; p < comm.size(); ++p) {
     const size_t sb = send_bytes[static_cast<size_t>(p)], rb = recv_bytes[static_cast<size_t>(p)];
-    if (sb > 0) c.check(api().send(at(in.input, soff), sb, ncclUint8, p, c.get(), call.stream), "ncclSend");
-    if (rb > 0) c.check(api().recv(at(out, roff), rb, ncclUint8, p, c.get(), call.stream), "ncclRecv");
+    if (sb > 0)
+      c.run("ncclSend",
+            [&] { return api().send(at(in.input, soff), sb, ncclUint8, p, c.get(), call.stream); });
+    if (rb > 0)
+      c.run("ncclRecv",
+            [&] { return api().recv(at(out, roff), rb, ncclUint8, p, c.get(), call.stream); });
     soff += sb;
     roff += rb;
   }
-  c.check(api().groupEnd(), "ncclGroupEnd (alltoallv)");
+  c.run("ncclGroupEnd (alltoallv)", [&] { return api().groupEnd(); });
   return finish(call, describe("alltoall", {in}), {s.flat});
 }
 
@@ -492,18 +507,22 @@ std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& 
   NcclComm& c = *s.flat;
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });
   if (equal) {
-    c.check(api().reduceScatter(src, out, counts[0], ncclType(dtype), ncclOp(op, dtype), c.get(),
-                                call.stream), "ncclReduceScatter");
+    c.run("ncclReduceScatter", [&] {
+      return api().reduceScatter(src, out, counts[0], ncclType(dtype), ncclOp(op, dtype), c.get(),
+                                 call.stream);
+    });
   } else {
     // Uneven blocks: one reduce per rank to that rank, fused by the group.
-    c.check(api().groupStart(), "ncclGroupStart");
+    c.run("ncclGroupStart", [&] { return api().groupStart(); });
     size_t off = 0;
     for (int r = 0; r < comm.size(); ++r) {
-      c.check(api().reduce(at(src, off * es), out, counts[static_cast<size_t>(r)], ncclType(dtype),
-                           ncclOp(op, dtype), r, c.get(), call.stream), "ncclReduce");
+      c.run("ncclReduce", [&] {
+        return api().reduce(at(src, off * es), out, counts[static_cast<size_t>(r)], ncclType(dtype),
+                            ncclOp(op, dtype), r, c.get(), call.stream);
+      });
       off += counts[static_cast<size_t>(r)];
     }
-    c.check(api().groupEnd(), "ncclGroupEnd (reducescatterv)");
+    c.run("ncclGroupEnd (reducescatterv)", [&] { return api().groupEnd(); });
   }
   if (scaled != nullptr) checkCuda(cudaFreeAsync(scaled, call.stream), "cudaFreeAsync");
   if (postscale != 1.0 && mine > 0) {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "backends/nccl/cuda_util.h"
+#include "backends/nccl/launch_watchdog.h"
 #include "backends/nccl/nccl_api.h"
 #include "collectives/collectives.h"
 #include "common/logging.h"
@@ -12,9 +13,9 @@
 namespace perseus::nccl {
 namespace {
 
-ncclConfig_t nonBlockingConfig() {
+ncclConfig_t configOf(bool blocking) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking ? 1 : 0;
   return config;
 }
 
@@ -28,9 +29,11 @@ const NcclApi& api() {
 }  // namespace
 
 NcclComm::NcclComm(const NcclApi* api, ncclComm_t comm, int rank, int size, int device,
-                   double timeout_s, std::string label)
+                   double timeout_s, std::string label, bool blocking)
     : api_(api), comm_(comm), rank_(rank), size_(size), device_(device), timeout_s_(timeout_s),
-      label_(std::move(label)) {}
+      label_(std::move(label)), blocking_(blocking) {
+  if (blocking_) LaunchWatchdog::instance().watch(this);
+}
 
 std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int device,
                                            double timeout_s, std::string label) {
@@ -45,7 +48,7 @@ std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int 
   }
   if (comm.size() > 1) collectives::broadcast(comm, &id, sizeof(id), 0);
   DeviceGuard guard(device);
-  ncclConfig_t config = nonBlockingConfig();
+  ncclConfig_t config = configOf(false);
   ncclComm_t raw = nullptr;
   ncclResult_t r = a.commInitRankConfig(&raw, comm.size(), id, comm.rank(), &config);
   if (raw == nullptr) {
@@ -53,31 +56,35 @@ std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int 
                                     << " failed: " << a.getErrorString(r) << ": "
                                     << a.getLastError(nullptr)));
   }
-  std::shared_ptr<NcclComm> result(
-      new NcclComm(&a, raw, comm.rank(), comm.size(), device, timeout_s, std::move(label)));
-  result->check(r, "ncclCommInitRankConfig");
-  PERSEUS_LOG(DEBUG, kCuda) << "NCCL " << a.version << " communicator for " << result->label_
+  std::shared_ptr<NcclComm> joined(
+      new NcclComm(&a, raw, comm.rank(), comm.size(), device, timeout_s, label, false));
+  joined->check(r, "ncclCommInitRankConfig");
+  // Note [Blocking launches]: collectives go to a blocking twin; the split, made on the
+  // non-blocking communicator, is still waited out against the deadline.
+  std::shared_ptr<NcclComm> twin = joined->split(0, comm.rank(), std::move(label));
+  twin->parent_ = std::move(joined);
+  PERSEUS_LOG(DEBUG, kCuda) << "NCCL " << a.version << " communicator for " << twin->label_
                             << " ready on device " << device;
-  return result;
+  return twin;
 }
 
 std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label) {
   DeviceGuard guard(device_);
-  ncclConfig_t config = nonBlockingConfig();
+  ncclConfig_t config = configOf(true);
   // On a non-blocking parent NCCL fills *newcomm from its own thread once the split is done,
   // so the slot lives on the heap; if we give up (timeout) it is leaked, never freed under NCCL.
   auto slot = std::make_unique<ncclComm_t>(nullptr);
-  ncclResult_t r = api_->commSplit(comm_, color, key, slot.get(), &config);
-  if (r != ncclSuccess && r != ncclInProgress) fail(r, "ncclCommSplit");
   try {
-    settle("ncclCommSplit");  // the parent's state is ncclInProgress until the child exists
+    // Non-blocking parent: ncclInProgress until the child exists, waited out by check().
+    run("ncclCommSplit", [&] { return api_->commSplit(comm_, color, key, slot.get(), &config); });
   } catch (...) {
     slot.release();
     throw;
   }
   ncclComm_t raw = *slot;
   PERSEUS_CHECK(raw != nullptr, "ncclCommSplit of " << label_ << " returned no communicator");
-  std::shared_ptr<NcclComm> child(new NcclComm(api_, raw, -1, -1, device_, timeout_s_, std::move(label)));
+  std::shared_ptr<NcclComm> child(
+      new NcclComm(api_, raw, -1, -1, device_, timeout_s_, std::move(label), true));
   child->settle("ncclCommSplit (child)");
   int rank = 0, size = 0;
   api_->commUserRank(raw, &rank);
@@ -88,6 +95,7 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label)
 }
 
 NcclComm::~NcclComm() {
+  if (blocking_) LaunchWatchdog::instance().forget(this);
   if (aborted_.load()) return;
   // Destroy waits for the work enqueued on this communicator, which the owner already waited
   // for; a communicator whose peers are gone was aborted instead.
@@ -99,6 +107,7 @@ NcclComm::~NcclComm() {
 }
 
 void NcclComm::check(ncclResult_t result, const char* what) {
+  if (timed_out_.load()) timedOut(what);
   if (result == ncclSuccess) return;
   if (result != ncclInProgress) fail(result, what);
   settle(what);
@@ -126,10 +135,7 @@ void NcclComm::settle(const char* what) {
     const auto now = Clock::now();
     if (now > deadline) {
       abort();
-      throw TimeoutError(PERSEUS_STR(
-          what << " on the NCCL communicator of " << label_ << " (device " << device_
-               << ") did not finish within PERSEUS_TIMEOUT=" << timeout_s_
-               << " s: a rank of the set is missing or stuck; the communicator was aborted"));
+      timedOut(what);
     }
     if (now - start < kTightPoll) {
       std::this_thread::yield();
@@ -137,6 +143,26 @@ void NcclComm::settle(const char* what) {
       std::this_thread::sleep_for(kNap);
     }
   }
+}
+
+void NcclComm::timedOut(const char* what) {
+  throw TimeoutError(PERSEUS_STR(
+      what << " on the NCCL communicator of " << label_ << " (device " << device_
+           << ") did not finish within PERSEUS_TIMEOUT=" << timeout_s_
+           << " s: a rank of the set is missing or stuck; the communicator was aborted"));
+}
+
+void NcclComm::expireIfStuck(std::chrono::steady_clock::time_point now) {
+  const int64_t since = busy_since_.load(std::memory_order_acquire);
+  if (since == 0 || aborted_.load()) return;
+  const auto began = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(since));
+  if (now - began < std::chrono::duration<double>(timeout_s_)) return;
+  timed_out_.store(true);
+  const char* what = busy_what_.load(std::memory_order_relaxed);
+  PERSEUS_LOG(ERROR, kCuda) << (what ? what : "an NCCL call") << " on the NCCL communicator of "
+                            << label_ << " has not returned within PERSEUS_TIMEOUT=" << timeout_s_
+                            << " s: aborting it";
+  abort();
 }
 
 void NcclComm::checkAsync() {
@@ -175,6 +201,7 @@ void NcclComm::abort() {
   if (r != ncclSuccess && r != ncclInProgress) {
     PERSEUS_LOG(WARNING, kCuda) << "ncclCommAbort of " << label_ << ": " << api_->getErrorString(r);
   }
+  if (parent_) parent_->abort();
 }
 
 }  // namespace perseus::nccl
