@@ -75,8 +75,10 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key, std::string label)
   // so the slot lives on the heap; if we give up (timeout) it is leaked, never freed under NCCL.
   auto slot = std::make_unique<ncclComm_t>(nullptr);
   try {
-    // Non-blocking parent: ncclInProgress until the child exists, waited out by check().
     run("ncclCommSplit", [&] { return api_->commSplit(comm_, color, key, slot.get(), &config); });
+    // A non-blocking parent may answer ncclSuccess while its state stays ncclInProgress until
+    // the child exists.
+    settle("ncclCommSplit");
   } catch (...) {
     slot.release();
     throw;
