@@ -117,10 +117,10 @@ void NcclComm::check(ncclResult_t result, const char* what) {
 
 void NcclComm::settle(const char* what) {
   using Clock = std::chrono::steady_clock;
-  // A non-blocking communicator finishes a launch on NCCL's own thread within tens of
-  // microseconds: poll tightly (yielding the core) for kTightPoll, and only then nap between
-  // polls. Napping 100 us after 1000 polls made every 4-byte GPU allreduce's launch take
-  // ~115 us (the timeline's LAUNCH span, docs/perf/gpu.md) while the GPU's part took 6 us.
+  // A non-blocking communicator finishes a call (its creation, a split; collectives go to the
+  // blocking twin) on a thread NCCL starts for it: poll tightly (yielding the core) for
+  // kTightPoll, and only then nap between polls. When launches still went through here, napping
+  // 100 us after 1000 polls made every 4-byte GPU allreduce's launch take ~115 us.
   constexpr auto kTightPoll = std::chrono::milliseconds(2);
   constexpr auto kNap = std::chrono::microseconds(20);
   const auto start = Clock::now();
