@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -41,32 +40,18 @@ bool haveTwoGpus() {
   if (!haveTwoGpus()) GTEST_SKIP() << "needs two CUDA devices and NCCL"
 
 // Runs body(rank, communicator) on two threads, rank r on GPU r, after both made the NCCL
-// communicator over a shared-memory CPU communicator.
+// communicator over a shared-memory CPU communicator; fails the test with any rank's error.
 void runTwoRanks(const std::string& name, double timeout_s,
                  const std::function<void(int, NcclComm&)>& body) {
   Params params = perseus::testing::shmTestParams();
   params.timeout_s = timeout_s;
-  auto groups = perseus::testing::createShmGroupsAsThreads(2, name + std::to_string(getpid()), params);
-  std::vector<std::unique_ptr<transport::ChannelTransport>> transports;
-  for (int r = 0; r < 2; ++r) transports.push_back(perseus::testing::makeShmTransport(*groups[r], r, 2, params));
-  std::exception_ptr error;
-  std::mutex mutex;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        cudaSetDevice(r);
-        collectives::Communicator cpu(transports[r].get(), groups[r]->arena.get(), {0, 1}, 0, params);
-        auto comm = NcclComm::create(cpu, r, timeout_s, name);
-        body(r, *comm);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  const auto errors = perseus::testing::runOnShmCommunicators(
+      2, name + std::to_string(getpid()), params, [&](int rank, collectives::Communicator& cpu) {
+        ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+        auto comm = NcclComm::create(cpu, rank, timeout_s, name);
+        body(rank, *comm);
+      });
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 TEST(GpuLaunchWatchdog, BlockingTwinAllreducesExactly) {
