@@ -37,12 +37,20 @@ def main():
                                             sync.running_var, sync.eps, 0.1, sync.process_set,
                                             "bench.sync_bn.forced")
 
-    # Correctness: the synchronized function at world size 1 must match plain batch norm.
+    # Correctness: the synchronized function at world size 1 must match plain batch norm, in
+    # its output and in every gradient (on CUDA this is the fused-kernel path).
     if hvd.size() == 1:
-        ya, yb = plain(x), forced(x)
-        err = (ya - yb).abs().max().item()
-        if err > 1e-3:
-            common.fail("forced SyncBatchNorm differs from BatchNorm2d by %g" % err)
+        got = []
+        for fn, mod in ((plain, plain), (forced, sync)):
+            x.grad = None
+            mod.zero_grad()
+            y = fn(x)
+            y.backward(g)
+            got.append((y.detach(), x.grad.clone(), mod.weight.grad.clone(), mod.bias.grad.clone()))
+        for what, a, b in zip(("output", "input grad", "weight grad", "bias grad"), *got):
+            err = (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+            if err > 1e-3:
+                common.fail("forced SyncBatchNorm's %s differs from BatchNorm2d's by %g" % (what, err))
     reps = 5 if args.cpu else 20
     t_plain = common.median_us(step(plain), dev, reps)
     t_sync = common.median_us(step(sync), dev, reps)
