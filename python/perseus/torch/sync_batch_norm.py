@@ -42,8 +42,11 @@ def _per_channel(v, x):
     return v.view([1, x.shape[1]] + [1] * (x.dim() - 2))
 
 
+_HAS_FUSED_KERNELS = hasattr(torch, "batch_norm_backward_elemt")
+
+
 def _fused(x):
-    return x.is_cuda and hasattr(torch, "batch_norm_backward_elemt")
+    return _HAS_FUSED_KERNELS and x.is_cuda
 
 
 def _memory_format(x):

@@ -42,8 +42,10 @@ class NcclComm {
   // it runs when the communicator blocks; then check().
   template <typename Call>
   void run(const char* what, Call&& call) {
-    if (blocking_) busy_what_.store(what, std::memory_order_relaxed);
-    if (blocking_) busy_since_.store(nowTicks(), std::memory_order_release);
+    if (blocking_) {
+      busy_what_.store(what, std::memory_order_relaxed);
+      busy_since_.store(nowTicks(), std::memory_order_release);
+    }
     const ncclResult_t result = call();
     if (blocking_) busy_since_.store(0, std::memory_order_release);
     check(result, what);
