@@ -15,6 +15,7 @@ apt_packages=(
   openssh-server openssh-client iproute2 procps psmisc
   dataset-fashion-mnist
   clang libclang-rt-14-dev
+  python3-venv
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -25,7 +26,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-PYTHON=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+# A system Python that PEP 668 marks externally managed (Debian's and Ubuntu's own python3)
+# refuses pip installs: then everything goes into the project's .venv, which the other scripts
+# pick up (scripts/python-env.sh). Any other interpreter (a pyenv, conda or venv one, or
+# PYTHON=...) is used as it is.
+if [ -z "${PYTHON:-}" ] && [ ! -x .venv/bin/python ] && python3 -c '
+import os, sys, sysconfig
+managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+sys.exit(0 if managed and sys.prefix == sys.base_prefix else 1)'; then
+  echo "setup.sh: python3 is externally managed (PEP 668): installing into $PWD/.venv"
+  python3 -m venv .venv
+fi
+source scripts/python-env.sh
 # torch's CUDA wheel also runs CPU-only; its nvidia-* dependencies are what `import torch` loads.
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \

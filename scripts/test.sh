@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PYTHON=${PYTHON:-python3}
+source scripts/python-env.sh
 JOBS=${JOBS:-$(nproc)}
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
@@ -38,6 +38,18 @@ if [ $quick = 0 ]; then
   section "Fuzzing every network decoder (${FUZZ_SECONDS:-60} s each)"
   scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 fi
+
+section "C++ runtime isolation: a -static-libstdc++ build under torch"
+# Some toolchains link libstdc++ statically (tests/python/test_runtime_isolation.py says why
+# that once crashed): build that way, then check the exports and run torch collectives on it.
+STATIC=$ROOT/build/static-libstdcxx
+cmake -S "$ROOT" -B "$STATIC" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPERSEUS_BUILD_PYTHON=ON \
+  -DPERSEUS_BUILD_TESTS=OFF -DPERSEUS_BUILD_BENCH=OFF -DPERSEUS_WITH_CUDA=OFF \
+  -DCMAKE_SHARED_LINKER_FLAGS=-static-libstdc++ -DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ \
+  -DPython_EXECUTABLE="$(command -v "$PYTHON")" >/dev/null
+ninja -C "$STATIC" -j "$JOBS" perseus _core
+(cd "$ROOT/tests/python" && PERSEUS_BUILD_DIR=$STATIC PERSEUS_EXPECT_STATIC_LIBSTDCXX=1 \
+  $PYTHON -m pytest -q -p no:cacheprovider --timeout=300 test_runtime_isolation.py)
 
 section "Python package and tests"
 $PYTHON -m pip install -q --disable-pip-version-check --no-build-isolation "$ROOT"

@@ -104,8 +104,14 @@ PERSEUS_API perseus_status perseus_shutdown(void);
 PERSEUS_API int perseus_is_initialized(void);
 PERSEUS_API perseus_status perseus_get_topology(perseus_topology* out);
 PERSEUS_API const char* perseus_last_error(void);
-/* Static text, e.g. "cpu=1 cuda=0 nccl=0 mpi=1 version=0.1.0". */
+/* Static text, e.g. "cpu=1 cuda=1 nccl=22809 mpi=1 version=0.1.0 cuda_archs=75-real,...":
+ * nccl is the NCCL_VERSION_CODE of the nccl.h the build saw, 0 without CUDA. */
 PERSEUS_API const char* perseus_build_info(void);
+/* What this process finds at run time, "key=value" words: the CUDA runtime, driver and GPUs,
+ * and which libnccl loaded and its version, or why none did (nccl_error=..., the last key,
+ * runs to the end). "cuda=0" in a build without CUDA. Loads NCCL and touches the driver; needs
+ * no perseus_init(). Valid until the next call on this thread. */
+PERSEUS_API const char* perseus_runtime_info(void);
 /* Every setting with its value, default and description, one "NAME=value\tdefault\tdoc" per
  * line. Valid until the next call on this thread. */
 PERSEUS_API const char* perseus_params_dump(void);

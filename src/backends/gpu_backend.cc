@@ -3,6 +3,8 @@
 #include "backends/gpu_backend.h"
 
 #if PERSEUS_HAVE_CUDA
+#include "backends/nccl/cuda_util.h"
+#include "backends/nccl/nccl_api.h"
 #include "backends/nccl/nccl_backend.h"
 #endif
 
@@ -22,6 +24,22 @@ bool gpuBuildEnabled() {
   return true;
 #else
   return false;
+#endif
+}
+
+std::string gpuRuntimeReport() {
+#if PERSEUS_HAVE_CUDA
+  return ::perseus::nccl::cudaRuntimeReport() + " " + ::perseus::nccl::ncclLoadReport();
+#else
+  return "cuda=0";
+#endif
+}
+
+int ncclHeaderVersion() {
+#if PERSEUS_HAVE_CUDA
+  return NCCL_VERSION_CODE;
+#else
+  return 0;
 #endif
 }
 

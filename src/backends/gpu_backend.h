@@ -121,6 +121,11 @@ class GpuBackend {
   // ShutDownError from the CPU side) and aborts every NCCL communicator; later collectives on
   // a communicator create fresh ones. Engine thread.
   virtual void abort(const std::exception_ptr& reason) = 0;
+
+  // A clean shutdown: when no work is pending, destroys every communicator (quietly, as
+  // ncclCommDestroy does); work still pending is failed with `reason` and its communicators
+  // aborted, as abort() does. Engine thread.
+  virtual void close(const std::exception_ptr& reason) = 0;
 };
 
 // nullptr when this build has no CUDA. Touches no driver: safe on machines without a GPU.
@@ -128,5 +133,13 @@ std::unique_ptr<GpuBackend> createGpuBackend(const GpuBackendOptions& options);
 
 // True in a build with CUDA + NCCL support ("cuda=1" in perseus_build_info).
 bool gpuBuildEnabled();
+
+// What the GPU side finds at run time: the CUDA runtime and driver, the GPUs, and which
+// libnccl loaded (nccl_api.h's report, last: its error text runs to the end). "cuda=0" in a
+// build without CUDA. Loads NCCL and touches the driver.
+std::string gpuRuntimeReport();
+
+// NCCL_VERSION_CODE of the nccl.h this build saw (e.g. 22809), 0 without CUDA.
+int ncclHeaderVersion();
 
 }  // namespace perseus::backends

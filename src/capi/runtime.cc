@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "backends/gpu_backend.h"
 #include "common/logging.h"
 #include "rendezvous/tcp_store_server.h"
 
@@ -16,6 +17,7 @@ Runtime& runtime() {
 namespace {
 thread_local std::string t_last_error;
 thread_local std::string t_params_dump;
+thread_local std::string t_runtime_info;
 }  // namespace
 
 void setLastError(const std::string& message) { t_last_error = message; }
@@ -112,18 +114,31 @@ perseus_status perseus_get_engine_stats(perseus_engine_stats* out) {
 const char* perseus_last_error(void) { return capi::t_last_error.c_str(); }
 
 const char* perseus_build_info(void) {
-#ifdef PERSEUS_HAVE_CUDA
-#define PERSEUS_CUDA_FLAG "1"
-#else
-#define PERSEUS_CUDA_FLAG "0"
-#endif
 #ifdef PERSEUS_HAVE_MPI
-#define PERSEUS_MPI_FLAG "1"
+  constexpr int kMpiBuilt = 1;
 #else
-#define PERSEUS_MPI_FLAG "0"
+  constexpr int kMpiBuilt = 0;
 #endif
-  return "cpu=1 cuda=" PERSEUS_CUDA_FLAG " nccl=" PERSEUS_CUDA_FLAG " mpi=" PERSEUS_MPI_FLAG
-         " version=0.1.0";
+  static const std::string info = [] {
+    std::ostringstream os;
+    os << "cpu=1 cuda=" << (backends::gpuBuildEnabled() ? 1 : 0)
+       << " nccl=" << backends::ncclHeaderVersion() << " mpi=" << kMpiBuilt
+       << " version=" PERSEUS_VERSION;
+#ifdef PERSEUS_CUDA_ARCHS
+    os << " cuda_archs=" PERSEUS_CUDA_ARCHS;
+#endif
+    return os.str();
+  }();
+  return info.c_str();
+}
+
+const char* perseus_runtime_info(void) {
+  try {
+    capi::t_runtime_info = backends::gpuRuntimeReport();
+  } catch (const std::exception& e) {
+    capi::t_runtime_info = std::string("error=") + e.what();
+  }
+  return capi::t_runtime_info.c_str();
 }
 
 const char* perseus_params_dump(void) {

@@ -62,6 +62,8 @@ namespace perseus {
     "Large broadcasts and allgathers among the ranks of one host copy straight from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does not, and the collectives it takes part in run through the slots.") \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \
     "GPU tensors without NCCL (host-staged): bytes per pipeline chunk (device->host copy, CPU collective, host->device copy).") \
+  X(std::string, nccl_library, "PERSEUS_NCCL_LIBRARY", std::string(),                          \
+    "Path of the libnccl.so.2 to load. Default: the NCCL the process already loaded (PyTorch's), else NCCL_HOME/lib, the loader's search path, then the nvidia-nccl-cu* wheel beside the package.") \
   X(int64_t, gpu_output_cache_bytes, "PERSEUS_GPU_OUTPUT_CACHE_BYTES", int64_t{-1},              \
     "Bytes of idle device memory kept per GPU for reuse by allgather, alltoall and reducescatter outputs; -1 = a sixteenth of the device's memory, 0 = free each output when it is dropped.") \
   X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                       \

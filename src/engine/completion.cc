@@ -106,7 +106,13 @@ void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank)
     } else {
       reason = std::make_exception_ptr(ShutDownError(message));
     }
-    gpu_->abort(reason);
+    // A clean shutdown destroys the communicators, which needs no warning; anything else
+    // aborts them.
+    if (code == StatusCode::kShutDown) {
+      gpu_->close(reason);
+    } else {
+      gpu_->abort(reason);
+    }
   }
   for (auto& p : gpu_pending_) {
     p.handle->complete(code, PERSEUS_STR("'" << p.handle->name() << "' failed: " << message));

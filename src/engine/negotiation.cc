@@ -28,25 +28,60 @@ Response errorResponse(const Request& ref, const std::string& name, StatusCode c
   return r;
 }
 
-// Finds the ranks whose value of `show` differs from the reference rank's; returns "" when
-// all agree, else a message "what for OP 'name': set rank 0 has X, set ranks [1, 2] have Y".
-std::string findMismatch(const std::string& what, const std::string& name, OpType op,
-                         const std::vector<const Request*>& by_rank, int ref,
-                         const std::function<std::string(const Request&)>& show) {
-  std::string expected = show(*by_rank[ref]);
+// One metadata check: `same` compares two requests cheaply; `show` formats a request's value
+// for the error message. Formatting runs only once some rank differs, so a name whose ranks
+// agree (every successful negotiation) builds no strings.
+struct Check {
+  const char* what;
+  std::function<bool(const Request&, const Request&)> same;
+  std::function<std::string(const Request&)> show;
+};
+
+// Returns "" when every rank agrees with the reference rank on `check`, else a message
+// "what for OP 'name': set rank 0 has X, set ranks [1, 2] have Y".
+std::string findMismatch(const Check& check, const std::string& name, OpType op,
+                         const std::vector<const Request*>& by_rank, int ref) {
+  const Request& reference = *by_rank[ref];
+  bool all_same = true;
+  for (const Request* q : by_rank) {
+    if (q != nullptr && !check.same(*q, reference)) {
+      all_same = false;
+      break;
+    }
+  }
+  if (all_same) return "";
+  std::string expected = check.show(reference);
   std::map<std::string, std::vector<int>> differing;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (by_rank[r] == nullptr) continue;
-    std::string v = show(*by_rank[r]);
+    std::string v = check.show(*by_rank[r]);
     if (v != expected) differing[v].push_back(static_cast<int>(r));
   }
   if (differing.empty()) return "";
   std::ostringstream os;
-  os << "Mismatched " << what << " for " << opTypeName(op) << " '" << name << "': set rank "
-     << ref << " has " << expected;
+  os << "Mismatched " << check.what << " for " << opTypeName(op) << " '" << name
+     << "': set rank " << ref << " has " << expected;
   for (const auto& d : differing) os << ", " << rankList(d.second) << " " << d.first;
-  os << ". Every rank must submit the same " << what << " under one name.";
+  os << ". Every rank must submit the same " << check.what << " under one name.";
   return os.str();
+}
+
+// Whether two tensor lists agree on dtypes and shapes; with `skip_first`, the first dimension
+// may differ (allgather and alltoall rows).
+bool sameTensors(const std::vector<TensorMeta>& a, const std::vector<TensorMeta>& b,
+                 bool skip_first) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].dtype != b[i].dtype) return false;
+    if (!skip_first) {
+      if (a[i].shape != b[i].shape) return false;
+    } else if (a[i].shape.size() != b[i].shape.size() ||
+               !std::equal(a[i].shape.begin() + (a[i].shape.empty() ? 0 : 1), a[i].shape.end(),
+                           b[i].shape.begin() + (b[i].shape.empty() ? 0 : 1))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string showShape(const std::vector<int64_t>& shape, bool skip_first) {
@@ -74,8 +109,10 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   const Request& first = *by_rank[ref];
   const OpType op = first.op;
 
-  std::string msg = findMismatch("operations", name, op, by_rank, ref,
-                                 [](const Request& q) { return std::string(opTypeName(q.op)); });
+  const Check same_op = {
+      "operations", [](const Request& x, const Request& y) { return x.op == y.op; },
+      [](const Request& q) { return std::string(opTypeName(q.op)); }};
+  std::string msg = findMismatch(same_op, name, op, by_rank, ref);
   if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
 
   if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier) {
@@ -87,18 +124,30 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
                                         "such collectives before join()."));
   }
 
-  using Check = std::pair<const char*, std::function<std::string(const Request&)>>;
   const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;
   std::vector<Check> checks = {
-      {"devices", [](const Request& q) { return std::string(deviceKindName(q.device_kind)); }},
-      {"tensor counts", [](const Request& q) { return std::to_string(q.tensors.size()); }},
+      {"devices", [](const Request& x, const Request& y) { return x.device_kind == y.device_kind; },
+       [](const Request& q) { return std::string(deviceKindName(q.device_kind)); }},
+      {"tensor counts",
+       [](const Request& x, const Request& y) { return x.tensors.size() == y.tensors.size(); },
+       [](const Request& q) { return std::to_string(q.tensors.size()); }},
       {"data types",
+       [](const Request& x, const Request& y) {
+         if (x.tensors.size() != y.tensors.size()) return false;
+         for (size_t i = 0; i < x.tensors.size(); ++i) {
+           if (x.tensors[i].dtype != y.tensors[i].dtype) return false;
+         }
+         return true;
+       },
        [](const Request& q) {
          std::string s;
          for (const auto& t : q.tensors) s += std::string(s.empty() ? "" : ",") + dataTypeName(t.dtype);
          return s;
        }},
       {"tensor shapes",
+       [varying_first](const Request& x, const Request& y) {
+         return sameTensors(x.tensors, y.tensors, varying_first);
+       },
        [varying_first](const Request& q) {
          std::string s;
          for (const auto& t : q.tensors) s += (s.empty() ? "" : ", ") + showShape(t.shape, varying_first);
@@ -107,28 +156,38 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   };
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
     checks.push_back({"reduction operations",
+                      [](const Request& x, const Request& y) { return x.reduce_op == y.reduce_op; },
                       [](const Request& q) { return std::string(reduceOpName(q.reduce_op)); }});
-    checks.push_back({"prescale/postscale factors", [](const Request& q) {
-                        return PERSEUS_STR(q.prescale << "/" << q.postscale);
-                      }});
+    checks.push_back({"prescale/postscale factors",
+                      [](const Request& x, const Request& y) {
+                        return x.prescale == y.prescale && x.postscale == y.postscale;
+                      },
+                      [](const Request& q) { return PERSEUS_STR(q.prescale << "/" << q.postscale); }});
   }
   if (op == OpType::kBroadcast) {
-    checks.push_back({"root ranks", [](const Request& q) { return std::to_string(q.root); }});
+    checks.push_back({"root ranks", [](const Request& x, const Request& y) { return x.root == y.root; },
+                      [](const Request& q) { return std::to_string(q.root); }});
   }
   if (op == OpType::kAlltoall) {
-    checks.push_back({"splits counts", [](const Request& q) { return std::to_string(q.num_splits); }});
+    checks.push_back({"splits counts",
+                      [](const Request& x, const Request& y) { return x.num_splits == y.num_splits; },
+                      [](const Request& q) { return std::to_string(q.num_splits); }});
   }
   if (op == OpType::kAddProcessSet) {
-    checks.push_back({"process set ranks", [](const Request& q) {
+    checks.push_back({"process set ranks",
+                      [](const Request& x, const Request& y) { return x.set_ranks == y.set_ranks; },
+                      [](const Request& q) {
                         std::vector<int64_t> v(q.set_ranks.begin(), q.set_ranks.end());
                         return shapeString(v);
                       }});
   }
   if (op == OpType::kRemoveProcessSet) {
-    checks.push_back({"process set ids", [](const Request& q) { return std::to_string(q.set_id); }});
+    checks.push_back({"process set ids",
+                      [](const Request& x, const Request& y) { return x.set_id == y.set_id; },
+                      [](const Request& q) { return std::to_string(q.set_id); }});
   }
   for (const Check& c : checks) {
-    msg = findMismatch(c.first, name, op, by_rank, ref, c.second);
+    msg = findMismatch(c, name, op, by_rank, ref);
     if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
   }
 

@@ -88,6 +88,10 @@ void registerRuntime(py::module_& m) {
   m.def("topology", &topology, "rank, size, local_rank, local_size, cross_rank, cross_size.");
   m.def("last_error", [] { return std::string(perseus_last_error()); });
   m.def("build_info", [] { return std::string(perseus_build_info()); });
+  m.def("runtime_info", [] {
+    py::gil_scoped_release release;  // loading libnccl can take a while
+    return std::string(perseus_runtime_info());
+  });
   m.def("params_dump", [] { return std::string(perseus_params_dump()); });
   m.def("engine_stats", [] {
     perseus_engine_stats s;

@@ -10,33 +10,109 @@ def _core():
     return _core
 
 
+def _words(text):
+    """'a=1 b=x y' -> {'a': '1', 'b': 'x y'}: a key's value runs to the next 'key='."""
+    out, key = {}, None
+    for word in text.split(" "):
+        name, eq, value = word.partition("=")
+        if eq and name.isidentifier():
+            key = name
+            out[key] = value
+        elif key is not None:
+            out[key] += " " + word
+    return out
+
+
 def check_build():
+    """Prints what libperseus was built with and what this machine gives it at run time.
+    Exits 1 when something the build supports is broken here (GPUs visible, no usable NCCL),
+    so that a job script can stop before training."""
     try:
-        info = _core().build_info()
+        core = _core()
+        build = _words(core.build_info())
+        runtime = _words(core.runtime_info())
     except ImportError as e:
         print("perseus._core could not be loaded: %s" % e)
         return 1
-    fields = dict(item.split("=", 1) for item in info.split() if "=" in item)
-    print("Perseus v%s:" % fields.get("version", "?"))
+    print("Perseus v%s:" % build.get("version", "?"))
     print("\nAvailable Frameworks:")
-    for name in ("torch", "mxnet"):
-        print("    [%s] %s" % ("X" if _imports(name) else " ", "PyTorch" if name == "torch" else "MXNet"))
-    print("\nAvailable Data Planes:")
-    labels = [("cpu", "CPU (shared memory + TCP)"), ("mpi", "MPI"), ("cuda", "CUDA"),
-              ("nccl", "NCCL")]
-    for key, label in labels:
-        print("    [%s] %s" % ("X" if fields.get(key, "0") not in ("0", "") else " ", label))
-    print("\nBuild info: %s" % info)
+    for name, label in (("torch", "PyTorch"), ("mxnet", "MXNet")):
+        version = _version_of(name)
+        print("    [%s] %s%s" % ("X" if version else " ", label, " " + version if version else ""))
+    print("\nAvailable Controllers:")
+    print("    [X] Perseus (authenticated TCP store)")
+    print("    [%s] MPI" % ("X" if build.get("mpi") == "1" else " "))
+    print("\nAvailable Tensor Operations:")
+    gpu_built = build.get("cuda") == "1"
+    loaded = runtime.get("nccl_loaded") == "1"
+    print("    [X] CPU (shared memory + TCP)")
+    print("    [%s] MPI" % ("X" if build.get("mpi") == "1" else " "))
+    print("    [%s] NCCL" % ("X" if gpu_built and loaded else " "))
+    print("\nGPU build:")
+    if not gpu_built:
+        print("    none: this build has no CUDA (nvcc or nccl.h was not found at build time);"
+              " CPU tensors only")
+        return 0
+    print("    CUDA architectures: %s" % build.get("cuda_archs", "?"))
+    print("    nccl.h at build time: %s" % _nccl_text(build.get("nccl", "0")))
+    print("\nGPU run time:")
+    print("    CUDA runtime %s, driver %s" % (_cuda_text(runtime.get("cuda_runtime")),
+                                           _cuda_text(runtime.get("cuda_driver"))))
+    gpus = int(runtime.get("gpus", "0") or 0)
+    if gpus == 0:
+        print("    GPUs: none visible (%s)" % runtime.get("cuda_error", "no device"))
+    for d in range(gpus):
+        name, _, arch = runtime.get("gpu%d" % d, "?:?").rpartition(":")
+        print("    GPU %d: %s (%s)%s" % (d, name.replace("_", " "), arch,
+                                         "" if _arch_covered(arch, build.get("cuda_archs", ""))
+                                         else "  NOT COVERED by the built architectures"))
+    if loaded:
+        print("    libnccl: %s, version %s" % (runtime.get("nccl_path", "?"),
+                                              _nccl_text(runtime.get("nccl_version", "0"))))
+    else:
+        print("    libnccl: NOT LOADED: %s" % runtime.get("nccl_error", "?"))
+        if gpus > 0:
+            print("\nCUDA tensors would fall back to the host-staged path; fix NCCL first.")
+            return 1
     return 0
 
 
-def _imports(module):
-    """Whether `module` imports, checked in a child so a broken framework cannot hurt us."""
+def _version_of(module):
+    """The module's __version__, read in a child so a broken framework cannot hurt us; ''
+    when it does not import."""
     if importlib.util.find_spec(module) is None:
+        return ""
+    result = subprocess.run([sys.executable, "-c", "import %s as m; print(m.__version__)" % module],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return result.stdout.strip().splitlines()[-1] if result.returncode == 0 and result.stdout.strip() else ""
+
+
+def _nccl_text(code):
+    code = int(code) if str(code).isdigit() else 0
+    if code == 0:
+        return "none"
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return "%d.%d.%d (%d)" % (major, rest // 100, rest % 100, code)
+
+
+def _cuda_text(code):
+    code = int(code) if str(code or "").isdigit() else 0
+    return "%d.%d" % (code // 1000, code % 1000 // 10) if code else "none"
+
+
+def _arch_covered(arch, built):
+    """Whether a GPU of `arch` ('sm_90') runs this build: machine code for its own
+    architecture, or PTX of an older one that the driver compiles."""
+    if not arch.startswith("sm_") or not arch[3:].isdigit():
         return False
-    result = subprocess.run([sys.executable, "-c", "import %s" % module],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return result.returncode == 0
+    cc = int(arch[3:])
+    for item in built.split(","):
+        number, _, kind = item.partition("-")
+        if not number.isdigit():
+            continue
+        if (kind == "real" and int(number) == cc) or (kind in ("virtual", "") and int(number) <= cc):
+            return True
+    return False
 
 
 def print_params():

@@ -1,16 +1,17 @@
 #include "backends/nccl/cuda_util.h"
 
 #include <mutex>
+#include <sstream>
 
 #include "common/status.h"
+#include "kernels/cuda/cuda_error.h"
 
 namespace perseus::nccl {
 
 void checkCuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   (void)cudaGetLastError();  // clear the sticky-free error so the next call starts clean
-  throw InternalError(PERSEUS_STR("CUDA " << what << " failed: " << cudaGetErrorName(err) << ": "
-                                          << cudaGetErrorString(err)));
+  throw InternalError(kernels::cuda::cudaErrorText(err, what));
 }
 
 void requireDevice(int device) {
@@ -33,6 +34,33 @@ void requireDevice(int device) {
     throw UnsupportedError(PERSEUS_STR("a tensor is on CUDA device " << device << " but this process sees "
                                        << count << " device(s) (check CUDA_VISIBLE_DEVICES)."));
   }
+}
+
+std::string cudaRuntimeReport() {
+  std::ostringstream os;
+  int runtime = 0, driver = 0, count = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  (void)cudaDriverGetVersion(&driver);
+  os << "cuda_archs=" << kernels::cuda::builtCudaArchitectures() << " cuda_runtime=" << runtime
+     << " cuda_driver=" << driver;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    os << " gpus=0 cuda_error=" << cudaGetErrorName(err);
+    return os.str();
+  }
+  os << " gpus=" << count;
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    std::string name = prop.name;
+    for (char& c : name) c = c == ' ' ? '_' : c;
+    os << " gpu" << d << "=" << name << ":sm_" << prop.major << prop.minor;
+  }
+  return os.str();
 }
 
 DeviceGuard::DeviceGuard(int device) {

@@ -15,6 +15,10 @@ void checkCuda(cudaError_t err, const char* what);
 // device, or an ordinal past the device count. Cheap after the first call per process.
 void requireDevice(int device);
 
+// "cuda_archs=... cuda_runtime=13000 cuda_driver=13000 gpus=1 gpu0=NVIDIA_H200:sm_90" (names
+// with '_' for spaces), or "... gpus=0 cuda_error=<name>" where no driver or GPU answers.
+std::string cudaRuntimeReport();
+
 // Makes `device` current for the scope and restores the caller's device afterwards, so that a
 // framework thread's current device is never changed behind its back.
 class DeviceGuard {

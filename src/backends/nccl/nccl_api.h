@@ -37,4 +37,11 @@ struct NcclApi {
 // Thread-safe; loads once per process.
 const NcclApi* ncclApi(std::string* why = nullptr);
 
+// "nccl_loaded=1 nccl_version=22809 nccl_path=/...", or "nccl_loaded=0 nccl_error=..." (the
+// error runs to the end). Loads NCCL if nothing did yet.
+std::string ncclLoadReport();
+
+// 22809 -> "2.28.9".
+std::string versionText(int code);
+
 }  // namespace perseus::nccl

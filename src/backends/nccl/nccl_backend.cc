@@ -85,6 +85,7 @@ class NcclBackend : public backends::GpuBackend {
                                           const std::vector<size_t>& counts, ReduceOp op,
                                           double prescale, double postscale) override;
   void abort(const std::exception_ptr& reason) override;
+  void close(const std::exception_ptr& reason) override;
 
  private:
   using Key = std::pair<std::vector<int>, int>;
@@ -118,6 +119,8 @@ class NcclBackend : public backends::GpuBackend {
   // Keeps a weak reference to `work` (pending_: for abort() and the destructor), dropping
   // expired ones.
   void track(const std::shared_ptr<CudaWork>& work);
+  // Whether some tracked work has not finished (or failed when polled).
+  bool hasUnfinishedWork();
 
   backends::GpuBackendOptions options_;
   std::mutex devices_mutex_;  // recordReady()/allocate() come from framework threads
@@ -131,24 +134,25 @@ class NcclBackend : public backends::GpuBackend {
 NcclBackend::~NcclBackend() {
   // A work still running on a communicator whose peers are gone would make the destroy and
   // the stream synchronisation in ~DeviceContext wait forever: abort those communicators.
-  bool idle = true;
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    for (auto& w : pending_) {
-      if (auto work = w.lock()) {
-        try {
-          idle = idle && work->poll();
-        } catch (...) {
-          idle = false;
-        }
-      }
-    }
-  }
-  if (!idle) {
+  if (hasUnfinishedWork()) {
     for (auto& entry : comms_) entry.second->abort();
   }
   comms_.clear();
   devices_.clear();
+}
+
+bool NcclBackend::hasUnfinishedWork() {
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  for (auto& w : pending_) {
+    if (auto work = w.lock()) {
+      try {
+        if (!work->poll()) return true;
+      } catch (...) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 DeviceContext& NcclBackend::context(int device) {
@@ -542,6 +546,18 @@ void NcclBackend::abort(const std::exception_ptr& reason) {
   }
   for (auto& entry : comms_) entry.second->abort();
   // Later collectives on these sets build fresh communicators (every rank aborts alike).
+  comms_.clear();
+}
+
+void NcclBackend::close(const std::exception_ptr& reason) {
+  if (hasUnfinishedWork()) {
+    abort(reason);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_.clear();
+  }
   comms_.clear();
 }
 

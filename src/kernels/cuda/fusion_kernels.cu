@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/cuda/cuda_error.h"
 
 namespace perseus::kernels::cuda {
 namespace {
@@ -196,8 +197,8 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
 
 void throwIfFailed(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
-    throw InternalError(PERSEUS_STR("CUDA " << what << " failed: " << cudaGetErrorString(err)
-                                            << " (" << static_cast<int>(err) << ")"));
+    (void)cudaGetLastError();
+    throw InternalError(cudaErrorText(err, what));
   }
 }
 
