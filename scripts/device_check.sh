@@ -143,7 +143,7 @@ PYEOF
   # Perseus's warnings read "[perseus <rank> <subsystem> W] ...".
   run_step "quiet exit after GPU collectives" 60 bash -c "${RUN[*]} $PY $OUT/quiet.py >$OUT/quiet.out 2>&1
     rc=\$?; cat $OUT/quiet.out
-    if grep -E '\[perseus [0-9]+ [a-z]+ [WE]\]|aborting the NCCL' $OUT/quiet.out; then
+    if grep -E '\[perseus ([0-9]+ )?[a-z]+ [WE]\]|aborting the NCCL' $OUT/quiet.out; then
       echo 'a clean exit logged the lines above'; exit 1
     fi
     exit \$rc"
