@@ -108,6 +108,12 @@ if ! run_step "install pip install --no-build-isolation ." 300 \
 fi
 grep -E "perseus: |CUDA architectures|Building CUDA|libstdc|warning" "$LOG" | grep -v "^STEP" | tail -8 >&2
 run_step "install perseusrun --check-build" 60 $PY -m perseus.runner --check-build
+# How the toolchain linked the C++ runtime into the installed libraries (no libstdc++.so.6
+# among them: a static copy, the case that once crashed).
+say "installed: $($PY -c 'import perseus, os; print(os.path.dirname(perseus.__file__))' 2>&1)"
+for f in $($PY -c 'import perseus, glob, os; d = os.path.dirname(perseus.__file__); print(" ".join(glob.glob(d + "/*.so")))' 2>/dev/null); do
+  say "  $(basename "$f") NEEDED: $(readelf -d "$f" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+done
 
 # ---- first: the first collectives on that install ---------------------------------------------------
 FIRST='import torch, perseus.torch as hvd
@@ -115,7 +121,7 @@ hvd.init()
 x = hvd.allreduce(torch.ones(4), name="cpu")
 assert x.tolist() == [1.0] * 4, x
 if torch.cuda.is_available():
-    torch.cuda.set_device(hvd.local_rank())
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
     y = hvd.allreduce(torch.ones(4, device="cuda"), name="cuda")
     assert y.cpu().tolist() == [1.0] * 4, y
 print("PASS first collective rank", hvd.rank(), "of", hvd.size())
@@ -134,7 +140,7 @@ import torch, perseus.torch as hvd
 hvd.init()
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 if dev == "cuda":
-    torch.cuda.set_device(hvd.local_rank())
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
 for i in range(3):
     hvd.allreduce(torch.ones(1 << 20, device=dev), name="q%d" % i)
     hvd.allgather(torch.ones(4, device=dev), name="g%d" % i)

@@ -69,12 +69,28 @@ def check_build():
     if loaded:
         print("    libnccl: %s, version %s" % (runtime.get("nccl_path", "?"),
                                               _nccl_text(runtime.get("nccl_version", "0"))))
+        under_torch = _runtime_after_torch()
+        if under_torch.get("nccl_path") and under_torch["nccl_path"] != runtime.get("nccl_path"):
+            # PyTorch loads its own wheel's NCCL first, and Perseus then uses that copy.
+            print("    libnccl in a PyTorch process: %s, version %s" % (
+                under_torch["nccl_path"], _nccl_text(under_torch.get("nccl_version", "0"))))
     else:
         print("    libnccl: NOT LOADED: %s" % runtime.get("nccl_error", "?"))
         if gpus > 0:
             print("\nCUDA tensors would fall back to the host-staged path; fix NCCL first.")
             return 1
     return 0
+
+
+def _runtime_after_torch():
+    """runtime_info() of a child that imported torch first ({} without torch)."""
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    code = "import torch\nfrom perseus import _core\nprint(_core.runtime_info())"
+    result = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, timeout=120)
+    lines = result.stdout.strip().splitlines()
+    return _words(lines[-1]) if result.returncode == 0 and lines else {}
 
 
 def _version_of(module):
