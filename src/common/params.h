@@ -26,6 +26,12 @@ namespace perseus {
     "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it).") \
   X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                      \
     "trace, debug, info, warning, error or off.")                                               \
+  X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                               \
+    "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, Intel MPI); 0: torchrun's MASTER_PORT+1, a port derived from Slurm's job and step ids, any free port under mpiexec.") \
+  X(std::string, port_range, "PERSEUS_PORT_RANGE", std::string(),                              \
+    "lo-hi: every rank's data-plane listener takes the first free port in this range (for firewalls and NetworkPolicies); empty: any free port.") \
+  X(std::string, secret_file, "PERSEUS_SECRET_FILE", std::string(),                            \
+    "File (only its owner may read it) holding the job secret where the launcher hands out none (torchrun, srun) and PERSEUS_SECRET is unset; default ~/.perseus/secret if it exists.") \
   X(std::string, iface, "PERSEUS_IFACE", std::string(),                                        \
     "Network interface (name) or address to listen on; default: the address that reaches the controller.") \
   X(std::string, hierarchical_allreduce, "PERSEUS_HIERARCHICAL_ALLREDUCE", std::string("auto"), \

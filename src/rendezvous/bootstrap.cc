@@ -77,6 +77,19 @@ void bindRank(const Topology& t) {
   PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs " << list.str();
 }
 
+// PERSEUS_PORT_RANGE="lo-hi" (empty: any port).
+void parsePortRange(const std::string& text, int* lo, int* hi) {
+  if (text.empty()) return;
+  char dash = 0;
+  std::istringstream in(text);
+  std::string rest;
+  if (!(in >> *lo >> dash >> *hi) || dash != '-' || (in >> rest) || *lo < 1 || *hi > 65535 ||
+      *lo > *hi) {
+    throw InvalidArgumentError(PERSEUS_STR("PERSEUS_PORT_RANGE='" << text
+                                           << "' is not a port range like 30000-30100"));
+  }
+}
+
 std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) {
   auto world = std::make_unique<World>();
   world->topology = info.topology;
@@ -116,8 +129,15 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   Topology& t = world->topology;
   t = info.topology;
   const bool all_local = info.has_local && t.local_size == t.size;
-  transport::tcp::TcpListener listener(transport::tcp::chooseListenHost(
-      params.iface, info.controller_host, info.controller_port, all_local));
+  // The address that reaches the store is the one the other ranks can reach too.
+  const bool store_named = !info.controller_host.empty();
+  int port_lo = 0, port_hi = 0;
+  parsePortRange(params.port_range, &port_lo, &port_hi);
+  transport::tcp::TcpListener listener(
+      transport::tcp::chooseListenHost(
+          params.iface, store_named ? info.controller_host : info.store_host,
+          store_named ? info.controller_port : info.derived_port, all_local),
+      port_lo, port_hi);
 
   // perseusrun names the job (PERSEUS_JOB_ID) so that it can remove exactly this job's
   // shared-memory segments if ranks die; otherwise rank 0 draws a name for everyone.

@@ -1,9 +1,6 @@
 // What the launcher told this process, read from the environment (pure over a lookup function,
-// so tests need no setenv). Three launchers are recognised, in this order:
-//   1. perseusrun: PERSEUS_RANK/SIZE (+ LOCAL_*, CROSS_*, HOSTNAME, CONTROLLER_ADDR/PORT, SECRET);
-//   2. Open MPI's mpirun: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (PERSEUS_CONTROLLER_*
-//      and PERSEUS_SECRET still win if set);
-//   3. nothing: a single rank.
+// so tests need no setenv). See Note [Launchers] in launch_env.cc for the launchers recognised,
+// their order, and where each one's store comes from.
 #pragma once
 
 #include <functional>
@@ -13,7 +10,10 @@
 
 namespace perseus::rendezvous {
 
-enum class Launcher { kSingle, kPerseus, kOpenMpi };
+enum class Launcher { kSingle, kPerseus, kOpenMpi, kHydra, kTorchrun, kSlurm };
+
+// "perseusrun", "Open MPI's mpirun", "MPICH's (or Intel MPI's) mpiexec", "torchrun", "Slurm's srun".
+const char* launcherName(Launcher launcher);
 
 struct LaunchInfo {
   Launcher launcher = Launcher::kSingle;
@@ -21,15 +21,26 @@ struct LaunchInfo {
   Topology topology;
   bool has_local = false;
   bool has_cross = false;
+  std::string local_rank_var, local_size_var;  // the variables has_local came from
   std::string controller_host;  // empty: no controller given
   int controller_port = 0;
   std::string secret_hex;
   std::string ompi_job_id;  // Open MPI only: OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE
+  int pmi_fd = -1;          // Hydra only: PMI_FD
+  // torchrun and Slurm name a host but no store: rank 0 serves one on `store_host` at
+  // PERSEUS_PORT, or at `derived_port` (torchrun: MASTER_PORT+1; Slurm: from the job and step
+  // ids). `launch_id` tells this job's store from another one found at the same address.
+  std::string store_host;
+  int derived_port = 0;
+  std::string launch_id;
+  // The launcher's variables as this process saw them ("NAME=value, ..."), for messages.
+  std::string seen;
 };
 
 using EnvLookup = std::function<const char*(const char*)>;
 
-// Throws InvalidArgumentError naming the variable that is missing, malformed or inconsistent.
+// Throws InvalidArgumentError naming the launcher, the variable that is missing, malformed or
+// inconsistent, and what to set.
 LaunchInfo readLaunchInfo(const EnvLookup& lookup);
 
 // Checks the local/cross placement given by the launcher against the one derived from host

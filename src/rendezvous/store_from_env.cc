@@ -14,6 +14,8 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "rendezvous/job_secret.h"
+#include "rendezvous/pmi_client.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
 #include "transport/tcp/auth.h"
@@ -38,6 +40,13 @@
 //  - several hosts and an MPI build: MPI_Init, rank 0 starts a store on its outward address and
 //    MPI_Bcast shares "host:port secret";
 //  - otherwise: an InvalidArgumentError that says to use perseusrun or set the variables.
+// Under MPICH's or Intel MPI's mpiexec (Hydra), rank 0 starts a store (on 127.0.0.1 when the
+// job has one host, else on its outward address) with a random secret and puts "host,port,
+// secret" into the job's PMI key-value space; the others read it after a PMI barrier.
+// Under torchrun and srun (Note [Launchers]) the ranks know rank 0's host but nothing else:
+// rank 0 serves the store there on all addresses (PERSEUS_IFACE narrows it) at PERSEUS_PORT
+// or the port derived from the launcher's variables, and the secret is the user's
+// (job_secret.h), keyed to the job so that another job's store at the same port refuses it.
 
 namespace perseus::rendezvous {
 namespace {
@@ -76,11 +85,13 @@ std::string discoveryPath(const std::string& job_id) {
   return "/tmp/perseus-ompi-" + safe + ".store";
 }
 
-// Starts a store served by this process; *port gets its port.
-StoreConnection startLocalServer(const std::string& host, const Params& params, int* port) {
+// Starts a store served by this process at `*port` (0: any free port; *port gets the port).
+// The secret is random unless given.
+StoreConnection startLocalServer(const std::string& host, const Params& params, int* port,
+                                 const std::string& secret_hex = std::string()) {
   StoreConnection out;
-  out.secret_hex = transport::tcp::Secret::random().hex();
-  auto server = TcpStoreServer::start(host, 0, out.secret_hex);
+  out.secret_hex = secret_hex.empty() ? transport::tcp::Secret::random().hex() : secret_hex;
+  auto server = TcpStoreServer::start(host, *port, out.secret_hex);
   *port = server->port();
   auto client =
       std::make_unique<TcpStoreClient>(host, *port, out.secret_hex, startTimeout(params));
@@ -158,6 +169,86 @@ StoreConnection singleHostOpenMpi(const LaunchInfo& info, const Params& params) 
   return out;
 }
 
+StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
+  PmiClient pmi(info.pmi_fd, startTimeout(params));
+  const Topology& t = info.topology;
+  const bool all_local = info.has_local && t.local_size == t.size;
+  StoreConnection out;
+  const char* key = "perseus_store";
+  if (t.rank == 0) {
+    std::string host =
+        all_local && params.iface.empty()
+            ? std::string("127.0.0.1")
+            : transport::tcp::chooseListenHost(params.iface, std::string(), 0, false);
+    int port = static_cast<int>(params.port);
+    out = startLocalServer(host, params, &port);
+    pmi.put(key, host + "," + std::to_string(port) + "," + out.secret_hex);
+  }
+  pmi.barrier();
+  if (t.rank != 0) {
+    std::string value = pmi.get(key);
+    for (char& c : value) c = c == ',' ? ' ' : c;
+    std::istringstream in(value);
+    std::string host;
+    int port = 0;
+    if (!(in >> host >> port >> out.secret_hex)) {
+      throw InternalError("rank 0 published '" + value + "' as the store in PMI; are all "
+                          "ranks running the same Perseus?");
+    }
+    out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
+  }
+  // Perseus is done with PMI; an MPI library that the program loads later opens its own.
+  pmi.finalize();
+  return out;
+}
+
+StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params) {
+  const std::string secret = userSecretHex(info, params.secret_file);
+  const bool given = params.port != 0;
+  int port = given ? static_cast<int>(params.port) : info.derived_port;
+  const std::string origin =
+      given ? std::string("PERSEUS_PORT")
+            : std::string(info.launcher == Launcher::kTorchrun ? "MASTER_PORT+1"
+                                                                : "derived from SLURM_JOB_ID/"
+                                                                  "SLURM_STEP_ID");
+  const std::string where = PERSEUS_STR(info.store_host << ":" << port << " (" << origin << ")");
+  if (info.topology.rank == 0) {
+    const std::string bind = params.iface.empty()
+                                 ? std::string("0.0.0.0")
+                                 : transport::tcp::chooseListenHost(params.iface, "", 0, false);
+    try {
+      StoreConnection out = startLocalServer(bind, params, &port, secret);
+      return out;
+    } catch (const InvalidArgumentError& e) {
+      throw InvalidArgumentError(PERSEUS_STR(
+          "rank 0 (" << launcherName(info.launcher) << ") cannot open the rendezvous store at "
+                     << where << ": " << e.what()
+                     << "; set PERSEUS_PORT to a free port, the same on every rank"));
+    }
+  }
+  StoreConnection out;
+  out.secret_hex = secret;
+  try {
+    out.store = std::make_unique<TcpStoreClient>(info.store_host, port, secret,
+                                                 startTimeout(params));
+  } catch (const AuthError& e) {
+    throw AuthError(PERSEUS_STR(
+        "rank " << info.topology.rank << " reached a store at " << where
+                << " that is not this job's (" << e.what()
+                << "): another job uses the port, or the ranks were given different "
+                   "PERSEUS_SECRETs; set PERSEUS_PORT to a free port and the same secret on "
+                   "every rank"));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(PERSEUS_STR(
+        "rank " << info.topology.rank << " (" << launcherName(info.launcher)
+                << ") found no rendezvous store at " << where << " within PERSEUS_START_TIMEOUT="
+                << params.start_timeout_s << " s (" << e.what()
+                << "); rank 0 opens it there: did rank 0 start, is " << info.store_host
+                << " its address as seen from here, and does a firewall let the port through?"));
+  }
+  return out;
+}
+
 #ifdef PERSEUS_HAVE_MPI
 StoreConnection multiHostMpi(const LaunchInfo& info, const Params& params) {
   int initialized = 0;
@@ -194,6 +285,10 @@ StoreConnection connectStore(const LaunchInfo& info, const Params& params) {
     out.store = std::make_unique<TcpStoreClient>(info.controller_host, info.controller_port,
                                                  info.secret_hex, startTimeout(params));
     return out;
+  }
+  if (info.launcher == Launcher::kHydra) return hydraStore(info, params);
+  if (info.launcher == Launcher::kTorchrun || info.launcher == Launcher::kSlurm) {
+    return storeOnRankZeroHost(info, params);
   }
   PERSEUS_CHECK(info.launcher == Launcher::kOpenMpi, "no controller for a multi-rank launch");
   if (info.has_local && info.topology.local_size == info.topology.size) {

@@ -1,6 +1,7 @@
 """perseusrun's command line. Every tuning flag becomes a PERSEUS_* variable (env.py)."""
 
 import argparse
+import os
 
 _EPILOG = """\
 examples:
@@ -9,6 +10,7 @@ examples:
   perseusrun -np 2 --mpi python train.py           # hands the job to mpirun
   mpirun -np 4 python train.py                     # also works: ranks read OMPI_* variables
   perseusrun --check-build
+  salloc -N 2 --ntasks-per-node 4 perseusrun python train.py   # hosts and -np from Slurm
 
 Every rank's output is prefixed '[rank]<stdout>:' or '[rank]<stderr>:'. When a rank fails,
 the others are stopped (SIGTERM, then SIGKILL) and perseusrun exits with the failed rank's code
@@ -82,8 +84,10 @@ def parse_args(argv):
     if not (args.check_build or args.params):
         if not args.command:
             parser.error("no command given; usage: perseusrun -np N [options] command args...")
-        if args.np is None:
-            parser.error("-np is required")
-        if args.np < 1:
+        if args.np is None and not (os.environ.get("SLURM_JOB_ID") and not args.hosts
+                                    and not args.hostfile):
+            parser.error("-np is required (outside a Slurm allocation, whose tasks it "
+                         "defaults to)")
+        if args.np is not None and args.np < 1:
             parser.error("-np must be >= 1")
     return args

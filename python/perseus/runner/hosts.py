@@ -147,3 +147,78 @@ def address_reaching(host):
         return sock.getsockname()[0]
     finally:
         sock.close()
+
+
+# --- a Slurm allocation (salloc, sbatch) as the host list -----------------------------------
+
+def _split_top_level(text):
+    items, current, depth = [], "", 0
+    for c in text:
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += c
+    if depth != 0:
+        raise ValueError("'%s' has unbalanced brackets" % text)
+    return items + [current]
+
+
+def expand_slurm_hosts(text):
+    """'node[01-04,07],gpu[1-2]-ib' -> ['node01', ..., 'node07', 'gpu1-ib', 'gpu2-ib'], as
+    Slurm writes SLURM_JOB_NODELIST (the C++ side has the same in slurm_lists.cc)."""
+    hosts = []
+    for item in _split_top_level(text):
+        if not item:
+            raise ValueError("'%s' has an empty host name" % text)
+        hosts.extend(_expand_item(item, text))
+    return hosts
+
+
+def _expand_item(item, text):
+    open_at = item.find("[")
+    if open_at < 0:
+        if "]" in item:
+            raise ValueError("'%s' has unbalanced brackets" % text)
+        return [item]
+    close_at = item.find("]", open_at)
+    if close_at < 0:
+        raise ValueError("'%s' has unbalanced brackets" % text)
+    values = []
+    for part in _split_top_level(item[open_at + 1:close_at]):
+        lo, _, hi = part.partition("-")
+        hi = hi or lo
+        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+            raise ValueError("'%s': '%s' is not a range like 01-04" % (text, part))
+        values += [str(v).zfill(len(lo)) for v in range(int(lo), int(hi) + 1)]
+    tails = _expand_item(item[close_at + 1:], text)
+    return [item[:open_at] + v + tail for v in values for tail in tails]
+
+
+def expand_slurm_counts(text):
+    """'2(x3),1' -> [2, 2, 2, 1] (SLURM_TASKS_PER_NODE)."""
+    counts = []
+    for item in _split_top_level(text):
+        count, _, repeat = item.partition("(x")
+        repeat = repeat[:-1] if repeat.endswith(")") else (repeat or "1")
+        if not (count.isdigit() and repeat.isdigit()):
+            raise ValueError("'%s': '%s' is not N or N(xM)" % (text, item))
+        counts += [int(count)] * int(repeat)
+    return counts
+
+
+def slurm_allocation(environ):
+    """The hosts and slots of the Slurm allocation this process runs in (an salloc shell or an
+    sbatch script), as horovodrun takes LSF's: one slot per task Slurm reserved on each node.
+    None outside an allocation."""
+    nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodes or not environ.get("SLURM_JOB_ID"):
+        return None
+    hosts = expand_slurm_hosts(nodes)
+    per_node = environ.get("SLURM_TASKS_PER_NODE") or environ.get("SLURM_JOB_CPUS_PER_NODE")
+    counts = expand_slurm_counts(per_node) if per_node else [1] * len(hosts)
+    if len(counts) != len(hosts):
+        raise ValueError("SLURM_TASKS_PER_NODE=%s lists %d nodes but SLURM_JOB_NODELIST=%s has "
+                         "%d" % (per_node, len(counts), nodes, len(hosts)))
+    return [HostSlots(h, n) for h, n in zip(hosts, counts)]

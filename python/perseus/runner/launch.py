@@ -170,10 +170,19 @@ def _launch_mpi(job, host_list, args, base_env):
 
 
 def run(args):
+    allocation = None if args.hostfile or args.hosts else hostmod.slurm_allocation(os.environ)
     if args.hostfile:
         host_list = hostmod.parse_hostfile(args.hostfile)
     elif args.hosts:
         host_list = hostmod.parse_hosts(args.hosts)
+    elif allocation:
+        # Inside salloc/sbatch: the allocation's nodes and tasks (-np may ask for fewer).
+        host_list = allocation
+        if args.np is None:
+            args.np = sum(h.slots for h in host_list)
+        if args.verbose:
+            _log("Slurm allocation %s: %s" % (os.environ.get("SLURM_JOB_ID"),
+                                              ",".join("%s:%d" % h for h in host_list)))
     else:
         host_list = [hostmod.HostSlots("localhost", args.np)]
     slots = hostmod.assign_slots(host_list, args.np)

@@ -58,7 +58,13 @@ std::string chooseListenHost(const std::string& iface, const std::string& contro
     }
     return address;
   }
-  if (all_ranks_local || controller_host.empty()) return "127.0.0.1";
+  if (all_ranks_local) return "127.0.0.1";
+  // No controller to route to (rank 0 opening the store for a multi-host mpiexec/mpirun job):
+  // the first outward address.
+  if (controller_host.empty()) {
+    std::string address = findInterface(std::string(), true, nullptr);
+    return address.empty() ? "127.0.0.1" : address;
+  }
   SockAddr controller = SockAddr::parse(controller_host, controller_port > 0 ? controller_port : 1,
                                         "PERSEUS_CONTROLLER_ADDR");
   if (!controller.isLoopback()) {

@@ -144,8 +144,22 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
 
 }  // namespace
 
-TcpListener::TcpListener(const std::string& host) {
-  fd_ = listenOn(SockAddr::parse(host, 0, "data-plane listener (PERSEUS_IFACE)"));
+TcpListener::TcpListener(const std::string& host, int port_lo, int port_hi) {
+  if (port_lo == 0) {
+    fd_ = listenOn(SockAddr::parse(host, 0, "data-plane listener (PERSEUS_IFACE)"));
+  } else {
+    for (int port = port_lo; port <= port_hi && !fd_.valid(); ++port) {
+      try {
+        fd_ = listenOn(SockAddr::parse(host, port, "data-plane listener (PERSEUS_IFACE)"));
+      } catch (const InvalidArgumentError&) {
+        if (port == port_hi) {
+          throw InvalidArgumentError(PERSEUS_STR(
+              "no free port for the data plane on " << host << " in PERSEUS_PORT_RANGE="
+              << port_lo << "-" << port_hi << "; widen the range (each rank takes one port)"));
+        }
+      }
+    }
+  }
   address_ = localAddress(fd_.get());
 }
 

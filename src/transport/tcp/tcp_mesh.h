@@ -16,7 +16,9 @@ namespace perseus::transport::tcp {
 // that connect early wait in the backlog instead of being refused.
 class TcpListener {
  public:
-  explicit TcpListener(const std::string& host);  // any free port
+  // Any free port when port_lo == 0, else the first free one in port_lo..port_hi
+  // (PERSEUS_PORT_RANGE). Throws InvalidArgumentError when none is free.
+  explicit TcpListener(const std::string& host, int port_lo = 0, int port_hi = 0);
   const SockAddr& address() const { return address_; }
   int fd() const { return fd_.get(); }
 
