@@ -49,7 +49,7 @@ TEST(SlurmLists, ExpandsHostLists) {
   EXPECT_EQ(expandHostList("node[01-04,07]", "L"), (V{"node01", "node02", "node03", "node04", "node07"}));
   EXPECT_EQ(expandHostList("a,b[8-10],c", "L"), (V{"a", "b8", "b9", "b10", "c"}));
   EXPECT_EQ(expandHostList("r[1-2]-n[1,3]", "L"), (V{"r1-n1", "r1-n3", "r2-n1", "r2-n3"}));
-  EXPECT_EQ(expandHostList("gpu-a[009-011]-ib", "L"), (V{"gpu-a009", "gpu-a010", "gpu-a011"}) );
+  EXPECT_EQ(expandHostList("gpu-a[009-011]-ib", "L"), (V{"gpu-a009-ib", "gpu-a010-ib", "gpu-a011-ib"}));
   EXPECT_EQ(expandHostList("solo", "L"), (V{"solo"}));
   for (const char* bad : {"node[01-04", "node]1[", "n[a-b]", "n[4-2]", "a,,b", ""}) {
     EXPECT_THROW(expandHostList(bad, "SLURM_STEP_NODELIST"), InvalidArgumentError) << bad;

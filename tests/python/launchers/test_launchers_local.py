@@ -1,0 +1,108 @@
+"""Real launchers on one host: torchrun (from the installed torch; standalone, c10d, and as a
+Kubeflow PyTorchJob configures it through PET_* variables), MPICH's Hydra mpiexec (by its own
+path: Open MPI stays the default mpirun), and the loud failures: a job that cannot form
+raises at init() naming the launcher; it never runs as size 1."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from launchsupport import TEST_SECRET, WORKER, check_job, python_env
+
+pytestmark = pytest.mark.timeout(120)
+PY = sys.executable
+TORCHRUN = [PY, "-m", "torch.distributed.run"]
+MPIEXEC_MPICH = "/usr/bin/mpiexec.mpich"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd, env, timeout=90):
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return r, r.stdout + r.stderr
+
+
+def test_torchrun_standalone_with_perseus_torch():
+    r, out = _run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", WORKER, "--api", "torch"],
+                  python_env(PERSEUS_SECRET=TEST_SECRET))
+    assert r.returncode == 0, out
+    check_job(out, [2])
+
+
+def test_torchrun_c10d_rendezvous():
+    port = _free_port()
+    r, out = _run(TORCHRUN + ["--nnodes", "1", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
+                              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "job1",
+                              WORKER], python_env(PERSEUS_SECRET=TEST_SECRET))
+    assert r.returncode == 0, out
+    check_job(out, [3])
+
+
+def test_pytorchjob_environment(tmp_path):
+    """What Kubeflow's training operator gives a PyTorchJob's pods: PET_* variables that
+    torchrun reads as its arguments, and the secret from a mounted file (PERSEUS_SECRET_FILE)."""
+    secret = tmp_path / "secret"
+    secret.write_text(TEST_SECRET + "\n")
+    secret.chmod(0o600)
+    env = python_env(PET_NNODES="1", PET_NPROC_PER_NODE="2", PET_NODE_RANK="0",
+                     PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(_free_port()),
+                     PERSEUS_SECRET_FILE=str(secret))
+    r, out = _run(TORCHRUN + [WORKER], env)
+    assert r.returncode == 0, out
+    check_job(out, [2])
+
+
+def test_pytorchjob_without_torchrun():
+    """A PyTorchJob whose pods run the script directly: RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT only (no LOCAL_*); placement comes from the host names."""
+    port = _free_port()
+    procs = [subprocess.Popen([PY, WORKER], env=python_env(
+        RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        PERSEUS_SECRET=TEST_SECRET), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(2)]
+    out = "".join(p.communicate(timeout=60)[0] for p in procs)
+    assert all(p.returncode == 0 for p in procs), out
+    check_job(out, [2])
+
+
+def test_torchrun_without_secret_fails_at_init():
+    env = python_env(HOME=str(os.path.dirname(WORKER)))  # no ~/.perseus/secret there
+    r, out = _run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", WORKER], env)
+    assert r.returncode != 0, out
+    assert "torchrun hands out no secret" in out and "PERSEUS_SECRET" in out, out
+    assert "PERSEUS_RESULT" not in out, out
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
+def test_mpich_hydra_one_host():
+    r, out = _run([MPIEXEC_MPICH, "-n", "3", PY, WORKER], python_env())
+    assert r.returncode == 0, out
+    check_job(out, [3])
+
+
+def test_open_mpi_stays_the_default():
+    if not shutil.which("mpirun"):
+        pytest.skip("needs Open MPI")
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
+    assert "Open MPI" in version, version
+
+
+@pytest.mark.parametrize("env, launcher, seen", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "torchrun", "WORLD_SIZE=2"),
+    ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "prte@1"}, "PMIx", "PMIX_RANK=0"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
+     "mpiexec", "PMI_SIZE=2"),
+])
+def test_job_that_cannot_form_raises(env, launcher, seen):
+    code = ("import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept Exception as e:\n"
+            "    print(type(e).__name__, e)\nelse:\n    print('size', hvd.size())\n")
+    r, out = _run([PY, "-c", code], python_env(**env), timeout=60)
+    assert "size 1" not in out, out
+    assert launcher in out and seen in out, out
