@@ -257,6 +257,15 @@ StoreConnection multiHostMpi(const LaunchInfo& info, const Params& params) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   }
+  // MPI started only to share the store's address is finalised right after (every rank is
+  // here): mpirun reports a process that exits without MPI_Finalize as failed. The MPI data
+  // plane keeps it for the job. An application that wants MPI too initialises it first.
+  struct FinalizeIfOurs {
+    bool ours;
+    ~FinalizeIfOurs() {
+      if (ours) MPI_Finalize();
+    }
+  } finalize_if_ours{!initialized && params.cpu_operations != "mpi"};
   StoreConnection out;
   char message[512] = {};
   if (info.topology.rank == 0) {
@@ -299,9 +308,11 @@ StoreConnection connectStore(const LaunchInfo& info, const Params& params) {
 #else
   throw InvalidArgumentError(
       "this Open MPI job spans several hosts (or OMPI_COMM_WORLD_LOCAL_SIZE is not set) and "
-      "Perseus was built without MPI, so the ranks cannot find each other; launch with "
-      "perseusrun, or set PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to a store started "
-      "with perseus_store_server_start");
+      "Perseus was built without MPI, so the ranks cannot find each other; reinstall Perseus "
+      "with Open MPI's headers present (apt-get install libopenmpi-dev, then pip install .; "
+      "perseusrun --check-build shows MPI), launch with perseusrun --mpi or perseusrun, or set "
+      "PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to a store started with "
+      "perseus_store_server_start");
 #endif
 }
 

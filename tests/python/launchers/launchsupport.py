@@ -19,7 +19,8 @@ def results(text):
     for line in text.splitlines():
         at = line.find("PERSEUS_RESULT ")
         if at >= 0:
-            rec = json.loads(line[at + len("PERSEUS_RESULT "):])
+            # raw_decode: another process's output may follow on the same line of a pipe.
+            rec = json.JSONDecoder().raw_decode(line[at + len("PERSEUS_RESULT "):])[0]
             out[rec["rank"]] = rec
     return out
 

@@ -38,7 +38,7 @@ def available():
 
 
 class VirtualCluster:
-    def __init__(self, hosts, controller="ctl", ssh_port=22):
+    def __init__(self, hosts, controller="ctl", ssh_port=22, own_hostnames=False):
         tag = uuid.uuid4().hex[:5]
         self.tag = tag
         self.hosts = list(hosts)
@@ -49,6 +49,10 @@ class VirtualCluster:
         self.addresses = {h: f"{SUBNET}.{i + 2}" for i, h in enumerate(self.hosts + [controller])}
         self.tmp = tempfile.mkdtemp(prefix="perseus-cluster-")
         self.sshd = {}
+        # True: each host's sshd (and so everything started through ssh) runs in its own UTS
+        # namespace whose host name is the host's name, as launchers that name hosts by
+        # gethostname() (mpiexec, mpirun) expect.
+        self.own_hostnames = own_hostnames
 
     # --- lifetime -------------------------------------------------------------------------
     def __enter__(self):
@@ -166,7 +170,10 @@ AcceptEnv PERSEUS_* OMP_* MXNET_* PYTHON*
 Subsystem sftp internal-sftp
 """)
         os.makedirs("/run/sshd", exist_ok=True)
-        proc = self.popen(host, ["/usr/sbin/sshd", "-D", "-e", "-f", cfg],
+        sshd = ["/usr/sbin/sshd", "-D", "-e", "-f", cfg]
+        if self.own_hostnames:
+            sshd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host] + sshd
+        proc = self.popen(host, sshd,
                           stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.tmp, f"sshd_{host}.log"), "w"))
         self.sshd[host] = proc
         deadline = time.time() + 10

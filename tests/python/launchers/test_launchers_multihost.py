@@ -1,0 +1,115 @@
+"""Every launcher across two hosts (network namespaces with their own addresses, host names
+and sshd: tests/python/multihost/netns_hosts.py), 2 ranks on each: torchrun with a static and
+a c10d rendezvous, MPICH's Hydra mpiexec over ssh, Open MPI's mpirun with a hostfile (what a
+Kubeflow MPIJob runs), and a real Slurm (slurmctld, one slurmd per host, munge) with srun,
+sbatch, and perseusrun inside an allocation. Each job must match perseusrun's topology for
+the same placement; Slurm is stopped afterwards."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launchsupport import TEST_SECRET, WORKER, check_job, python_env, results
+
+netns_hosts = pytest.importorskip("netns_hosts")
+import slurm_cluster  # noqa: E402
+from multihost_launch import MPIEXEC_MPICH, MultiHostLaunchers  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(150),
+              pytest.mark.skipif(not netns_hosts.available(),
+                                 reason="needs root, network namespaces (ip netns) and sshd")]
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def net():
+    with netns_hosts.VirtualCluster(["h1", "h2"], own_hostnames=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def launchers(net):
+    return MultiHostLaunchers(net)
+
+
+def _check(launch, hosts):
+    assert launch.returncode == 0, launch.output[-8000:]
+    return check_job(launch.output, [2, 2], hosts)
+
+
+def test_perseusrun(launchers, net):
+    _check(launchers.perseusrun(), ["h1", "h1", "h2", "h2"])
+
+
+def test_torchrun_static_rendezvous(launchers):
+    _check(launchers.torchrun_static(port=29510), ["h1", "h1", "h2", "h2"])
+
+
+def test_torchrun_c10d_rendezvous(launchers):
+    launch = launchers.torchrun_c10d(port=29410)
+    res = _check(launch, None)
+    # c10d may make either host group 0; ranks stay in blocks of 2 per host.
+    assert res[0]["host"] == res[1]["host"] != res[2]["host"] == res[3]["host"], res
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
+def test_mpich_hydra_across_hosts(launchers):
+    _check(launchers.mpiexec_mpich(), ["h1", "h1", "h2", "h2"])
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI")
+def test_open_mpi_hostfile_across_hosts(launchers):
+    _check(launchers.mpirun(), ["h1", "h1", "h2", "h2"])
+
+
+# --- Slurm ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def slurm(net):
+    if not slurm_cluster.available():
+        pytest.skip("needs slurmctld, slurmd and munge (scripts/setup.sh installs them)")
+    with slurm_cluster.SlurmCluster(net) as s:
+        yield s
+
+
+def test_srun(net, slurm):
+    _check(MultiHostLaunchers(net, slurm).srun(), ["pn01", "pn01", "pn02", "pn02"])
+
+
+def test_srun_without_secret_fails_at_init(slurm):
+    r = slurm.run(["srun", "-N", "2", "--ntasks-per-node", "2", PY, WORKER], check=False,
+                  env=slurm.env(**python_env(HOME=slurm.tmp)), timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "Slurm's srun hands out no secret" in out, out
+    assert "PERSEUS_RESULT" not in out, out
+
+
+def _sbatch(slurm, script, **env):
+    path = os.path.join(slurm.tmp, "job.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + script + "\n")
+    out = os.path.join(slurm.tmp, "job-%j.out")
+    r = slurm.run(["sbatch", "--parsable", "-N", "2", "--ntasks-per-node", "2", "-o", out, path],
+                  env=slurm.env(**python_env(**env)), timeout=30)
+    job_id = r.stdout.strip().split(";")[0]
+    slurm.wait_job(job_id)
+    with open(out.replace("%j", job_id)) as f:
+        return f.read()
+
+
+def test_sbatch_with_srun(slurm):
+    text = _sbatch(slurm, "exec srun %s %s" % (PY, WORKER), PERSEUS_SECRET=TEST_SECRET)
+    check_job(text, [2, 2], ["pn01", "pn01", "pn02", "pn02"])
+
+
+def test_perseusrun_in_allocation_takes_its_hosts(slurm, net):
+    """perseusrun with no -np/-H inside sbatch: the allocation's nodes (pn[01-02]) and tasks
+    (2(x2)); the ranks on pn02 are started through ssh (its sshd runs as host h2)."""
+    ssh = " ".join(net.perseusrun_args())
+    text = _sbatch(slurm, "exec %s -m perseus.runner --verbose %s %s %s" % (PY, ssh, PY, WORKER))
+    assert "Slurm allocation" in text and "pn01:2,pn02:2" in text, text
+    check_job(text, [2, 2], ["pn01", "pn01", "h2", "h2"])
