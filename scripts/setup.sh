@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Perseus needs on a fresh Debian 12 machine: the toolchain, Open MPI,
-# sshd (for the multi-host launcher tests), the Fashion-MNIST data, and the Python packages
+# sshd (for the multi-host launcher tests), Slurm, munge and MPICH (for the tests of those
+# launchers; Open MPI stays the default MPI), the Fashion-MNIST data, and the Python packages
 # (MXNet 1.9.1 needs numpy < 1.24). Safe to run twice.
 set -euo pipefail
 
@@ -12,7 +13,10 @@ apt_packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev
-  openssh-server openssh-client iproute2 procps psmisc
+  openssh-server openssh-client iproute2 procps psmisc util-linux
+  # The launcher tests start these themselves (tests/python/launchers): a real Slurm on the
+  # network-namespace hosts, and MPICH's Hydra mpiexec, called as /usr/bin/mpiexec.mpich.
+  slurmctld slurmd slurm-client munge mpich
   dataset-fashion-mnist
   clang libclang-rt-14-dev
   python3-venv
@@ -25,6 +29,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# mpich registers mpirun/mpicc alternatives too; Open MPI must stay the default (perseusrun
+# --mpi, the MPI data plane and CMake's FindMPI use it).
+for alt in mpirun:/usr/bin/mpirun.openmpi mpi:/usr/bin/mpicc.openmpi; do
+  name=${alt%%:*}
+  target=${alt#*:}
+  if [ -e "$target" ] && [ "$(readlink -f "/etc/alternatives/$name")" != "$(readlink -f "$target")" ]; then
+    $SUDO update-alternatives --set "$name" "$target"
+  fi
+done
 
 cd "$(dirname "$0")/.."
 # A system Python that PEP 668 marks externally managed (Debian's and Ubuntu's own python3)

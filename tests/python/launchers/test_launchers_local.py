@@ -59,17 +59,53 @@ def test_pytorchjob_environment(tmp_path):
     check_job(out, [2])
 
 
-def test_pytorchjob_without_torchrun():
-    """A PyTorchJob whose pods run the script directly: RANK, WORLD_SIZE, MASTER_ADDR and
-    MASTER_PORT only (no LOCAL_*); placement comes from the host names."""
-    port = _free_port()
-    procs = [subprocess.Popen([PY, WORKER], env=python_env(
-        RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-        PERSEUS_SECRET=TEST_SECRET), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for r in range(2)]
+def _pods(n, *args, **env):
+    """n processes with only the variables a PyTorchJob gives pods that run the script
+    directly: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Returns (exit codes, output)."""
+    env.setdefault("MASTER_PORT", str(_free_port()))
+    procs = [subprocess.Popen([PY, WORKER] + list(args), env=python_env(
+        RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", PERSEUS_SECRET=TEST_SECRET,
+        **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
     out = "".join(p.communicate(timeout=60)[0] for p in procs)
-    assert all(p.returncode == 0 for p in procs), out
+    return [p.returncode for p in procs], out
+
+
+def test_pytorchjob_without_torchrun():
+    """No LOCAL_*: the placement comes from the host names."""
+    codes, out = _pods(2)
+    assert codes == [0, 0], out
     check_job(out, [2])
+
+
+def test_fixed_store_port_and_data_port_range():
+    """PERSEUS_PORT fixes the store's port, PERSEUS_PORT_RANGE the data-plane listeners'
+    (over TCP here, so that the ranks' connections show the listeners' ports)."""
+    lo = _free_port()
+    store = _free_port()
+    codes, out = _pods(3, "--ports", PERSEUS_PORT=str(store), PERSEUS_CPU_OPERATIONS="tcp",
+                       PERSEUS_PORT_RANGE="%d-%d" % (lo, lo + 20))
+    assert codes == [0, 0, 0], out
+    res = check_job(out, [3])
+    assert [10, store, 0] in res[0]["tcp"], res[0]
+    for rank, rec in res.items():
+        data = [(l, r) for state, l, r in rec["tcp"] if state == 1 and store not in (l, r)]
+        # Each pair of ranks is connected (PERSEUS_TCP_CONNECTIONS sockets); one end of each
+        # connection is a listener's port.
+        assert len(data) >= 2, (rank, rec["tcp"])
+        assert all(lo <= l <= lo + 20 or lo <= r <= lo + 20 for l, r in data), (rank, rec["tcp"])
+
+
+def test_ports_that_are_taken_fail_loudly():
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        codes, out = _pods(2, PERSEUS_PORT=str(port), PERSEUS_START_TIMEOUT="5")
+        assert codes[0] != 0 and "set PERSEUS_PORT to a free port" in out, out
+        codes, out = _pods(2, PERSEUS_PORT_RANGE="%d-%d" % (port, port),
+                           PERSEUS_START_TIMEOUT="5")
+        assert codes != [0, 0] and "PERSEUS_PORT_RANGE" in out, out
+    assert "PERSEUS_RESULT" not in out, out
 
 
 def test_torchrun_without_secret_fails_at_init():
@@ -101,8 +137,10 @@ def test_open_mpi_stays_the_default():
      "mpiexec", "PMI_SIZE=2"),
 ])
 def test_job_that_cannot_form_raises(env, launcher, seen):
-    code = ("import perseus.torch as hvd\ntry:\n    hvd.init()\nexcept Exception as e:\n"
-            "    print(type(e).__name__, e)\nelse:\n    print('size', hvd.size())\n")
+    # perseus.torch for torchrun's variables (the user's import); the cheaper _core otherwise.
+    module = "perseus.torch" if launcher == "torchrun" else "perseus._core"
+    code = ("import %s as hvd\ntry:\n    hvd.init()\nexcept ValueError as e:\n"
+            "    print(type(e).__name__, e)\nelse:\n    print('joined')\n" % module)
     r, out = _run([PY, "-c", code], python_env(**env), timeout=60)
-    assert "size 1" not in out, out
-    assert launcher in out and seen in out, out
+    assert "joined" not in out, out
+    assert "InvalidArgumentError" in out and launcher in out and seen in out, out
