@@ -8,7 +8,9 @@ topology_worker.py, perseus._core and numpy; no torch import in the ranks).
 For each launcher and repetition it reports, in seconds:
   total     launch command started -> the last rank's first allreduce completed;
   to_python launch command started -> the first rank's Python started running the script;
-  perseus   the slowest rank's init() plus first allreduce (its Perseus part).
+  perseus   the last rank to have imported perseus -> the last rank's first allreduce
+            completed: init() (rendezvous, connections) and one allreduce once every rank
+            is ready, i.e. what Perseus adds to the launcher's own start time.
 Prints a Markdown table of medians. Needs root, Debian's mpich, slurm and munge
 (scripts/setup.sh). Usage: sudo python3 bench/launchers/launch_to_first_allreduce.py [--reps 5]
 """
@@ -33,7 +35,8 @@ def measure(launch):
     assert sorted(res) == [0, 1, 2, 3], launch.output[-4000:]
     return {"total": max(r["first_allreduce"] for r in res.values()) - launch.started,
             "to_python": min(r["start"] for r in res.values()) - launch.started,
-            "perseus": max(r["first_allreduce"] - r["imported"] for r in res.values())}
+            "perseus": max(r["first_allreduce"] for r in res.values()) -
+                       max(r["imported"] for r in res.values())}
 
 
 def main():
@@ -61,7 +64,7 @@ def main():
                   % (name, med["total"], rows[-1][2], rows[-1][3], med["to_python"],
                      med["perseus"]), file=sys.stderr, flush=True)
     print("| launcher | launch -> first allreduce (median, min-max) | launch -> first rank's "
-          "Python | Perseus: init() + first allreduce (slowest rank) |")
+          "Python | Perseus: last rank ready -> first allreduce done |")
     print("|---|---|---|---|")
     for name, med, lo, hi in rows:
         print("| %s | %.2f s (%.2f-%.2f) | %.2f s | %.3f s |"

@@ -32,9 +32,9 @@ struct World {
   std::unique_ptr<transport::ShmArena> arena;    // the ranks of this host; nullptr if alone
 };
 
-// Reads the topology from the environment (PERSEUS_* as set by perseusrun, or
-// OMPI_COMM_WORLD_* under mpirun, or one rank when neither is set), authenticates with the
-// rendezvous store using PERSEUS_SECRET, exchanges addresses, and connects every pair:
+// Reads the topology from the environment (PERSEUS_* as set by perseusrun, or another
+// launcher's variables: Note [Launchers] in launch_env.cc; one rank when none is set),
+// authenticates with the rendezvous store, exchanges addresses, and connects every pair:
 // shared memory within a host, TCP across hosts (PERSEUS_CPU_OPERATIONS=tcp forces TCP).
 // Throws InvalidArgumentError for inconsistent variables, TimeoutError when ranks don't
 // arrive within PERSEUS_START_TIMEOUT.
