@@ -15,18 +15,13 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "rendezvous/job_secret.h"
+#include "rendezvous/open_mpi_runtime.h"
 #include "rendezvous/pmi_client.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
 #include "transport/tcp/auth.h"
 #include "transport/tcp/iface.h"
 
-#ifdef PERSEUS_HAVE_MPI
-// The C API only: the C++ bindings would need libmpi_cxx.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-#endif
 
 // Note [Store discovery]
 // perseusrun starts the store and passes PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to
@@ -37,9 +32,10 @@
 //    place, so readers never see half a file. The others poll for it, and trust it only if it
 //    is a regular file owned by their uid with no group/other access. Rank 0 deletes it once
 //    every rank has reached the store;
-//  - several hosts and an MPI build: MPI_Init, rank 0 starts a store on its outward address and
-//    MPI_Bcast shares "host:port secret";
-//  - otherwise: an InvalidArgumentError that says to use perseusrun or set the variables.
+//  - several hosts: rank 0 starts a store on its outward address and MPI_Bcast shares
+//    "host port secret", through Open MPI's libmpi loaded at run time (whatever headers the
+//    build had; Note [Open MPI at run time]); when libmpi cannot be loaded, an
+//    InvalidArgumentError that says what to do.
 // Under MPICH's or Intel MPI's mpiexec (Hydra), rank 0 starts a store (on 127.0.0.1 when the
 // job has one host, else on its outward address) with a random secret and puts "host,port,
 // secret" into the job's PMI key-value space; the others read it after a PMI barrier.
@@ -249,41 +245,28 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   return out;
 }
 
-#ifdef PERSEUS_HAVE_MPI
-StoreConnection multiHostMpi(const LaunchInfo& info, const Params& params) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-  }
-  // MPI started only to share the store's address is finalised right after (every rank is
-  // here): mpirun reports a process that exits without MPI_Finalize as failed. The MPI data
-  // plane keeps it for the job. An application that wants MPI too initialises it first.
-  struct FinalizeIfOurs {
-    bool ours;
-    ~FinalizeIfOurs() {
-      if (ours) MPI_Finalize();
-    }
-  } finalize_if_ours{!initialized && params.cpu_operations != "mpi"};
+StoreConnection multiHostOpenMpi(const LaunchInfo& info, const Params& params) {
   StoreConnection out;
-  char message[512] = {};
+  std::string message;
   if (info.topology.rank == 0) {
     std::string host = transport::tcp::chooseListenHost(params.iface, std::string(), 0, false);
     int port = 0;
     out = startLocalServer(host, params, &port);
-    std::snprintf(message, sizeof(message), "%s %d %s", host.c_str(), port, out.secret_hex.c_str());
+    message = host + " " + std::to_string(port) + " " + out.secret_hex;
   }
-  MPI_Bcast(message, sizeof(message), MPI_CHAR, 0, MPI_COMM_WORLD);
+  // The MPI data plane keeps MPI for the job; otherwise MPI served only this broadcast.
+  message = openMpiBroadcast(message, params.cpu_operations == "mpi");
   if (info.topology.rank == 0) return out;
   std::istringstream in(message);
   std::string host;
   int port = 0;
-  in >> host >> port >> out.secret_hex;
+  if (!(in >> host >> port >> out.secret_hex)) {
+    throw InternalError("rank 0 broadcast '" + message + "' as the store's address; are all "
+                        "ranks running the same Perseus?");
+  }
   out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
   return out;
 }
-#endif
 
 }  // namespace
 
@@ -303,17 +286,7 @@ StoreConnection connectStore(const LaunchInfo& info, const Params& params) {
   if (info.has_local && info.topology.local_size == info.topology.size) {
     return singleHostOpenMpi(info, params);
   }
-#ifdef PERSEUS_HAVE_MPI
-  return multiHostMpi(info, params);
-#else
-  throw InvalidArgumentError(
-      "this Open MPI job spans several hosts (or OMPI_COMM_WORLD_LOCAL_SIZE is not set) and "
-      "Perseus was built without MPI, so the ranks cannot find each other; reinstall Perseus "
-      "with Open MPI's headers present (apt-get install libopenmpi-dev, then pip install .; "
-      "perseusrun --check-build shows MPI), launch with perseusrun --mpi or perseusrun, or set "
-      "PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to a store started with "
-      "perseus_store_server_start");
-#endif
+  return multiHostOpenMpi(info, params);
 }
 
 }  // namespace perseus::rendezvous
