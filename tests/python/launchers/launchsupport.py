@@ -16,12 +16,13 @@ TEST_SECRET = "perseus-test-secret-0123456789"
 def results(text):
     """rank -> the worker's result record, from the launcher's combined output."""
     out = {}
-    for line in text.splitlines():
-        at = line.find("PERSEUS_RESULT ")
-        if at >= 0:
-            # raw_decode: another process's output may follow on the same line of a pipe.
-            rec = json.JSONDecoder().raw_decode(line[at + len("PERSEUS_RESULT "):])[0]
-            out[rec["rank"]] = rec
+    marker = "PERSEUS_RESULT "
+    # Ranks that share a pipe may land on one line: every marker starts a record.
+    at = text.find(marker)
+    while at >= 0:
+        rec = json.JSONDecoder().raw_decode(text[at + len(marker):])[0]
+        out[rec["rank"]] = rec
+        at = text.find(marker, at + len(marker))
     return out
 
 

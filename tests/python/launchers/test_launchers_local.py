@@ -1,4 +1,4 @@
-"""Real launchers on one host: torchrun (from the installed torch; standalone, c10d, and as a
+"""Real launchers on one host: perseusrun and Open MPI's mpirun as the reference, torchrun (from the installed torch; standalone, c10d, and as a
 Kubeflow PyTorchJob configures it through PET_* variables), MPICH's Hydra mpiexec (by its own
 path: Open MPI stays the default mpirun), and the loud failures: a job that cannot form
 raises at init() naming the launcher; it never runs as size 1."""
@@ -119,6 +119,22 @@ def test_torchrun_without_secret_fails_at_init():
 @pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
 def test_mpich_hydra_one_host():
     r, out = _run([MPIEXEC_MPICH, "-n", "3", PY, WORKER], python_env())
+    assert r.returncode == 0, out
+    check_job(out, [3])
+
+
+def test_perseusrun_one_host():
+    r, out = _run([PY, "-m", "perseus.runner", "-np", "3", PY, WORKER], python_env())
+    assert r.returncode == 0, out
+    check_job(out, [3])
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI")
+def test_open_mpi_one_host():
+    env = python_env()
+    forward = [a for k in ("PYTHONPATH", "PERSEUS_BUILD_DIR") if k in env for a in ("-x", k)]
+    r, out = _run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"] + forward +
+                  [PY, WORKER], env)
     assert r.returncode == 0, out
     check_job(out, [3])
 

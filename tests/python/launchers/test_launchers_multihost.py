@@ -79,6 +79,13 @@ def test_srun(net, slurm):
     _check(MultiHostLaunchers(net, slurm).srun(), ["pn01", "pn01", "pn02", "pn02"])
 
 
+def test_srun_one_node(slurm):
+    r = slurm.run(["srun", "-N", "1", "-n", "2", PY, WORKER], check=False, timeout=90,
+                  env=slurm.env(**python_env(PERSEUS_SECRET=TEST_SECRET)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    check_job(r.stdout, [2], ["pn01", "pn01"])
+
+
 def test_srun_without_secret_fails_at_init(slurm):
     r = slurm.run(["srun", "-N", "2", "--ntasks-per-node", "2", PY, WORKER], check=False,
                   env=slurm.env(**python_env(HOME=slurm.tmp)), timeout=90)

@@ -56,6 +56,7 @@ def tcp_sockets():
 
 
 extra = {"tcp": tcp_sockets()} if "--ports" in sys.argv else {}
+(hvd if api == "torch" else _core).shutdown()
 print("PERSEUS_RESULT " + json.dumps(dict(
     topo, value=value, host=socket.gethostname(), start=start, imported=imported,
     init_done=init_done, first_allreduce=first_allreduce, **extra)), flush=True)
