@@ -75,8 +75,12 @@ def slurm(net):
         yield s
 
 
-def test_srun(net, slurm):
-    _check(MultiHostLaunchers(net, slurm).srun(), ["pn01", "pn01", "pn02", "pn02"])
+@pytest.mark.parametrize("mpi", ["none", "pmi2"])
+def test_srun(net, slurm, mpi):
+    """srun without and with its pmi2 plugin, which adds PMI_FD/PMI_RANK/PMI_SIZE: those must
+    not hide the step's SLURM_* variables. (Debian's mpi/pmix plugin does not launch steps in
+    this set-up, with or without Perseus.)"""
+    _check(MultiHostLaunchers(net, slurm).srun("--mpi=" + mpi), ["pn01", "pn01", "pn02", "pn02"])
 
 
 def test_srun_one_node(slurm):
