@@ -22,18 +22,19 @@ def us(v):
     return f"{v:.3g} µs"
 
 
-def replace_section(name, body):
-    """Writes `body` between <!-- BEGIN name --> and <!-- END name --> in PERFORMANCE.md,
-    appending the section if it is new; text outside the markers is left alone."""
-    os.makedirs(os.path.dirname(DOC), exist_ok=True)
-    text = open(DOC).read() if os.path.exists(DOC) else "# Performance\n"
+def replace_section(name, body, doc=DOC):
+    """Writes `body` between <!-- BEGIN name --> and <!-- END name --> in `doc`
+    (PERFORMANCE.md), appending the section if it is new; text outside the markers is left
+    alone."""
+    os.makedirs(os.path.dirname(doc), exist_ok=True)
+    text = open(doc).read() if os.path.exists(doc) else "# Performance\n"
     begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
     block = f"{begin}\n{body.rstrip()}\n{end}"
     if begin in text:
         text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    with open(DOC, "w") as f:
+    with open(doc, "w") as f:
         f.write(text)
 
 
