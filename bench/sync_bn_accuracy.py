@@ -171,7 +171,8 @@ def summarize(rows, config, batch):
     steps = sum(r["steps"] for r in mine)
     step_ms = sum(r["train_seconds"] for r in mine) * 1000.0 / steps
     epoch_s = _mean_std([r["train_seconds"] for r in mine])
-    return dict(seeds=seeds, curve=curve, final=final, best=best, step_ms=step_ms,
+    loss = [r["train_loss"] for r in mine if r["epoch"] == epochs[-1]]
+    return dict(seeds=seeds, curve=curve, final=final, best=best, step_ms=step_ms, loss=loss,
                 epoch_s=epoch_s, steps_per_epoch=mine[0]["steps"],
                 local_size=mine[0]["local_size"])
 
@@ -201,7 +202,7 @@ def plot(args, rows):
                      % ("MXNet Gluon" if args.framework == "mxnet" else "PyTorch", args.np,
                         batch, args.np * batch), fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="center right")
     fig.suptitle("Fashion-MNIST, %d training images, %d seeds: line = mean, band = min..max"
                  % (args.train_samples, len(args.seeds)), fontsize=10)
     fig.tight_layout()
@@ -235,8 +236,9 @@ def reproduce_line(args):
 def table(args, rows):
     out = ["Produced by", "", "    " + reproduce_line(args), "",
            "| per-rank batch | configuration | statistics over | final accuracy (mean ± sd) "
-           "| best accuracy (mean ± sd) | per seed final | time per epoch (s) | ms per step |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| best accuracy (mean ± sd) | per seed final | last epoch's train loss "
+           "| time per epoch (s) | ms per step |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for batch in args.batch_per_rank:
         step_ms = {c: summarize(rows, c, batch)["step_ms"] for c in args.configs}
         for config in args.configs:
@@ -248,11 +250,12 @@ def table(args, rows):
             base = step_ms.get(BASELINE.get(config))
             cost = "" if base is None else " (%+.0f ms, x%.1f)" % (s["step_ms"] - base,
                                                                   s["step_ms"] / base)
-            out.append("| %d | %s | %d samples | %.2f ± %.2f %% | %.2f ± %.2f %% | %s | "
+            out.append("| %d | %s | %d samples | %.2f ± %.2f %% | %.2f ± %.2f %% | %s | %.2f | "
                        "%.1f ± %.1f | %.1f%s |"
                        % (batch, LABELS[config], over, 100 * fm, 100 * fs, 100 * bm, 100 * bs,
-                          " ".join("%.1f" % (100 * v) for v in s["final"]), s["epoch_s"][0],
-                          s["epoch_s"][1], s["step_ms"], cost))
+                          " ".join("%.1f" % (100 * v) for v in s["final"]),
+                          _mean_std(s["loss"])[0], s["epoch_s"][0], s["epoch_s"][1],
+                          s["step_ms"], cost))
     out += ["", "%d ranks, %d epochs of %d training images (%d steps per epoch at %d per "
             "rank), test on %d images, seeds %s." % (
                 args.np, args.epochs, args.train_samples,
