@@ -202,9 +202,10 @@ def plot(args, rows):
                      % ("MXNet Gluon" if args.framework == "mxnet" else "PyTorch", args.np,
                         batch, args.np * batch), fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="center right")
-    fig.suptitle("Fashion-MNIST, %d training images, %d seeds: line = mean, band = min..max"
-                 % (args.train_samples, len(args.seeds)), fontsize=10)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle("Fashion-MNIST, %d training images, %d seeds%s\nline = mean, band = min..max"
+                 % (args.train_samples, len(args.seeds),
+                    ", " + args.extra.strip() if args.extra.strip() else ""), fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(args.plot), exist_ok=True)
     fig.savefig(args.plot, dpi=110)
