@@ -22,10 +22,11 @@ def us(v):
     return f"{v:.3g} µs"
 
 
-def replace_section(name, body, doc=DOC):
-    """Writes `body` between <!-- BEGIN name --> and <!-- END name --> in `doc`
-    (PERFORMANCE.md), appending the section if it is new; text outside the markers is left
-    alone."""
+def replace_section(name, body, doc=None):
+    """Writes `body` between <!-- BEGIN name --> and <!-- END name --> in `doc` (default:
+    PERFORMANCE.md, looked up at call time), appending the section if it is new; text outside
+    the markers is left alone."""
+    doc = doc or DOC
     os.makedirs(os.path.dirname(doc), exist_ok=True)
     text = open(doc).read() if os.path.exists(doc) else "# Performance\n"
     begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
