@@ -5,7 +5,7 @@
 // Per size: warm-up, then samples of k back-to-back ops (k calibrated so a sample lasts
 // >= --sample-ms); time per op = (max over ranks of the sample time) / k; the median of the
 // samples is reported with min and max. algbw = S / t and busbw = algbw * factor with the
-// nccl-tests definitions (perf-anchors.md §1): S is the per-rank buffer (allreduce, broadcast)
+// nccl-tests definitions (its doc/PERFORMANCE.md): S is the per-rank buffer (allreduce, broadcast)
 // or the whole gathered/scattered vector (allgather, reducescatter); factor 2(n-1)/n for
 // allreduce, (n-1)/n for allgather and reducescatter, 1 for broadcast.
 //
@@ -13,7 +13,7 @@
 //   {"bench":"collectives","op":"allreduce","algo":"shm","ranks":2,"bytes":4,"time_us":...,
 //    "time_us_min":...,"time_us_max":...,"algbw_gbs":...,"busbw_gbs":...,"samples":11,"ok":true}
 //
-// --ops memcpy measures the floor of perf-anchors.md §5: every rank memcpy()s S bytes at once.
+// --ops memcpy measures the floor: every rank memcpy()s S bytes at once.
 //
 // Usage: collectives_bench [--ranks N] [--min-bytes B] [--max-bytes B] [--samples S]
 //                          [--sample-ms MS] [--ops allreduce,allgather,broadcast,reducescatter]

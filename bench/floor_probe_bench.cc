@@ -1,4 +1,4 @@
-// The two floors of a 2-rank allreduce on one host (docs/algorithms.md, perf-anchors.md §3),
+// The two floors of a 2-rank allreduce on one host (docs/PERFORMANCE.md, the core's targets),
 // measured in the run that measures the allreduce:
 //   memcpy     two threads (CPU 0 and 1) each copy their own S-byte buffer at once: one read
 //              of every input and one write of every output, the traffic no allreduce avoids;

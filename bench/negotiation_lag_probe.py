@@ -1,5 +1,5 @@
 """The last tensor's lag in the negotiation step, per step and split by rank (the probe behind
-docs/algorithms.md, *Rings that carry no bytes*):
+docs/algorithms.md, *Posted collectives*):
 
     perseusrun -np 2 python bench/negotiation_lag_probe.py [--tensors 10,1000] [--steps N]
 

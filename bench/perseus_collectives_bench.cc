@@ -1,5 +1,5 @@
 // Perseus side of the benchmark suite, through the public C API (the engine, negotiation and
-// fusion included), with the timing rule of bench/peers/* (perf-anchors.md §5) and the same
+// fusion included), with the timing rule of bench/peers/* (docs/PERFORMANCE.md) and the same
 // JSON lines. Launch with perseusrun or mpirun:
 //   perseusrun -np 2 build/release/bench/perseus_collectives_bench sweep [max_mib] [collective]
 //   perseusrun -np 2 build/release/bench/perseus_collectives_bench latency

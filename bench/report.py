@@ -74,8 +74,8 @@ def collective_table(rows, collective):
 
 def allreduce_verdict(rows):
     """Ahead by the median of the interleaved rounds, and also when each library is taken at
-    its fastest round: a peer whose rounds mostly ran in a slow state of the VM does not make
-    Perseus ahead."""
+    its fastest round: a peer whose rounds mostly ran while the machine was slow (another
+    placement of its cores) does not make Perseus ahead."""
     table = by_size(rows, "allreduce")
     behind, behind_fast, checked = [], [], 0
     for size in sorted(table):
@@ -102,9 +102,10 @@ def allreduce_verdict(rows):
 
 def collectives_section(rows):
     out = [f"## CPU collectives, {rows[0]['ranks']} ranks on one host", "",
-           "Times are the median of per-sample means (max over ranks), as in perf-anchors.md §5; "
+           "Times are the median of per-sample means, each sample's time the slowest rank's; "
            "the allreduce rows of perseus and openmpi are the median of alternating sweeps "
-           "(run_all.py ALLREDUCE_ROUNDS; the VM flips between fast and slow states), which "
+           "(run_all.py ALLREDUCE_ROUNDS; on a virtual machine the cross-core rate changes for "
+           "seconds at a time with the placement of the cores), which "
            "every row keeps in `rounds_time_us`; busbw follows nccl-tests. *perseus* is the C API (engine, negotiation and fusion "
            "included): allreduce and broadcast as blocking calls "
            "(`perseus_allreduce_blocking`, as `MPI_Allreduce` blocks), allgather and "

@@ -60,5 +60,5 @@ def save(fig, plt, name):
 
 def fastest_round(row):
     """A row's fastest interleaved round (its time when it ran alone otherwise): the library
-    in its own fast state, whichever state the VM was in for the other."""
+    at its best, whatever the machine did while the other library ran."""
     return min(row.get("rounds_time_us") or [row["time_us"]])

@@ -55,7 +55,7 @@ def core_section(rows):
                 "by one core is read by the other (per direction), written with cached stores "
                 "(the reader pulls the lines from the other core) and with streaming stores "
                 "(*-nt*: the reader fetches them from memory). Which of the two is faster "
-                "depends on where the VM's two vCPUs sit at the moment; the shared-memory "
+                "depends on where the host places the two cores at the moment; the shared-memory "
                 "collectives choose per call (docs/algorithms.md, *Slot stores*).", "",
                 "| S | memcpy floor GB/s | cross-core GB/s | cross-core-nt GB/s | perseus "
                 "allreduce busbw GB/s (in place) |",
@@ -68,7 +68,7 @@ def core_section(rows):
                 f" ({inplace[b]['busbw_gbs']:.2f})" if b in inplace else "")
             out.append(f"| {b // 1024} KiB | {gbs(memcpy, b)} | {gbs(cross, b)} | "
                        f"{gbs(cross_nt, b)} | {mine} |")
-    out += ["", "What limits the figures, from the floors of this run (perf-anchors.md §3): a "
+    out += ["", "What limits the figures, from the floors of this run: a "
             "2-rank allreduce of S bytes must read every input and write every output once "
             "(the memcpy floor), and each rank must also receive S bytes from the other core "
             "(half of the peer's input, half of the result)."]

@@ -5,9 +5,9 @@ N-rank step), so the reason is measured, not assumed; the fixes name the mechani
 from report_common import human, us
 
 OTHERS = ("openmpi", "torch-gloo", "horovod", "horovod-mpi")
-# 2-thread memcpy floor on the reference host (perf-anchors.md §5), GB/s busbw.
+# 2-thread memcpy floor of the 2-core reference host (bench/floor_probe_bench, memcpy), GB/s busbw.
 FLOOR_GBS = {16 << 20: 8.8, 64 << 20: 7.6, 256 << 20: 9.6}
-SMALL_BELOW = 64 << 10  # below: latency-bound on this host (perf-anchors.md §5)
+SMALL_BELOW = 64 << 10  # below: latency-bound (the fixed per-op cost exceeds the copy)
 
 
 def collective_shortfalls(rows):
@@ -104,7 +104,7 @@ BANDWIDTH_WHY = {
                   "cross-core rate of the floors table (*The core's targets*). Tried without "
                   "gain: single-copy reads of the peer's input (CMA), other segment sizes, "
                   "streaming stores in place (docs/algorithms.md, *Tried for large allreduces*)."),
-    "allgather": ("Since session 8 mid-sized broadcasts and allgathers read straight from the "
+    "allgather": ("Mid-sized broadcasts and allgathers read straight from the "
                   "peer's buffer (one copy, cross-memory attach, as Open MPI's vader does); "
                   "large ones pipeline through the shared-memory slots, where that measured "
                   "faster (docs/algorithms.md, *Single-copy broadcasts and allgathers*). Every "
@@ -156,9 +156,9 @@ def training_shortfalls(rows, ranks):
                 f"{best_peer['samples_per_s']:.0f} samples/s vs {best_mine['library']} "
                 f"{best_mine['samples_per_s']:.0f}.")
         if best_mine["samples_per_s"] >= 0.95 * best_peer["samples_per_s"]:
-            line += (" Within 5%: less than this VM's run-to-run spread of the same figure "
-                     "(docs/PERFORMANCE.md, Run-to-run variance), so the split below is noise "
-                     "as much as cause.")
+            line += (" Within 5%: less than the run-to-run spread of the same figure on this "
+                     "machine (each row's `rounds_step_ms` in bench/results/latest.jsonl), so "
+                     "the split below is noise as much as cause.")
         none = by.get(("none", 1))
         if m1 and p1:
             mo = best_mine["step_ms"] - m1["step_ms"]

@@ -30,7 +30,7 @@ def training_section(rows, ranks):
            "Throughput is samples/s over all ranks from the median of timed windows, and each "
            "library's figure is the median of interleaved runs (run_all.py TRAIN_ROUNDS; every "
            "row keeps the runs' step times in `rounds_step_ms`): single runs differ by 10-15% "
-           "from one minute to the next on this VM. Scaling "
+           "from one minute to the next on a shared 2-core machine. Scaling "
            "efficiency = throughput at N ranks / (N × throughput at 1 rank of the same "
            "library). *overhead* = step time at N ranks − step time at 1 rank: the per-step cost "
            "of distribution (communication not hidden behind backward, plus contention). "

@@ -41,8 +41,8 @@ PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 TRAIN_DIR = os.path.join(ROOT, "bench", "training")
 
 
-ALLREDUCE_ROUNDS = 5  # alternating Perseus / Open MPI allreduce sweeps (median per size); 5
-# since session 9, whose first run had the VM slow in two Perseus rounds and one Open MPI round
+ALLREDUCE_ROUNDS = 5  # alternating Perseus / Open MPI allreduce sweeps (median per size): with
+# 3, two slow rounds of one library (cores placed apart for a while) decided its median
 TRAIN_ROUNDS = 3  # interleaved training runs per framework and rank count (median per library)
 
 
@@ -296,9 +296,10 @@ def main():
         r.run("openmpi sweep", "openmpi", ["mpirun", "--allow-run-as-root", "--oversubscribe",
                                            "-np", str(n), mpi_bin, max_mib,
                                            "allgather,broadcast,reducescatter"], env)
-    # The allreduce of Perseus's C API and of Open MPI, in alternating rounds: the VM flips
-    # between fast and slow cross-core states for seconds at a time, and one sweep each would
-    # compare the two in different states. Each size's figure is the median of the rounds.
+    # The allreduce of Perseus's C API and of Open MPI, in alternating rounds: on a virtual
+    # machine the cross-core rate changes for seconds at a time with where the host puts the
+    # cores, and one sweep each would compare the two under different placements. Each size's
+    # figure is the median of the rounds.
     runs = []
     if "perseus" not in skip:
         runs.append(("perseus allreduce sweep", "perseus",
@@ -362,7 +363,7 @@ def main():
 
     # 5. training, 1 rank and n ranks. Every library of a framework and rank count runs in
     # TRAIN_ROUNDS interleaved rounds (median step per library): single runs differ by 10-15%
-    # on this VM from one minute to the next, as much as the libraries differ.
+    # on a shared 2-core machine from one minute to the next, as much as the libraries differ.
     steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if q else \
         ["--steps", "10", "--iters", "5", "--warmup", "5"]
     train_key = ("library", "framework", "ranks")

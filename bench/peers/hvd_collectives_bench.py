@@ -1,6 +1,6 @@
 """Horovod side of the collective sweep (and Perseus through the same Python API, for a
 like-for-like check of the Python path): same sizes, timing rule and JSON lines as
-bench/perseus_collectives_bench.cc and bench/peers/* (perf-anchors.md §5).
+bench/perseus_collectives_bench.cc and bench/peers/* (docs/PERFORMANCE.md).
 
     horovodrun --gloo -np 2 -H localhost:2 python bench/peers/hvd_collectives_bench.py
     perseusrun -np 2 python bench/peers/hvd_collectives_bench.py --library perseus

@@ -1,8 +1,8 @@
 /* Open MPI side of the peer benchmark: the same sizes, timing rule and JSON lines as
  * perseus_collectives_bench, so bench/run_all.py can put them in one table.
- * Timing rule (perf-anchors.md §5): warm up, then k back-to-back ops per sample with k
- * calibrated so a sample lasts >= MIN_SAMPLE_S; per-op time = max over ranks / k; median of
- * SAMPLES samples. Build: mpicc -O2 -o mpi_collectives_bench mpi_collectives_bench.c */
+ * Timing rule (every bench/peers/* script's; docs/PERFORMANCE.md): warm up, then k
+ * back-to-back ops per sample with k calibrated so a sample lasts >= MIN_SAMPLE_S; per-op
+ * time = max over ranks / k; median of SAMPLES samples. Build: mpicc -O2 -o mpi_collectives_bench mpi_collectives_bench.c */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

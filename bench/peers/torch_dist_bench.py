@@ -1,5 +1,5 @@
 """torch.distributed (Gloo) side of the peer benchmark: same sizes, timing rule and JSON lines
-as the Perseus and Open MPI benchmarks (perf-anchors.md §5).
+as the Perseus and Open MPI benchmarks (docs/PERFORMANCE.md).
 
     python bench/peers/torch_dist_bench.py --ranks 2 --max-mib 256 [--collective allreduce]
 

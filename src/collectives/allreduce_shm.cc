@@ -23,7 +23,7 @@
 // was written L steps earlier, out of the shared L3 rather than the writer's L2; n segments
 // take n + L + 1 barriers. Every element is reduced by one rank only, so all ranks get
 // the same bits. Memory traffic is one read of the input and one write of the output (the
-// floor of perf-anchors.md §3); outputs beyond L3 are written with non-temporal stores (no
+// memcpy floor of bench/floor_probe_bench); outputs beyond L3 are written with non-temporal stores (no
 // read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and
 // the reduced results) is written with cached or streaming stores, as Note [Slot stores]
 // (slot_stores.h) picks per call; with streaming stores the reducer works in an L1 scratch
@@ -78,10 +78,11 @@ namespace {
 // Outputs beyond this no longer fit the 32 MiB L3 next to the inputs: stream them out.
 constexpr size_t kStreamingOutputBytes = 16u << 20;
 // Out of place the output's lines are not in cache: writing them with cached stores first
-// reads them from memory and then pushes the inputs out of the VM's share of L3. Streaming
-// from 4 MiB: 4 MiB out of place at 5.6-6.7 GB/s against 4.1-4.5 (three interleaved pairs,
-// session 7); in place, where the lines are the input's and still cached, streaming lost
-// (5.1-6.2 against 6.0-10.4 GB/s), so in place keeps the larger threshold.
+// reads them from memory and then pushes the inputs out of this process's share of L3.
+// Streaming from 4 MiB: 4 MiB out of place at 5.6-6.7 GB/s against 4.1-4.5 on 2 ranks of a
+// 2-core host (interleaved pairs of `bench/collectives_bench --ops allreduce`); in place, where
+// the lines are the input's and still cached, streaming lost (5.1-6.2 against 6.0-10.4 GB/s),
+// so in place keeps the larger threshold.
 constexpr size_t kStreamingOutOfPlaceBytes = 4u << 20;
 // Up to this size the single-segment scheme (two barriers, results pushed) runs.
 constexpr size_t kOneSegmentBytes = 64 * 1024;

@@ -1,5 +1,5 @@
 // The α-β-γ cost model the registry ranks algorithms with (Thakur, Rabenseifner & Gropp 2005;
-// see /work/shared/reference/perf-anchors.md §3). Numbers are rough, per-host-class constants:
+// docs/algorithms.md lists every estimate). Numbers are rough, per-host-class constants:
 // they only need to order the algorithms correctly, not to predict times.
 #pragma once
 

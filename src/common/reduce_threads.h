@@ -14,9 +14,10 @@ namespace perseus::reduce_threads {
 // reduces segment k, and pulls segment k - kPipelineLag's results, so a peer reads a line
 // kPipelineLag steps (~1.5 MiB of this core's traffic) after it was written. By then the line
 // has left the writer's 1 MiB L2 for the shared L3, where the other core reads it several times
-// faster than out of a peer's L2 (floor_probe_bench: 7.3 GB/s for 256 KiB blocks, 28 GB/s for
-// 4 MiB ones, in the VM's fast placement). Measured on 2 ranks: 1 MiB 11.5 -> 15.3-15.5 GB/s,
-// 4 MiB 11.8 -> 12.8-13.6, 16 MiB 7.1 -> 7.7-7.8 (docs/algorithms.md). The slot holds
+// faster than out of a peer's L2 (`bench/floor_probe_bench`: 7.3 GB/s for 256 KiB blocks, 28 GB/s
+// for 4 MiB ones, with the two cores placed where they share lines fast). Measured on 2 ranks
+// (`bench/collectives_bench --ops allreduce`): 1 MiB 11.5 -> 15.3-15.5 GB/s, 4 MiB 11.8 ->
+// 12.8-13.6, 16 MiB 7.1 -> 7.7-7.8. The slot holds
 // 2 * kPipelineLag + 1 buffers: one being reduced, kPipelineLag staged ahead, kPipelineLag
 // waiting for their pulls.
 constexpr int kPipelineLag = 2;

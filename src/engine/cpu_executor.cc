@@ -37,13 +37,13 @@ using Clock = std::chrono::steady_clock;
 
 // Note [Cache-sized pieces]: a piece, its input and its output together stay well inside a
 // 32 MiB L3 shared by the ranks of a host.
-// Measured (ResNet-50 step, 2 ranks, docs/algorithms.md): 0.5-2 MiB pieces put the step
+// Measured (ResNet-50 step, 2 ranks, the same bench): 0.5-2 MiB pieces put the step
 // within 1.03-1.06x of one allreduce of the same bytes, 4 MiB 1.10-1.16x, one buffer 1.3x.
 constexpr size_t kPieceBytes = 2u << 20;
 // Above this a tensor's collective runs on its own buffers: copying it into and out of the
 // fusion buffer costs more than the collective's fixed per-call cost it would share
-// (ResNet-50 step, docs/algorithms.md: 1.04-1.08x of one allreduce with 64 KiB, 1.14-1.19x
-// with 256 KiB or 2 MiB, in the VM's fast state).
+// (ResNet-50 step, 2 ranks, `perseus_collectives_bench model-step` under perseusrun: 1.04-1.08x of
+// one allreduce of the same bytes with 64 KiB, 1.14-1.19x with 256 KiB or 2 MiB).
 constexpr size_t kAloneBytes = 64u << 10;
 
 // Records one phase for every tensor of the group (no clock reads when the timeline is off).

@@ -51,7 +51,7 @@ bool Handle::wait(double timeout_s, int64_t spin_us) const {
   if (done()) return true;
   const auto start = Clock::now();
   // Spin first: on the fast path the engine finishes within microseconds, and a blocking
-  // wake-up costs tens of microseconds on a busy VM. Yield so a spinning waiter never starves
+  // wake-up costs tens of microseconds on a busy host. Yield so a spinning waiter never starves
   // the engine thread when cores are scarce.
   if (spin_us > 0) {
     const auto spin_end = start + std::chrono::microseconds(spin_us);

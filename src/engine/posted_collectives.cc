@@ -445,8 +445,8 @@ bool PostedCollectives::progress(Handle& handle, Settled* out) {
     // The common case, on the thread that waits for the result: settled and completed before
     // any lock, the bookkeeping after. A waiter's path runs cold after a long watch; with the
     // lock, the claim and the pending list first, the step's last tensor completed 0.2-1.1 us
-    // later at 1000 tensors per step (docs/algorithms.md, "The first poster's settling runs
-    // cold").
+    // later at 1000 tensors per step (`perseusrun -np 2 python bench/negotiation_lag_probe.py`;
+    // docs/algorithms.md, "Posted collectives").
     if (!claim(index, gen)) return false;  // the engine thread has it
     const Slot& s = slots_[index];
     finish(s, gen, s.input, s.output, &handle);

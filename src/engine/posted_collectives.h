@@ -4,7 +4,7 @@
 // Note [Posted collectives]
 // A negotiated cycle costs two exchanges (the control vector, then the collective) and the
 // hand-offs between threads; for a 1 KiB allreduce that is most of the time (docs/algorithms.md,
-// "Posted allreduce"). When every rank of the job shares one host, a small CPU collective whose
+// "Posted collectives"). When every rank of the job shares one host, a small CPU collective whose
 // name was negotiated before needs neither: each rank posts its contribution in its own
 // shared-memory pool and counts the post in the name's slot (post_board.h); whoever sees all
 // the posts of a generation finishes the operation from them itself: an allreduce reduces
@@ -119,7 +119,7 @@ class PostWatch {
 class PostedCollectives {
  public:
   // The largest contribution a rank posts: beyond it, reading every rank's input costs more
-  // than the negotiated collective's exchanges (docs/algorithms.md, "Posted allreduce").
+  // than the negotiated collective's exchanges (docs/algorithms.md, "Posted collectives").
   static constexpr size_t kMaxBytes = 4u << 10;
   // Slots one name may be given in a job (each fall-back retires one).
   static constexpr int kMaxSlotsPerName = 4;

@@ -26,7 +26,7 @@ namespace {
 using testing::Bytes;
 
 TEST(ReduceThreads, AutoSplitsTheCpusAmongTheLocalRanks) {
-  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 2, 2), 1);   // this VM: unchanged
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 2, 2), 1);   // 2 CPUs, 2 ranks: unchanged
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 1, 3), 1);
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 16, 2), 8);  // the GPU host: 8 per rank
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 12, 4), 3);

@@ -6,8 +6,9 @@ averaging in the collective and gives the same update.
 
 num_groups=0 (Horovod: one allreduce per gradient) submits one grouped allreduce per dtype
 instead: the same sums, but one MXNet engine push, one GIL round trip on the engine's worker
-thread and one completion per group rather than per tensor (measured on the 2-core VM: ~270 us
-per tensor pushed alone vs ~20 us grouped; 38 gradients: ~10 ms -> ~0.7 ms per step).
+thread and one completion per group rather than per tensor (2 ranks on a 2-core host: ~270 us
+per tensor pushed alone vs ~20 us grouped; 38 gradients: ~10 ms -> ~0.7 ms per step, from
+`bench/training/mxnet_train_bench.py`).
 """
 import warnings
 from collections import OrderedDict

@@ -368,7 +368,7 @@ bool supportsCopy(DataType src_type, DataType dst_type) {
 }
 
 CopyTuning defaultTuning(DataType src_type, DataType dst_type) {
-  // One block per tile beat both persistent grids on every case (H200, 2026-11-29 19:00 run,
+  // One block per tile beat both persistent grids on every case (H200, gpu_fusion_bandwidth_test,
   // docs/perf/gpu.md): copy 93.6% of the device copy (89.1% persistent), scale 94.0%, casts to
   // float16 98.5%. float16->float32 reads half what it writes: 16-byte loads with pair-swapped
   // stores and unroll 8 measured 90.7% (8-byte loads, unroll 4: 90.4%).
