@@ -18,7 +18,7 @@ apt_packages=(
   # network-namespace hosts, and MPICH's Hydra mpiexec, called as /usr/bin/mpiexec.mpich.
   slurmctld slurmd slurm-client munge mpich
   dataset-fashion-mnist
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format-14
   python3-venv
 )
 missing=()
