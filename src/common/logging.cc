@@ -5,18 +5,19 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/params.h"
 #include "common/status.h"
 
 namespace perseus::logging {
 namespace {
 
+// Read through the settings registry, so that the first log lines already honour the level
+// (and HOROVOD_LOG_LEVEL) that perseus_init() applies later.
 LogLevel levelFromEnvironment() {
-  const char* text = std::getenv("PERSEUS_LOG_LEVEL");
-  if (text == nullptr || *text == '\0') return LogLevel::WARNING;
   try {
-    return parseLevel(text);
+    return parseLevel(Params::fromEnvironment().log_level);
   } catch (const Error&) {
-    return LogLevel::WARNING;  // Params reports the bad value; logging must not throw.
+    return LogLevel::WARNING;  // perseus_init() reports the bad value; logging must not throw.
   }
 }
 

@@ -1,7 +1,8 @@
 // Logging with a level and a subsystem on every line:
 //   PERSEUS_LOG(WARNING, kEngine) << "tensor " << name << " stalled";
 // prints "[perseus 3 engine W] tensor grad.0 stalled" to stderr. The level comes from
-// PERSEUS_LOG_LEVEL (trace, debug, info, warning, error; default warning).
+// PERSEUS_LOG_LEVEL (or HOROVOD_LOG_LEVEL), read through the settings registry: trace, debug,
+// info, warning, error or off; default warning.
 #pragma once
 
 #include <atomic>

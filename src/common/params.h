@@ -1,6 +1,7 @@
 // One typed registry of every PERSEUS_* setting. Each is parsed once from the environment;
 // a value that does not parse is an InvalidArgumentError naming the variable. The table is
-// dumpable (`perseusrun --params`), and docs/environment.md documents the same list.
+// dumpable (`perseusrun --params`), and docs/environment.md's table is generated from it
+// (scripts/gen_environment_doc.sh; the test common_params_doc_test fails when they differ).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,8 @@ namespace perseus {
     "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it).") \
   X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                      \
     "trace, debug, info, warning, error or off.")                                               \
+  X(std::string, job_id, "PERSEUS_JOB_ID", std::string(),                                      \
+    "Names the job's shared-memory segments (perseus-ID-RANK in /dev/shm) so that the launcher removes exactly this job's segments when ranks die. perseusrun sets it; unset (mpirun), rank 0 draws a random one.") \
   X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                               \
     "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, Intel MPI); 0: torchrun's MASTER_PORT+1, a port derived from Slurm's job and step ids, any free port under mpiexec.") \
   X(std::string, port_range, "PERSEUS_PORT_RANGE", std::string(),                              \
@@ -43,7 +46,7 @@ namespace perseus {
   X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                          \
     "TCP connections per pair of ranks on different hosts; large messages are striped over them.") \
   X(std::string, bind_to, "PERSEUS_BIND_TO", std::string("none"),                            \
-    "core: each rank binds all its threads to its share of the host's cores (the cores it may use, split evenly among the host's ranks; nothing when ranks outnumber cores); none: the scheduler places threads. perseusrun sets core unless --bind-to none.") \
+    "core: each rank binds all its threads to its share of the host's cores (the cores it may use, split evenly among the host's ranks; nothing when ranks outnumber cores); none: the scheduler places threads. perseusrun sets core unless --bind-to none (Note [Binding ranks to cores], src/transport/shm/cpu_budget.h); under a bare mpirun, use mpirun's own --bind-to.") \
   X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                         \
     "Microseconds a waiting thread busy-polls before it blocks.")                              \
   X(bool, caller_cycles, "PERSEUS_CALLER_CYCLES", true,                                         \
@@ -63,15 +66,15 @@ namespace perseus {
   X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                            \
     "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host (a bound rank's own share), 1 to 8.") \
   X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                     \
-    "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size).") \
+    "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size; docs/algorithms.md, Slot stores).") \
   X(bool, shm_single_copy, "PERSEUS_SHM_SINGLE_COPY", true,                                   \
-    "Large broadcasts and allgathers among the ranks of one host copy straight from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does not, and the collectives it takes part in run through the slots.") \
+    "Large broadcasts and allgathers among the ranks of one host copy straight from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does not, and the collectives it takes part in run through the slots; so do all of them wherever the system forbids cross-memory attach (the ranks find out and agree at each call).") \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \
-    "GPU tensors without NCCL (host-staged): bytes per pipeline chunk (device->host copy, CPU collective, host->device copy).") \
+    "GPU tensors without NCCL (the host-staged path): bytes per pipeline chunk; each chunk is copied to pinned host memory, reduced by the CPU collectives and copied back while the next one moves.") \
   X(std::string, nccl_library, "PERSEUS_NCCL_LIBRARY", std::string(),                          \
     "Path of the libnccl.so.2 to load. Default: the NCCL the process already loaded (PyTorch's), else NCCL_HOME/lib, the loader's search path, then the nvidia-nccl-cu* wheel beside the package.") \
   X(int64_t, gpu_output_cache_bytes, "PERSEUS_GPU_OUTPUT_CACHE_BYTES", int64_t{-1},              \
-    "Bytes of idle device memory kept per GPU for reuse by allgather, alltoall and reducescatter outputs; -1 = a sixteenth of the device's memory, 0 = free each output when it is dropped.") \
+    "Bytes of idle device memory kept per GPU for the outputs the library allocates (allgather, alltoall, reducescatter on CUDA tensors): a dropped output returns here once the device has finished the work issued before the drop, and serves the next output of its size class; idle blocks are freed first when the device runs out of memory. -1 = a sixteenth of the device's memory, 0 = free each output when it is dropped (Note [Output block cache]).") \
   X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                       \
     "Bytes of each shared-memory ring (one per ordered pair of ranks on a host).")            \
   X(int64_t, tcp_chunk_bytes, "PERSEUS_TCP_CHUNK_BYTES", int64_t{1} << 20,                     \

@@ -141,8 +141,7 @@ std::unique_ptr<World> bootstrap(const Params& params) {
 
   // perseusrun names the job (PERSEUS_JOB_ID) so that it can remove exactly this job's
   // shared-memory segments if ranks die; otherwise rank 0 draws a name for everyone.
-  const char* given_job_id = std::getenv("PERSEUS_JOB_ID");
-  const bool job_id_given = given_job_id != nullptr && given_job_id[0] != '\0';
+  const bool job_id_given = !params.job_id.empty();
   if (t.rank == 0 && !job_id_given) {
     uint8_t id[8];
     transport::tcp::fillRandom(id, sizeof(id));
@@ -157,7 +156,7 @@ std::unique_ptr<World> bootstrap(const Params& params) {
                                      listener.address().str()));
   std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
   const std::string job_id = job_id_given
-                                 ? std::string(given_job_id)
+                                 ? params.job_id
                                  : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
 
