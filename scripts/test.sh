@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Builds Perseus, runs the C++ tests (plain, then under AddressSanitizer+UBSan, then
-# ThreadSanitizer), installs the Python package and runs the Python tests.
-# Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer builds)
+# ThreadSanitizer), installs the Python package and runs the Python tests, then checks the
+# C++ formatting (scripts/check_format.sh).
+# Usage: scripts/test.sh [--quick | --unit]
+#   --quick  skips the sanitizer builds and the fuzzers
+#   --unit   the fast tier: the C++ tests labelled `unit` (ctest -L unit: ranks as threads, no
+#            forked jobs; a few minutes after the build) and the format check; no Python tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 source scripts/python-env.sh
 JOBS=${JOBS:-$(nproc)}
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+unit=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  --unit) quick=1; unit=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick | --unit]" >&2; exit 2 ;;
+esac
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
@@ -20,6 +30,12 @@ build_and_test() {  # dir, extra cmake args...; $CTEST_ARGS are passed to ctest
 }
 
 section "C++ build and tests"
+if [ $unit = 1 ]; then
+  CTEST_ARGS="-L ^unit$" build_and_test build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  section "C++ formatting"
+  scripts/check_format.sh
+  exit 0
+fi
 build_and_test build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 if [ $quick = 0 ]; then
@@ -55,3 +71,7 @@ section "Python package and tests"
 $PYTHON -m pip install -q --disable-pip-version-check --no-build-isolation "$ROOT"
 cd "$ROOT/tests/python"
 $PYTHON -m pytest -q -p no:cacheprovider --timeout=300 .
+
+section "C++ formatting"
+cd "$ROOT"
+scripts/check_format.sh
