@@ -19,7 +19,7 @@
 
 #include "collectives/communicator.h"
 #include "common/status.h"
-#include "support/shm_groups.h"
+#include "support/gpu_ranks.h"
 
 namespace perseus::backends {
 namespace {
@@ -28,25 +28,7 @@ using perseus::testing::haveGpu;
 
 #define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
 
-// A world of one rank: a real (one-member) transport and communicator.
-struct World1 {
-  Params params = testing::shmTestParams();
-  std::vector<std::unique_ptr<transport::shm::ShmLocalGroup>> groups;
-  std::unique_ptr<transport::ChannelTransport> transport;
-  std::unique_ptr<collectives::Communicator> comm;
-  explicit World1(const std::string& name) {
-    params.timeout_s = 20;
-    groups = testing::createShmGroupsAsThreads(1, name + std::to_string(getpid()), params);
-    transport = testing::makeShmTransport(*groups[0], 0, 1, params);
-    comm = std::make_unique<collectives::Communicator>(transport.get(), groups[0]->arena.get(),
-                                                       std::vector<int>{0}, 0, params);
-  }
-  std::unique_ptr<GpuBackend> backend(const Params& p) {
-    GpuBackendOptions o;
-    o.params = p;
-    return createGpuBackend(o);
-  }
-};
+using perseus::testing::World1;
 
 std::vector<float> upload(float* dev, size_t n, std::mt19937& rng) {
   std::uniform_real_distribution<float> d(-2.f, 2.f);
@@ -217,41 +199,6 @@ TEST_F(GpuNccl, AbortFailsPendingWorkAndRecovers) {
   auto again = backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0);
   EXPECT_NO_THROW(again->wait());
   cudaFree(b);
-}
-
-// (b) of the device check, backend side: world size 1 on NCCL, host wall time from the call to
-// the completed wait, as torch.distributed's all_reduce + synchronize is timed.
-TEST_F(GpuNccl, ReportWorld1Latency) {
-  World1 w("gpunccl8");
-  auto backend = w.backend(w.params);
-  for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{256} << 20}) {
-    const size_t n = bytes / 4;
-    auto buf = backend->allocate(0, bytes);
-    CK(cudaMemset(buf.get(), 0, bytes));
-    GpuBatch batch;
-    batch.tensors.push_back({"b", buf.get(), buf.get(), n, nullptr});
-    const int reps = bytes > (1 << 20) ? 20 : 200;
-    // In place with scale 1: Note [World size one] (no NCCL call). Then through NCCL on the
-    // slot stream, as before that path existed: without a ready event the fast path does not
-    // apply (the event is still recorded, so both loops pay for it).
-    auto timeIt = [&](bool fast) {
-      std::vector<double> us;
-      for (int i = 0; i < reps + 5; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        auto ready = backend->recordReady(0, nullptr);
-        batch.tensors[0].ready = fast ? ready : nullptr;
-        backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0)->wait();
-        auto t1 = std::chrono::steady_clock::now();
-        if (i >= 5) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      }
-      std::sort(us.begin(), us.end());
-      return us[us.size() / 2];
-    };
-    const double noop = timeIt(true);
-    const double nccl = timeIt(false);
-    std::printf("GPUNCCL allreduce world1 bytes=%zu median_us=%.1f nccl_path_us=%.1f\n",
-                bytes, noop, nccl);
-  }
 }
 
 // Note [World size one]: the no-op allreduce completes only after the producer's stream

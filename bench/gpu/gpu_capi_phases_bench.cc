@@ -1,26 +1,20 @@
 // World-size-1 allreduce through the C API and the engine, timed from C++ (no Python): the
 // part of bench/gpu/allreduce_world1.py's figure that is engine + backend, phase by phase, for
-// a 1-element CUDA tensor and a 1-element CPU tensor. Prints "GPUCAPI" lines for
-// scripts/device_check.sh; the Python breakdown minus these is the Python layer's cost.
-// Skips where there is no GPU.
-#include <gtest/gtest.h>
-
-#include "backends/gpu_backend.h"
-#include "support/gpu_presence.h"
-
-#if PERSEUS_HAVE_CUDA
+// a 1-element CUDA tensor and a 1-element CPU tensor. Prints "GPUCAPI" lines; the Python
+// breakdown minus these is the Python layer's cost. Exits 77 where there is no GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
+#include "common/status.h"
 #include "perseus/c_api.h"
+#include "support/gpu_presence.h"
 
 namespace {
-
-using perseus::testing::haveGpu;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -40,17 +34,18 @@ void report(const char* what, perseus_tensor t, cudaStream_t stream, int reps) {
   for (int i = 0; i < reps + 10; ++i) {
     perseus_handle h;
     const auto t0 = Clock::now();
-    ASSERT_EQ(perseus_allreduce("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h), PERSEUS_OK)
-        << perseus_last_error();
+    PERSEUS_CHECK(perseus_allreduce("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h) == PERSEUS_OK,
+                  << perseus_last_error());
     const auto t1 = Clock::now();
-    ASSERT_EQ(perseus_wait(h, 30), PERSEUS_OK) << perseus_last_error();
+    PERSEUS_CHECK(perseus_wait(h, 30) == PERSEUS_OK, << perseus_last_error());
     const auto t2 = Clock::now();
     if (cuda) {
-      ASSERT_EQ(perseus_handle_cuda_stream_wait(h, stream), PERSEUS_OK);
+      PERSEUS_CHECK(perseus_handle_cuda_stream_wait(h, stream) == PERSEUS_OK,
+                    << perseus_last_error());
     }
     const auto t3 = Clock::now();
     if (cuda) {
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      PERSEUS_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
     }
     const auto t4 = Clock::now();
     perseus_release(h);
@@ -61,19 +56,19 @@ void report(const char* what, perseus_tensor t, cudaStream_t stream, int reps) {
     sync.push_back(us(t3, t4));
     total.push_back(us(t0, t4));
   }
-  std::printf("GPUCAPI allreduce world1 %s submit_us=%.1f wait_us=%.1f stream_wait_us=%.1f "
-              "sync_us=%.1f total_us=%.1f\n",
-              what, median(submit), median(wait), median(sw), median(sync), median(total));
+  std::printf(
+      "GPUCAPI allreduce world1 %s submit_us=%.1f wait_us=%.1f stream_wait_us=%.1f "
+      "sync_us=%.1f total_us=%.1f\n",
+      what, median(submit), median(wait), median(sw), median(sync), median(total));
 }
 
-TEST(GpuCapiLatency, ReportWorld1Phases) {
-  if (!haveGpu()) GTEST_SKIP() << "no CUDA device";
-  ASSERT_EQ(perseus_init(), PERSEUS_OK) << perseus_last_error();
+void run() {
+  PERSEUS_CHECK(perseus_init() == PERSEUS_OK, << perseus_last_error());
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  PERSEUS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d, 0, sizeof(float)), cudaSuccess);
+  PERSEUS_CHECK(cudaMalloc(&d, sizeof(float)) == cudaSuccess);
+  PERSEUS_CHECK(cudaMemset(d, 0, sizeof(float)) == cudaSuccess);
   int64_t shape[1] = {1};
   report("cuda_1elem", perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, 500);
   float h = 0;
@@ -84,7 +79,8 @@ TEST(GpuCapiLatency, ReportWorld1Phases) {
   for (int i = 0; i < 200; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     cudaStreamSynchronize(stream);
-    empty.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    empty.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::printf("GPUCAPI empty cudaStreamSynchronize_us=%.1f\n", median(empty));
   cudaFree(d);
@@ -94,6 +90,16 @@ TEST(GpuCapiLatency, ReportWorld1Phases) {
 
 }  // namespace
 
-#else
-TEST(GpuCapiLatency, SkippedWithoutCuda) { GTEST_SKIP() << "build without CUDA"; }
-#endif
+int main() {
+  if (!perseus::testing::haveGpu()) {
+    std::fprintf(stderr, "gpu_capi_phases_bench: no CUDA device\n");
+    return 77;
+  }
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_capi_phases_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
