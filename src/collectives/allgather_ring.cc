@@ -9,8 +9,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   auto c = cost::pointToPoint(comm);
   double p = comm.size(), n = static_cast<double>(args.totalBytes());
@@ -26,17 +24,14 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const int left = (r - 1 + p) % p, right = (r + 1) % p;
   for (int s = 0; s < p - 1; ++s) {
     const int sb = ((r - s) % p + p) % p, rb = ((r - s - 1) % p + p) % p;
-    std::vector<transport::SendOp> sends;
-    std::vector<transport::RecvOp> recvs;
-    if (bytes[sb] > 0) sends.push_back({right, out + off[sb], bytes[sb]});
-    if (bytes[rb] > 0) recvs.push_back({left, out + off[rb], bytes[rb]});
-    comm.exchange(std::move(sends), std::move(recvs));
+    detail::exchangeStep(comm, right, out + off[sb], bytes[sb], left, out + off[rb], bytes[rb]);
   }
 }
 
 }  // namespace
 
 extern const Algorithm kAllgathervRing = {
-    "ring", Collective::kAllgatherv, "ring over the transport, p-1 steps", supports, estimate, run};
+    "ring", Collective::kAllgatherv, "ring over the transport, p-1 steps", detail::anyCall,
+    estimate, run};
 
 }  // namespace perseus::collectives

@@ -13,8 +13,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   auto c = cost::pointToPoint(comm);
   int p = comm.size();
@@ -75,6 +73,6 @@ extern const Algorithm kAllreduceRecursiveDoubling = {
     "recursive_doubling", Collective::kAllreduce,
     "log2(p) whole-vector exchanges over the transport; latency-optimal for small vectors, any "
     "number of ranks",
-    supports, estimate, run};
+    detail::anyCall, estimate, run};
 
 }  // namespace perseus::collectives

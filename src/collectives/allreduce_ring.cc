@@ -13,8 +13,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   auto c = cost::pointToPoint(comm);
   double p = comm.size(), n = static_cast<double>(args.totalBytes());
@@ -41,14 +39,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     const int sb = ((r - s) % p + p) % p, rb = ((r - s - 1) % p + p) % p;
     const size_t send_len = blocks.size(sb), recv_len = blocks.size(rb);
     for (size_t i = 0, k = 0; i < std::max(send_len, recv_len); i += seg, ++k) {
-      std::vector<transport::SendOp> sends;
-      std::vector<transport::RecvOp> recvs;
       size_t sn = i < send_len ? std::min(seg, send_len - i) : 0;
       size_t rn = i < recv_len ? std::min(seg, recv_len - i) : 0;
       unsigned char* buf = tmp + (k % 2) * seg * esize;
-      if (sn > 0) sends.push_back({right, out + (blocks.begin(sb) + i) * esize, sn * esize});
-      if (rn > 0) recvs.push_back({left, buf, rn * esize});
-      comm.exchange(std::move(sends), std::move(recvs));
+      detail::exchangeStep(comm, right, out + (blocks.begin(sb) + i) * esize, sn * esize, left,
+                           buf, rn * esize);
       if (rn > 0) {
         kernels::reduceInto(out + (blocks.begin(rb) + i) * esize, buf, rn, args.dtype, args.op);
       }
@@ -75,6 +70,6 @@ extern const Algorithm kAllreduceRing = {
     "ring", Collective::kAllreduce,
     "ring reduce-scatter + allgather over the transport, pipelined in PERSEUS_TCP_CHUNK_BYTES "
     "segments; bandwidth-optimal",
-    supports, estimate, run};
+    detail::anyCall, estimate, run};
 
 }  // namespace perseus::collectives

@@ -2,20 +2,12 @@
 // so every step is a perfect matching and no rank is flooded.
 #include <cstring>
 
-#include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "common/status.h"
 
 namespace perseus::collectives {
 namespace {
-
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
-double estimate(const Communicator& comm, const CollectiveArgs& args) {
-  auto c = cost::pointToPoint(comm);
-  return (comm.size() - 1) * c.alpha_us + args.totalBytes() * c.beta_us_per_byte;
-}
 
 void run(Communicator& comm, const CollectiveArgs& args) {
   const int p = comm.size(), r = comm.rank();
@@ -31,11 +23,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   if (send[r] > 0) std::memmove(out + roff[r], in + soff[r], send[r]);
   for (int s = 1; s < p; ++s) {
     const int to = (r + s) % p, from = (r - s + p) % p;
-    std::vector<transport::SendOp> sends;
-    std::vector<transport::RecvOp> recvs;
-    if (send[to] > 0) sends.push_back({to, in + soff[to], send[to]});
-    if (recv[from] > 0) recvs.push_back({from, out + roff[from], recv[from]});
-    comm.exchange(std::move(sends), std::move(recvs));
+    detail::exchangeStep(comm, to, in + soff[to], send[to], from, out + roff[from], recv[from]);
   }
 }
 
@@ -43,6 +31,6 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 extern const Algorithm kAlltoallvPairwise = {
     "pairwise", Collective::kAlltoallv, "p-1 pairwise exchange steps over the transport",
-    supports, estimate, run};
+    detail::anyCall, detail::oneMessagePerPeer, run};
 
 }  // namespace perseus::collectives

@@ -2,12 +2,11 @@
 // signals rank r + 2^i and waits for rank r - 2^i, so after the last round every rank has
 // (transitively) heard from every other.
 #include "collectives/cost_model.h"
+#include "collectives/detail.h"
 #include "collectives/registry.h"
 
 namespace perseus::collectives {
 namespace {
-
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
 
 double estimate(const Communicator& comm, const CollectiveArgs&) {
   return cost::ceilLog2(comm.size()) * cost::pointToPoint(comm).alpha_us;
@@ -24,7 +23,7 @@ void run(Communicator& comm, const CollectiveArgs&) {
 }  // namespace
 
 extern const Algorithm kBarrierDissemination = {
-    "dissemination", Collective::kBarrier, "log2(p) rounds of one-byte messages", supports,
+    "dissemination", Collective::kBarrier, "log2(p) rounds of one-byte messages", detail::anyCall,
     estimate, run};
 
 }  // namespace perseus::collectives

@@ -10,8 +10,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 size_t segmentBytes(const Communicator& comm) {
   return static_cast<size_t>(std::max<int64_t>(1, comm.params().tcp_chunk_bytes));
 }
@@ -49,6 +47,6 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 extern const Algorithm kBroadcastChain = {
     "chain", Collective::kBroadcast,
     "pipelined chain over the transport in PERSEUS_TCP_CHUNK_BYTES segments; for large vectors",
-    supports, estimate, run};
+    detail::anyCall, estimate, run};
 
 }  // namespace perseus::collectives

@@ -7,8 +7,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   auto c = cost::pointToPoint(comm);
   return cost::ceilLog2(comm.size()) * (c.alpha_us + args.bytes * c.beta_us_per_byte);
@@ -38,6 +36,6 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 extern const Algorithm kBroadcastBinomial = {
     "binomial", Collective::kBroadcast, "binomial tree over the transport; latency-optimal",
-    supports, estimate, run};
+    detail::anyCall, estimate, run};
 
 }  // namespace perseus::collectives

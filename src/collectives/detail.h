@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/cost_model.h"
 #include "collectives/registry.h"
 
 namespace perseus::collectives::detail {
@@ -30,6 +32,29 @@ struct Blocks {
   size_t count_;
   size_t step_;
 };
+
+// supports() of the algorithms over the transport, which run any call on any communicator.
+inline bool anyCall(const Communicator&, const CollectiveArgs&) { return true; }
+
+// estimate() of the algorithms that send one message to (or receive one from) each of the p-1
+// peers, n bytes in all (pairwise alltoallv, linear gatherv): (p-1)α + nβ.
+inline double oneMessagePerPeer(const Communicator& comm, const CollectiveArgs& args) {
+  const cost::PointToPoint c = cost::pointToPoint(comm);
+  const double bytes = static_cast<double>(args.totalBytes());
+  return (comm.size() - 1) * c.alpha_us + bytes * c.beta_us_per_byte;
+}
+
+// One step of a ring or pairwise exchange: sends `send_bytes` to `to` while it receives
+// `recv_bytes` from `from` (communicator ranks), both progressed at once; an empty side is
+// left out, so a peer with nothing to say is not waited for.
+inline void exchangeStep(Communicator& comm, int to, const void* send, size_t send_bytes,
+                         int from, void* recv, size_t recv_bytes) {
+  std::vector<transport::SendOp> sends;
+  std::vector<transport::RecvOp> recvs;
+  if (send_bytes > 0) sends.push_back({to, send, send_bytes});
+  if (recv_bytes > 0) recvs.push_back({from, recv, recv_bytes});
+  comm.exchange(std::move(sends), std::move(recvs));
+}
 
 // Prefix sums: offsets[i] = v[0] + ... + v[i-1].
 inline std::vector<size_t> offsetsOf(const std::vector<size_t>& v, size_t scale = 1) {

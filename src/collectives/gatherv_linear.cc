@@ -2,19 +2,11 @@
 // progresses all receives together), the others send once.
 #include <cstring>
 
-#include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 
 namespace perseus::collectives {
 namespace {
-
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
-double estimate(const Communicator& comm, const CollectiveArgs& args) {
-  auto c = cost::pointToPoint(comm);
-  return (comm.size() - 1) * c.alpha_us + args.totalBytes() * c.beta_us_per_byte;
-}
 
 void run(Communicator& comm, const CollectiveArgs& args) {
   const int p = comm.size(), r = comm.rank();
@@ -36,7 +28,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kGathervLinear = {
-    "linear", Collective::kGatherv, "every rank sends to the root directly", supports, estimate,
-    run};
+    "linear", Collective::kGatherv, "every rank sends to the root directly", detail::anyCall,
+    detail::oneMessagePerPeer, run};
 
 }  // namespace perseus::collectives

@@ -14,8 +14,6 @@
 namespace perseus::collectives {
 namespace {
 
-bool supports(const Communicator&, const CollectiveArgs&) { return true; }
-
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
   auto c = cost::pointToPoint(comm);
   double p = comm.size(), n = static_cast<double>(args.totalBytes());
@@ -38,11 +36,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     const int sb = ((r - s - 1) % p + p) % p, rb = ((r - s - 2) % p + p) % p;
     // Step 0 sends our raw input block; later steps send what the previous step built.
     const unsigned char* send = s == 0 ? in + off[sb] : partial[(s - 1) % 2];
-    std::vector<transport::SendOp> sends;
-    std::vector<transport::RecvOp> recvs;
-    if (counts[sb] > 0) sends.push_back({right, send, counts[sb] * esize});
-    if (counts[rb] > 0) recvs.push_back({left, recv, counts[rb] * esize});
-    comm.exchange(std::move(sends), std::move(recvs));
+    detail::exchangeStep(comm, right, send, counts[sb] * esize, left, recv, counts[rb] * esize);
     void* dst = s == p - 2 ? args.out : partial[s % 2];
     if (counts[rb] > 0) kernels::reduce2(dst, in + off[rb], recv, counts[rb], args.dtype, args.op);
   }
@@ -51,7 +45,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kReducescattervRing = {
-    "ring", Collective::kReducescatterv, "ring over the transport, p-1 steps", supports,
+    "ring", Collective::kReducescatterv, "ring over the transport, p-1 steps", detail::anyCall,
     estimate, run};
 
 }  // namespace perseus::collectives
