@@ -21,7 +21,8 @@
 #            CUDA tensors, every dtype and the error paths (tests/python/test_runtime_isolation.py,
 #            which also checks the libraries' exports), then tests/python/test_torch.py.
 #   quiet    a clean exit after GPU collectives logs no warning (no communicator abort).
-#   a        the C++ GPU tests, built there by the same toolchain (CMake, GoogleTest from .devdeps).
+#   a        the C++ GPU tests and the GPU benchmarks (bench/gpu/*_bench.cc), built there by
+#            the same toolchain (CMake, GoogleTest from .devdeps).
 #   b..d     bench/gpu: allreduce at world size 1 vs torch NCCL; 2 ranks on one GPU through the
 #            host-staged path; SyncBatchNorm fwd+bwd vs BatchNorm2d.
 #   r        Horovod's synthetic benchmark pattern: ResNet-50, batch 64, torch alone vs
@@ -155,17 +156,22 @@ PYEOF
     exit \$rc"
 fi
 
-# ---- a: C++ GPU tests, built there ------------------------------------------------------------------------
+# ---- a: C++ GPU tests and GPU benchmarks, built there -------------------------------------------------
 # (DRY_SKIP_CPP=1 skips it in a rehearsal on a small machine, where it is a long build.)
 if { [ $MODE = dry ] && [ -z "${DRY_SKIP_CPP:-}" ]; } || [ "$NGPU" -ge 1 ]; then
   TB=$ROOT/build/device-tests
-  targets=$(cd "$ROOT/tests/cpp" && ls gpu_*_test.cc engine_gpu_routing_test.cc 2>/dev/null | sed 's/\.cc$//' | tr '\n' ' ')
+  targets=$(cd "$ROOT/tests/cpp" && ls gpu_*_test.cc engine_gpu_routing_test.cc cuda_error_text_test.cc 2>/dev/null | sed 's/\.cc$//' | tr '\n' ' ')
+  benches=$(cd "$ROOT/bench/gpu" && ls gpu_*_bench.cc 2>/dev/null | sed 's/\.cc$//' | tr '\n' ' ')
   gtest=(); [ -d "$DEPS/googletest" ] && gtest=(-DPERSEUS_GTEST_SOURCE_DIR="$DEPS/googletest")
-  if run_step "a build C++ GPU tests there" 240 bash -c "cmake -S '$ROOT' -B '$TB' -G Ninja \
-      -DCMAKE_BUILD_TYPE=Release -DPERSEUS_BUILD_BENCH=OFF -DPERSEUS_WITH_MPI=OFF \
-      ${gtest[*]} >/dev/null && ninja -C '$TB' -j\$(nproc) $targets"; then
+  if run_step "a build C++ GPU tests and benchmarks there" 240 bash -c "cmake -S '$ROOT' -B '$TB' -G Ninja \
+      -DCMAKE_BUILD_TYPE=Release -DPERSEUS_WITH_MPI=OFF \
+      ${gtest[*]} >/dev/null && ninja -C '$TB' -j\$(nproc) $targets $benches"; then
     for t in $targets; do
       run_step "a $t" 60 "$TB/tests/cpp/$t" --gtest_color=no
+    done
+    # The benchmarks print the GPU figures (GPUNCCL, GPUSTAGED, GPUCAPI lines); 77 = no GPU.
+    for b in $benches; do
+      run_step "a $b" 90 "$TB/bench/$b"
     done
   fi
 else

@@ -13,7 +13,9 @@ Threads: forward/backward run on MXNet's CustomOperator threads and block there 
 allreduce (never on an engine worker), in graph order, which is the same on every rank.
 """
 import ast
+import os
 import threading
+import warnings
 
 import mxnet as mx
 from mxnet.gluon import nn
@@ -160,8 +162,34 @@ class _SyncBatchNormProp(mx.operator.CustomOpProp):
         return [dtype] * 3, [dtype] * n_out, [dtype] * 2
 
     def create_operator(self, ctx, in_shapes, in_dtypes):
+        _warn_if_mkldnn(ctx)
         return _SyncBatchNormOp(self.eps, self.momentum, self.fix_gamma, self.use_global_stats,
                                 self.output_mean_var, self.key, self.scope)
+
+
+_mkldnn_warned = False
+
+
+def _warn_if_mkldnn(ctx):
+    """MXNet 1.9.1's CPU wheels hand a CustomOp arrays in MKLDNN's layout after a convolution
+    and read its outputs as such: the results are garbage or the process crashes, for any
+    CustomOp (docs/sync_bn.md, *Known problem*). MKLDNN is switched at process start only, so
+    all Perseus can do is say so, once, before the first CPU layer runs."""
+    global _mkldnn_warned
+    if _mkldnn_warned or not str(ctx).startswith("cpu"):
+        return
+    if os.environ.get("MXNET_MKLDNN_ENABLED", "1").lower() in ("0", "false"):
+        return
+    try:
+        enabled = mx.runtime.Features().is_enabled("MKLDNN")
+    except Exception:  # an MXNet without the features API: nothing to warn about
+        return
+    if enabled:
+        _mkldnn_warned = True
+        warnings.warn("PerseusSyncBatchNorm on CPU with MKLDNN enabled: after a convolution, "
+                      "MXNet 1.9.1 gives CustomOps arrays in MKLDNN's layout, and the results "
+                      "are wrong. Start the job with MXNET_MKLDNN_ENABLED=0 (perseusrun passes "
+                      "it on to every rank); GPU contexts are not affected.", RuntimeWarning)
 
 
 _keys_lock = threading.Lock()
