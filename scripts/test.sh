@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds Perseus, runs the C++ tests (plain, then under AddressSanitizer+UBSan, then
-# ThreadSanitizer), installs the Python package and runs the Python tests, then checks the
-# C++ formatting (scripts/check_format.sh).
+# Checks the C++ formatting (scripts/check_format.sh), builds Perseus, runs the C++ tests
+# (plain, then under AddressSanitizer+UBSan, then ThreadSanitizer), the fuzzers, a
+# -static-libstdc++ build under torch, installs the Python package and runs the Python tests.
 # Usage: scripts/test.sh [--quick | --unit]
 #   --quick  skips the sanitizer builds and the fuzzers
 #   --unit   the fast tier: the C++ tests labelled `unit` (ctest -L unit: ranks as threads, no
