@@ -117,6 +117,12 @@ PERSEUS_API const char* perseus_runtime_info(void);
 PERSEUS_API const char* perseus_params_dump(void);
 /* This rank's engine counters (perseus_engine_stats). */
 PERSEUS_API perseus_status perseus_get_engine_stats(perseus_engine_stats* out);
+/* Horovod's start_timeline/stop_timeline: this rank writes a Chrome-trace timeline to `path`
+ * ("t.json" becomes "t.<rank>.json" when the job has several ranks) until
+ * perseus_stop_timeline, which returns once the file is complete. mark_cycles != 0 adds one
+ * CYCLE span per engine cycle. Starting again replaces the running timeline. */
+PERSEUS_API perseus_status perseus_start_timeline(const char* path, int mark_cycles);
+PERSEUS_API perseus_status perseus_stop_timeline(void);
 
 /* --- collectives (asynchronous) ------------------------------------------------------- */
 /* output may alias input (in place). prescale multiplies inputs before the reduction and

@@ -2,6 +2,7 @@
 #include "capi/runtime.h"
 
 #include <sstream>
+#include <string>
 
 #include "backends/gpu_backend.h"
 #include "common/logging.h"
@@ -109,6 +110,19 @@ perseus_status perseus_get_engine_stats(perseus_engine_stats* out) {
                                 s.negotiation_ns,   s.posted_allreduces,
                                 s.posted_collectives};
   });
+}
+
+perseus_status perseus_start_timeline(const char* path, int mark_cycles) {
+  return guarded([&] {
+    if (path == nullptr || *path == '\0') {
+      throw InvalidArgumentError("perseus_start_timeline: give a file path");
+    }
+    capi::requireEngine()->startTimeline(path, mark_cycles != 0);
+  });
+}
+
+perseus_status perseus_stop_timeline(void) {
+  return guarded([] { capi::requireEngine()->stopTimeline(); });
 }
 
 const char* perseus_last_error(void) { return capi::t_last_error.c_str(); }

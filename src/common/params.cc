@@ -13,6 +13,7 @@ namespace {
 const char* horovodAlias(const std::string& variable) {
   if (variable == "PERSEUS_FUSION_THRESHOLD") return "HOROVOD_FUSION_THRESHOLD";
   if (variable == "PERSEUS_TIMELINE") return "HOROVOD_TIMELINE";
+  if (variable == "PERSEUS_TIMELINE_MARK_CYCLES") return "HOROVOD_TIMELINE_MARK_CYCLES";
   if (variable == "PERSEUS_LOG_LEVEL") return "HOROVOD_LOG_LEVEL";
   if (variable == "PERSEUS_STALL_WARNING") return "HOROVOD_STALL_CHECK_TIME_SECONDS";
   if (variable == "PERSEUS_STALL_SHUTDOWN") return "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS";

@@ -24,7 +24,9 @@ namespace perseus {
   X(double, stall_shutdown_s, "PERSEUS_STALL_SHUTDOWN", 0.0,                                   \
     "If > 0, seconds after which a stalled tensor fails the job instead of only warning.")     \
   X(std::string, timeline, "PERSEUS_TIMELINE", std::string(),                                 \
-    "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it).") \
+    "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it); DYNAMIC: none until start_timeline().") \
+  X(bool, timeline_mark_cycles, "PERSEUS_TIMELINE_MARK_CYCLES", false,                        \
+    "Add one CYCLE span per engine cycle to the timeline.")                                    \
   X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                      \
     "trace, debug, info, warning, error or off.")                                               \
   X(std::string, job_id, "PERSEUS_JOB_ID", std::string(),                                      \

@@ -68,7 +68,10 @@ void Engine::pollGpu() {
       ++i;
       continue;
     }
-    if (timeline_) timeline_->span(p.handle->name(), "COMMUNICATE", p.launched, Clock::now());
+    // launched is unset for work started before startTimeline().
+    if (timeline_ && p.launched != Clock::time_point{}) {
+      timeline_->span(p.handle->name(), "COMMUNICATE", p.launched, Clock::now());
+    }
     auto handle = std::move(p.handle);
     StatusCode code = p.code;
     std::string message = std::move(p.message);

@@ -264,10 +264,14 @@ void Engine::inspectStalls(ProcessSet& set, std::vector<Response>* responses) {
   if (stalls.empty()) return;
   set.last_stall_warning = now;
   std::ostringstream os;
-  os << "One or more tensors were submitted by a subset of the ranks of process set " << set.id
-     << " and have waited more than " << warn_s
-     << " s for the others (different ranks submitting different tensors, or only some ranks "
-        "submitting, will hang):";
+  // Horovod's text first (users grep their logs for it), then which tensors and ranks.
+  os << "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of "
+        "ranks and are waiting for remainder of ranks for more than "
+     << warn_s
+     << " seconds. This may indicate that different ranks are trying to submit different "
+        "tensors or that only subset of ranks is submitting tensors, which will cause deadlock. "
+        "Process set "
+     << set.id << ":";
   for (size_t i = 0; i < stalls.size() && i < 8; ++i) {
     os << " " << opTypeName(stalls[i].op) << " '" << stalls[i].name << "' missing set ranks [";
     for (size_t k = 0; k < stalls[i].missing_ranks.size(); ++k) {

@@ -96,8 +96,10 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
   add(kCrossSet, kCrossGroup, cross);
   gpu_ = backends::createGpuBackend({params, rank, topology.hostnames});
   if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get());
-  if (!params.timeline.empty()) {
+  // DYNAMIC (Horovod's value) arms the timeline for startTimeline() only.
+  if (!params.timeline.empty() && params.timeline != "DYNAMIC") {
     timeline_ = std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
+    mark_cycles_ = params.timeline_mark_cycles;
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -582,8 +584,10 @@ bool Engine::step(bool* pending) {
     return false;
   }
   more_work_ = false;
+  const auto cycle_start = mark_cycles_ ? Clock::now() : Clock::time_point{};
   bool progress = runCycle();
   cycles_.fetch_add(1, std::memory_order_relaxed);
+  if (timeline_ && mark_cycles_) timeline_->span("cycles", "CYCLE", cycle_start, Clock::now());
   if (timeline_) timeline_->flush();
   if (!progress) {
     next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -600,6 +604,38 @@ bool Engine::drivenRecently() const {
 void Engine::park() {
   std::unique_lock<std::mutex> lock(park_mu_);
   park_cv_.wait_for(lock, kParkSlice);
+}
+
+void Engine::withCycleLock(const std::function<void()>& fn) {
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
+  while (!cycle.owns_lock()) {
+    // As drive(): the engine thread gives the lock up between its cycles when asked.
+    drive_requested_.store(true);
+    if (engine_blocked_.load()) transport_->wake();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    cycle.try_lock();
+  }
+  drive_requested_.store(false);
+  fn();
+}
+
+void Engine::startTimeline(const std::string& path, bool mark_cycles) {
+  const int rank = topology_.rank, size = topology_.size;
+  // Opened here so that a bad path throws to the caller; swapped in under the cycle lock.
+  auto fresh = std::make_unique<Timeline>(Timeline::pathForRank(path, rank, size), rank);
+  withCycleLock([&] {
+    timeline_ = std::move(fresh);
+    mark_cycles_ = mark_cycles;
+  });
+}
+
+void Engine::stopTimeline() {
+  std::unique_ptr<Timeline> old;
+  withCycleLock([&] {
+    old = std::move(timeline_);
+    mark_cycles_ = false;
+  });
+  // ~Timeline flushes and closes, outside the lock.
 }
 
 void Engine::loop() {

@@ -44,6 +44,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -131,6 +132,13 @@ class Engine {
 
   std::optional<ProcessSetInfo> processSet(int32_t id) const;  // any thread
 
+  // Horovod's start_timeline/stop_timeline (any thread but a completion callback): opens
+  // `path` (the per-rank name when the job has several ranks) in place of the running timeline,
+  // or closes it; the file is complete when stopTimeline returns. mark_cycles: one CYCLE span
+  // per cycle. Throws InvalidArgumentError if the path cannot be written.
+  void startTimeline(const std::string& path, bool mark_cycles);
+  void stopTimeline();
+
   // Waits for `handle` (any thread, not from a completion callback of this engine), running
   // the engine's cycles on this thread while that makes progress (Note [Caller-run cycles]).
   // Returns false if `timeout_s` (< 0: none) passed first.
@@ -187,6 +195,8 @@ class Engine {
   bool step(bool* pending);
   // Engine thread without the lock: sleeps one kParkSlice or until a driver leaves.
   void park();
+  // Runs fn holding cycle_mu_, asking the engine thread to give it up between its cycles.
+  void withCycleLock(const std::function<void()>& fn);
   bool drivenRecently() const;
   // waitFor()'s driving part: returns when the handle is done, or the cycles stalled for
   // spin_us, or the lock could not be had.
@@ -241,6 +251,7 @@ class Engine {
   std::unique_ptr<Executor> gpu_executor_;
   std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
   std::unique_ptr<Timeline> timeline_;
+  bool mark_cycles_ = false;  // holder of cycle_mu_
   // Note [Posted collectives]; thread-safe on its own.
   PostedCollectives posted_;
   std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()

@@ -31,10 +31,16 @@ def init(comm=None, process_sets=None):
     Idempotent. comm: None, or the list of all ranks (sub-communicators are process sets in
     Perseus). process_sets: ProcessSet objects to register now, or "dynamic" (always on)."""
     global _topology, _atexit_registered
+    from perseus.common import horovod_env
     c = core()
+    ignored = horovod_env.apply_before_init()
+    first = not c.is_initialized()
     c.init()
     with _lock:
         _topology = c.topology()
+    if first:
+        horovod_env.report(ignored, _params().keys(), _topology["rank"])
+    with _lock:
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
@@ -113,8 +119,19 @@ def is_homogeneous():
 
 
 def build_flags():
-    """perseus_build_info() as a dict, e.g. {'cpu': '1', 'cuda': '0', ...}."""
+    """perseus_build_info() as a dict, e.g. {'cpu': '1', 'cuda': '0', 'nccl': '0', ...}."""
     return dict(item.split("=", 1) for item in core().build_info().split() if "=" in item)
+
+
+def _params():
+    """Every setting of the core's parameter table: {PERSEUS_* name: value in effect}."""
+    out = {}
+    for line in core().params_dump().splitlines():
+        head = line.split("\t", 1)[0]
+        if "=" in head:
+            name, value = head.split("=", 1)
+            out[name] = value
+    return out
 
 
 def _flag(key):
@@ -125,48 +142,64 @@ def _flag(key):
 
 
 def mpi_built():
+    """Whether libperseus was built with MPI (the PERSEUS_CPU_OPERATIONS=mpi data plane)."""
     return _flag("mpi")
 
 
 def mpi_enabled():
-    return mpi_built()
+    """As Horovod: whether MPI is in use in this job, that is, Perseus was initialised with the
+    MPI data plane (PERSEUS_CPU_OPERATIONS=mpi, or HOROVOD_CPU_OPERATIONS=MPI). Ranks started
+    by mpirun still use Perseus's own TCP and shared-memory planes unless asked."""
+    if not (is_initialized() and mpi_built()):
+        return False
+    return _params().get("PERSEUS_CPU_OPERATIONS", "").lower() == "mpi"
 
 
 def mpi_threads_supported():
+    """Perseus never asks MPI for MPI_THREAD_MULTIPLE; Horovod returns False then too. Raises
+    before init(), as Horovod does."""
+    topology()
     return False
 
 
 def gloo_built():
-    """Perseus's own CPU data plane stands in for Gloo."""
-    return True
+    """False: Perseus has no Gloo. Its own TCP and shared-memory planes do what Horovod's Gloo
+    controller and CPU operations do (horovodrun --gloo is accepted by perseusrun)."""
+    return False
 
 
 def gloo_enabled():
-    return True
+    """False: Gloo is never in use (see gloo_built)."""
+    return False
 
 
 def nccl_built():
-    """Horovod returns NCCL_VERSION_CODE or 0; Perseus reports the build-info value."""
+    """As Horovod: NCCL's version code (e.g. 22803, NCCL_VERSION_CODE of the nccl.h that
+    libperseus was built with), or 0 without NCCL."""
     try:
         value = build_flags().get("nccl", "0")
     except ImportError:
         return 0
-    return int(value) if value.isdigit() else 1
+    return int(value) if value.isdigit() else 0
 
 
 def cuda_built():
+    """Whether libperseus was built with CUDA support (CUDA tensors, NCCL)."""
     return _flag("cuda")
 
 
 def rocm_built():
+    """False: Perseus has no ROCm backend."""
     return False
 
 
 def ddl_built():
+    """False: Perseus has no IBM DDL backend (neither has Horovod 0.28 any more)."""
     return False
 
 
 def ccl_built():
+    """False: Perseus has no oneCCL backend."""
     return False
 
 
@@ -181,11 +214,14 @@ def engine_stats():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("start_timeline: Perseus has no runtime timeline switch yet; set "
-                              "PERSEUS_TIMELINE=%s (perseusrun --timeline-filename) before "
-                              "starting the job" % file_path)
+    """Starts writing this rank's Chrome-trace timeline to `file_path` (several ranks of a job:
+    `t.json` becomes `t.<rank>.json`), replacing a timeline already running. mark_cycles adds
+    one CYCLE span per engine cycle. As Horovod, it raises before init()."""
+    topology()
+    core().start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    raise NotImplementedError("stop_timeline: the timeline runs for the whole job when "
-                              "PERSEUS_TIMELINE is set")
+    """Stops the timeline; the file is complete, valid JSON when this returns."""
+    topology()
+    core().stop_timeline()

@@ -1,10 +1,11 @@
 """Python exceptions for perseus_status codes (include/perseus/c_api.h).
 
-Horovod compatibility: argument errors (bad dtype, duplicate name, ...) are ValueError; errors
-that surface while waiting for a collective are RuntimeError subclasses, and those that a job
-may recover from by re-initialising (a lost peer, a timeout) are `PerseusInternalError`, which is
-also exported as `HorovodInternalError` so that elastic-style `except HorovodInternalError` code
-keeps working.
+Horovod compatibility: Horovod turns every error of its core (a bad dtype, a duplicate name,
+an unsupported op, a lost peer, a call before init) into `HorovodInternalError`, a RuntimeError,
+at submission or in synchronize(). So every exception here is a `PerseusInternalError`, which is
+`HorovodInternalError` itself: `except RuntimeError` and `except HorovodInternalError` code catch
+them as they catch Horovod's. Those whose cause is an argument are ValueError too, which is what
+Horovod's Python layer raises for the same arguments (and what hvd.rank() raises before init).
 """
 
 
@@ -24,7 +25,7 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-class InvalidArgumentError(ValueError):
+class InvalidArgumentError(PerseusInternalError, ValueError):
     """An argument is wrong on this rank: dtype, shape, root, splits, name, process set."""
 
 
@@ -36,11 +37,12 @@ class DuplicateNameError(InvalidArgumentError):
     """A collective with the same name is still in flight on this rank."""
 
 
-class NotInitializedError(ValueError):
-    """Called before init(); Horovod raises ValueError here too."""
+class NotInitializedError(PerseusInternalError, ValueError):
+    """Called before init(): Horovod's basics raise ValueError, its collectives
+    HorovodInternalError."""
 
 
-class MismatchError(PerseusInternalError, ValueError):
+class MismatchError(InvalidArgumentError):
     """Ranks disagreed on shape, dtype, op, root or process set. Horovod raises this from
     synchronize() as a RuntimeError; it is also a ValueError because the cause is an argument."""
 

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 
 from perseus.common import basics
-from perseus.common.process_sets import global_process_set, process_set_id
+from perseus.common.process_sets import global_process_set, process_set_id, set_root
 
 try:
     import cloudpickle as _pickler  # Horovod uses cloudpickle: lambdas and local classes work
@@ -30,16 +30,17 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     c = basics.core()
     ps = process_set_id(process_set)
     name = name or type(obj).__name__
-    rank = basics.rank() if ps == 0 else c.process_set_info(ps)[0]
-    payload = _dumps(obj) if rank == root_rank else None
+    is_root = basics.rank() == root_rank  # root_rank is a rank of the whole job, as in Horovod
+    root = set_root(ps, root_rank)
+    payload = _dumps(obj) if is_root else None
     size = np.array([0 if payload is None else payload.size], dtype=np.int64)
-    c.broadcast(name + ".sz", size, None, root_rank, ps).wait()
+    c.broadcast(name + ".sz", size, None, root, ps).wait()
     if payload is None:
         payload = np.empty(int(size[0]), dtype=np.uint8)
     else:
         payload = payload.copy()  # frombuffer arrays are read-only; broadcast writes in place
-    c.broadcast(name + ".t", payload, None, root_rank, ps).wait()
-    return obj if rank == root_rank else _loads(payload)
+    c.broadcast(name + ".t", payload, None, root, ps).wait()
+    return obj if is_root else _loads(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):

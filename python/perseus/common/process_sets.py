@@ -104,6 +104,26 @@ def process_set_id(process_set):
     return pid
 
 
+def set_root(pid, root_rank):
+    """The set-relative index the core takes for `root_rank`, which names the root by its rank
+    in the whole job (Horovod's meaning for broadcasts on a process set)."""
+    root_rank = int(root_rank)
+    if pid <= 0:  # the global set; negative ids are the core's own host-local sets
+        return root_rank
+    with _lock:
+        ps = _registered.get(pid)
+    ranks = ps.ranks if ps is not None else None
+    if ranks is None:
+        raise InvalidArgumentError("process set %d is not registered; call add_process_set first"
+                                   % pid)
+    try:
+        return ranks.index(root_rank)
+    except ValueError:
+        raise InvalidArgumentError(
+            "root_rank %d is not a member of process set %d (ranks %s); root_rank is a rank of "
+            "the whole job, as in Horovod" % (root_rank, pid, ranks)) from None
+
+
 def _forget_all():
     """At shutdown every registration ends."""
     with _lock:

@@ -12,7 +12,8 @@ from ._basics import (  # noqa: F401
     Average, Sum, Adasum, Min, Max, Product,
     init as _init, shutdown, is_initialized, size, rank, local_size, local_rank, cross_size,
     cross_rank, mpi_built, mpi_enabled, mpi_threads_supported, gloo_built, gloo_enabled,
-    nccl_built, cuda_built, rocm_built, ddl_built, ccl_built, engine_stats,
+    nccl_built, cuda_built, rocm_built, ddl_built, ccl_built, engine_stats, start_timeline,
+    stop_timeline,
     ProcessSet, global_process_set, add_process_set, remove_process_set,
 )
 from .mpi_ops import (  # noqa: F401

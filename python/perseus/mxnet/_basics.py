@@ -13,7 +13,7 @@ from perseus.common.basics import (  # noqa: F401
 from perseus.common.names import op_name  # noqa: F401
 from perseus.common.ops import Adasum, Average, Max, Min, Product, Sum, resolve_op  # noqa: F401
 from perseus.common.process_sets import (  # noqa: F401
-    ProcessSet, add_process_set, global_process_set, process_set_id, remove_process_set)
+    ProcessSet, add_process_set, global_process_set, process_set_id, remove_process_set, set_root)
 
 _core = _b.core
 

@@ -139,10 +139,11 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
 
 def _broadcast_async(tensor, output, root_rank, name, priority, process_set, after=()):
     ps = _basics.process_set_id(process_set)
+    root = _basics.set_root(ps, root_rank)  # root_rank is a rank of the whole job
     core = _core()
 
     def submit(ins, outs):
-        return core.broadcast(name, ins[0], None if outs is None else outs[0], int(root_rank), ps)
+        return core.broadcast(name, ins[0], None if outs is None else outs[0], root, ps)
     return _push("broadcast", name, [tensor], [output], priority, submit, after)
 
 

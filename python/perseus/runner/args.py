@@ -1,7 +1,14 @@
-"""perseusrun's command line. Every tuning flag becomes a PERSEUS_* variable (env.py)."""
+"""perseusrun's command line. Every tuning flag becomes a PERSEUS_* variable (env.py).
+
+Every horovodrun flag is accepted (docs/horovod-compatibility.md): those with a Perseus meaning
+set it, the others are reported on stderr as having no effect, with the reason; elastic mode
+and jsrun, which Perseus does not have, stop with an error that says so."""
 
 import argparse
 import os
+import sys
+
+from perseus.runner import horovod_flags
 
 _EPILOG = """\
 examples:
@@ -22,7 +29,7 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="perseusrun", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Launch a Perseus (Horovod-compatible) distributed job.")
-    p.add_argument("-np", "--num-proc", type=int, dest="np",
+    p.add_argument("-np", "--num-proc", "--np", type=int, dest="np",
                    help="Number of processes (ranks) to start.")
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default: localhost:NP).")
@@ -30,8 +37,14 @@ def build_parser():
                        help="MPI machine file: 'host slots=N' per line, '#' comments.")
     p.add_argument("-p", "--ssh-port", type=int, help="SSH port of the remote hosts.")
     p.add_argument("-i", "--ssh-identity-file", help="SSH private key for the remote hosts.")
-    p.add_argument("--mpi", action="store_true",
-                   help="Start the ranks with mpirun (Open MPI) instead of directly.")
+    controller = p.add_mutually_exclusive_group()
+    controller.add_argument("--mpi", action="store_true",
+                            help="Start the ranks with mpirun (Open MPI) instead of directly.")
+    controller.add_argument("--gloo", action="store_true",
+                            help="Start the ranks directly with Perseus's own rendezvous and "
+                                 "TCP/shared-memory planes (the default; Horovod's Gloo mode).")
+    controller.add_argument("--jsrun", action="store_true",
+                            help="Not supported (LSF's jsrun); start the job with -H/--hostfile.")
     p.add_argument("--mpi-args", default="",
                    help="Extra arguments for mpirun, as one string (with --mpi).")
     p.add_argument("--output-filename", metavar="DIR",
@@ -59,8 +72,10 @@ def build_parser():
                         "(PERSEUS_BIND_TO).")
     t.add_argument("--timeline-filename",
                    help="Chrome-trace timeline path (PERSEUS_TIMELINE; one file per rank).")
-    t.add_argument("--log-level", choices=["trace", "debug", "info", "warning", "error", "off"],
-                   type=str.lower, help="Core log level (PERSEUS_LOG_LEVEL).")
+    t.add_argument("--log-level",
+                   choices=["trace", "debug", "info", "warning", "error", "fatal", "off"],
+                   type=str.lower, help="Core log level (PERSEUS_LOG_LEVEL); Horovod's FATAL "
+                                        "means error.")
     t.add_argument("--start-timeout", type=float,
                    help="Seconds rendezvous waits for every rank (PERSEUS_START_TIMEOUT).")
     t.add_argument("--timeout", type=float,
@@ -71,14 +86,26 @@ def build_parser():
                    help="PERSEUS_STALL_WARNING.")
     t.add_argument("--stall-check-shutdown-time-seconds", type=float,
                    help="PERSEUS_STALL_SHUTDOWN.")
+    horovod_flags.add_arguments(p)
+    p.add_argument("--version", action="version",
+                   version="perseusrun %s (Horovod 0.28 API)" % _version())
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="The program and its arguments (a leading '--' is allowed).")
     return p
 
 
+def _version():
+    from perseus import __version__
+    return __version__
+
+
 def parse_args(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config_file:
+        horovod_flags.apply_config_file(parser, args, argv)
+    for message in horovod_flags.resolve(parser, args):
+        print("perseusrun: %s" % message, file=sys.stderr, flush=True)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not (args.check_build or args.params):

@@ -10,8 +10,9 @@ _SKIP_EXACT = {"OLDPWD", "PWD", "SHLVL", "_", "HOSTNAME", "HOME", "USER", "LOGNA
                "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY"}
 _SKIP_PREFIXES = ("BASH_FUNC_",)
 _SKIP_SUFFIXES = ("CUDA_VISIBLE_DEVICES",)
-_TOPOLOGY_KEYS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_LOCAL_SIZE",
-                  "PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE", "PERSEUS_HOSTNAME")
+_TOPOLOGY_KEYS = tuple(p + k for p in ("PERSEUS_", "HOROVOD_")
+                       for k in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK",
+                                 "CROSS_SIZE", "HOSTNAME")) + ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
 def forwardable(environ):
@@ -39,6 +40,17 @@ def tuning_env(args):
     for key, value in pairs:
         if value is not None:
             env[key] = str(value)
+    # horovodrun's flags with a Perseus meaning (runner/horovod_flags.py).
+    if args.num_nccl_streams is not None:
+        env["PERSEUS_NUM_STREAMS"] = str(args.num_nccl_streams)
+    if args.gloo_timeout_seconds is not None and args.timeout is None:
+        env["PERSEUS_TIMEOUT"] = str(args.gloo_timeout_seconds)
+    if args.timeline_mark_cycles is not None:
+        env["PERSEUS_TIMELINE_MARK_CYCLES"] = "1" if args.timeline_mark_cycles else "0"
+    if args.stall_check is False and args.stall_check_warning_time_seconds is None:
+        env["PERSEUS_STALL_WARNING"] = "1e9"  # no stall warnings
+    if args.tcp:
+        env["PERSEUS_CPU_OPERATIONS"] = "tcp"
     return env
 
 
@@ -60,9 +72,16 @@ def job_env(base, args, max_local_size):
 
 
 def rank_env(slot):
-    """The topology variables of one rank."""
-    return {"PERSEUS_RANK": str(slot.rank), "PERSEUS_SIZE": str(slot.size),
-            "PERSEUS_LOCAL_RANK": str(slot.local_rank),
-            "PERSEUS_LOCAL_SIZE": str(slot.local_size),
-            "PERSEUS_CROSS_RANK": str(slot.cross_rank),
-            "PERSEUS_CROSS_SIZE": str(slot.cross_size), "PERSEUS_HOSTNAME": slot.host}
+    """The topology variables of one rank: Perseus's, the same under horovodrun's names (data
+    loaders read them before init()), and RANK/WORLD_SIZE/LOCAL_RANK, which PyTorch Lightning,
+    Accelerate and Hugging Face read."""
+    env = {}
+    for prefix in ("PERSEUS_", "HOROVOD_"):
+        env.update({prefix + "RANK": str(slot.rank), prefix + "SIZE": str(slot.size),
+                    prefix + "LOCAL_RANK": str(slot.local_rank),
+                    prefix + "LOCAL_SIZE": str(slot.local_size),
+                    prefix + "CROSS_RANK": str(slot.cross_rank),
+                    prefix + "CROSS_SIZE": str(slot.cross_size), prefix + "HOSTNAME": slot.host})
+    env.update({"RANK": str(slot.rank), "WORLD_SIZE": str(slot.size),
+                "LOCAL_RANK": str(slot.local_rank)})
+    return env

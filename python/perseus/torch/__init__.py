@@ -31,6 +31,7 @@ from perseus.torch.mpi_ops import (  # noqa: F401
     allgather_async, allreduce_async, allreduce_async_, alltoall_async, barrier,
     broadcast_async, broadcast_async_, grouped_allgather_async, grouped_allreduce_async,
     grouped_allreduce_async_, grouped_reducescatter_async, join, poll, reducescatter_async,
-    synchronize)
+    sparse_allreduce_async, synchronize)
+from perseus.torch import elastic  # noqa: F401
 from perseus.torch.optimizer import DistributedOptimizer  # noqa: F401
 from perseus.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401

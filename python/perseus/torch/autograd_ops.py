@@ -108,8 +108,27 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return _Allgather.apply(tensor, name, process_set)
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() > 0 else 1 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(_ops.synchronize(_ops.grouped_allgather_async(list(tensors), name,
+                                                                    process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # Each tensor's gradient as allgather's: the average over ranks, this rank's rows.
+        ps = ctx.process_set
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ps)
+        dims = allgather(torch.tensor(ctx.dims, dtype=torch.int64).view(1, -1), process_set=ps)
+        offsets = dims[:_set_rank(ps)].sum(dim=0)
+        return (None, None) + tuple(g.narrow(0, int(offsets[i]), ctx.dims[i])
+                                    for i, g in enumerate(reduced))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return _ops.synchronize(_ops.grouped_allgather_async(tensors, name, process_set))
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 class _Broadcast(torch.autograd.Function):
@@ -122,7 +141,8 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        if _set_rank(ctx.process_set) != ctx.root_rank:
+        from perseus.common import basics
+        if basics.rank() != ctx.root_rank:  # root_rank is a rank of the whole job
             grad_reduced = grad_reduced * 0
         return grad_reduced, None, None, None
 
@@ -142,18 +162,20 @@ class _Alltoall(torch.autograd.Function):
             _ops.alltoall_async(tensor, splits=splits, name=name, process_set=process_set))
         ctx.received = received
         ctx.process_set = process_set
+        if splits is None:  # Horovod returns the tensor alone when no splits were given
+            return output
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
-    def backward(ctx, grad_output, _grad_splits):
+    def backward(ctx, grad_output, *_grad_splits):
         grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received,
                            process_set=ctx.process_set)
         return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Returns (output, received_splits)."""
+    """Returns the output, or (output, received_splits) when `splits` is given (Horovod)."""
     return _Alltoall.apply(tensor, splits, name, process_set)
 
 
@@ -186,6 +208,23 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     pairs = [compression.compress(t) for t in tensors]
-    outs = _ops.synchronize(_ops.grouped_reducescatter_async(
-        [c for c, _ in pairs], name, op, process_set, prescale_factor, postscale_factor))
+    outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                       *[c for c, _ in pairs])
     return [compression.decompress(o, cctx) for o, (_, cctx) in zip(outs, pairs)]
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op = op
+        ctx.process_set = process_set
+        return tuple(_ops.synchronize(_ops.grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # Each tensor's gradient as reducescatter's: the allgather of the gradient blocks.
+        gathered = grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
+        if ctx.op == Sum:
+            gathered = [g * _set_size(ctx.process_set) for g in gathered]
+        return (None, None, None, None, None) + tuple(gathered)

@@ -36,9 +36,30 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     load_state_dict, which moves tensors to each parameter's device."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if len(optimizer.state_dict()["state"]) == 0:
+        _initialize_state(optimizer)
     state = broadcast_object(optimizer.state_dict(), root_rank,
                              name="optimizer_state", process_set=process_set)
     optimizer.load_state_dict(state)
+
+
+def _initialize_state(optimizer):
+    """Horovod's state initialisation for a new optimizer: zero gradients for every trainable
+    parameter (so the step changes no weight through a gradient), then one step of the wrapped optimizer, so that every rank has the state
+    entries (momentum buffers...) that load_state_dict fills. A DistributedOptimizer steps its
+    inner optimizer directly: its own step() would allreduce, and deadlock unless every rank
+    called it."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = p.data.new(p.size()).zero_()
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    from perseus.torch.optimizer import _DistributedOptimizer
+    if type(optimizer).__dict__.get("_make_hook") is _DistributedOptimizer.__dict__["_make_hook"]:
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

@@ -5,10 +5,10 @@ waits (GIL released) and returns the result."""
 import torch
 
 from perseus.common import basics as _basics
-from perseus.common.exceptions import UnsupportedError
+from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 from perseus.common.names import op_name
-from perseus.common.ops import Average, resolve_op, to_core_op
-from perseus.common.process_sets import global_process_set, process_set_id
+from perseus.common.ops import Average, Sum, resolve_op, to_core_op
+from perseus.common.process_sets import global_process_set, process_set_id, set_root
 from perseus.torch import _tensors as _t
 
 
@@ -34,6 +34,8 @@ def poll(handle):
 def synchronize(handle):
     """Waits for `handle` and returns its output. Raises the op's error (a
     PerseusInternalError / HorovodInternalError for runtime failures)."""
+    if callable(handle):  # sparse_allreduce_async's handle
+        return handle()
     pending = _t.take(handle)
     pending.core.wait()
     _wait_device(pending)
@@ -121,6 +123,38 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                                     process_set)
 
 
+# --- sparse ----------------------------------------------------------------------------------
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: every rank's indices and values are allgathered, so the
+    result holds every rank's entries (duplicates summed when coalesced); op=Average divides
+    the values by the set size. Returns a callable that waits and returns the sparse tensor
+    (DistributedOptimizer calls it; synchronize() takes it too)."""
+    t = tensor
+    if not (isinstance(t, torch.Tensor) and t.is_sparse):
+        raise InvalidArgumentError("sparse_allreduce_async '%s': expected a sparse COO tensor"
+                                   % (name,))
+    if op not in (Average, Sum):
+        raise UnsupportedError("sparse_allreduce_async '%s': op must be Average or Sum" % (name,))
+    # allgather concatenates along dim 0: indices travel transposed, one row per entry.
+    indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                                     name="%s.indices" % name, process_set=process_set)
+    values_handle = allgather_async(t._values(), name="%s.values" % name,
+                                    process_set=process_set)
+    set_size = (_basics.size() if process_set_id(process_set) == 0
+                else _core().process_set_info(process_set_id(process_set))[1])
+
+    def handle():
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        if op == Average:
+            values = values / set_size
+        if indices.dim() == 0 or values.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+    return handle
+
+
 # --- allgather / broadcast / alltoall ---------------------------------------------------------
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -148,10 +182,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def _broadcast_async(tensor, output, root_rank, name, process_set):
     ps = process_set_id(process_set)
     name = op_name("broadcast", name, ps)
+    root = set_root(ps, root_rank)
     wire, restore = _t.to_wire(tensor, "broadcast", name)
     stream = _t.stream_of(wire)
     if output is None:
-        h = _core().broadcast(name, _t.capsule(wire), None, int(root_rank), ps, stream)
+        h = _core().broadcast(name, _t.capsule(wire), None, root, ps, stream)
 
         def finish(_h):
             result = restore(wire)
@@ -160,7 +195,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
             return tensor
     else:
         out_wire, _ = _t.to_wire(output, "broadcast", name)
-        h = _core().broadcast(name, _t.capsule(wire), _t.capsule(out_wire), int(root_rank), ps,
+        h = _core().broadcast(name, _t.capsule(wire), _t.capsule(out_wire), root, ps,
                               stream)
         finish = lambda _h: restore(out_wire)  # noqa: E731
     return _t.register(h, finish, wire)
@@ -223,7 +258,7 @@ def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process
         return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
     ps = process_set_id(process_set)
     name = op_name("broadcast", name, ps)
-    _core().broadcast_blocking(name, _t.capsule(tensor), None, int(root_rank), ps)
+    _core().broadcast_blocking(name, _t.capsule(tensor), None, set_root(ps, root_rank), ps)
     return tensor
 
 

@@ -125,12 +125,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
             if not self.sparse_as_dense:
-                raise UnsupportedError("sparse gradient of '%s': use sparse_as_dense=True"
-                                       % self._parameter_names.get(p))
+                raise UnsupportedError("sparse gradient of '%s' in a group: grouped allreduce "
+                                       "takes dense tensors; use sparse_as_dense=True or no "
+                                       "groups" % self._parameter_names.get(p))
             p.grad = p.grad.to_dense()
         return self._compression.compress(p.grad)
 
     def _allreduce_grad_async(self, p):
+        if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
+            # As Horovod: the indices and values of every rank are allgathered (a callable
+            # handle builds the summed sparse gradient).
+            return _ops.sparse_allreduce_async(p.grad, name=self._parameter_names.get(p),
+                                               op=self.op, process_set=self.process_set), None
         compressed, ctx = self._prepare_grad(p)
         pre, post = self._scale_factors()
         handle = _ops.allreduce_async_(compressed, name=self._parameter_names.get(p), op=self.op,
@@ -166,14 +172,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if handle is None:
                 self._handles[key] = self._allreduce_grad_async(key)
         for key, (handle, ctx) in self._handles.items():
-            output = _ops.synchronize(handle)
+            output = handle() if callable(handle) else _ops.synchronize(handle)
             if isinstance(key, tuple):
                 for p, out, (_, cctx) in zip(key, output, ctx):
                     self._allreduce_delay[p] = self.backward_passes_per_step
                     self._apply(p, out, cctx)
             else:
                 self._allreduce_delay[key] = self.backward_passes_per_step
-                self._apply(key, output, ctx[1])
+                if ctx is None:  # sparse: the handle built the aggregated gradient
+                    key.grad.zero_().add_(output)
+                else:
+                    self._apply(key, output, ctx[1])
         self._handles.clear()
         self._synchronized = True
 
@@ -194,9 +203,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a loop of optimizer.synchronize() "
-                              "inside skip_synchronize context. Call optimizer.step() only "
-                              "once per synchronize().")
+                # Horovod's text, which users grep their logs for.
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code. (Perseus: the "
+                              "gradients were allreduced again before this step.)")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)

@@ -1,0 +1,257 @@
+"""Horovod 0.28 behaviours of perseus.torch that a program written for horovod.torch relies on
+(issue: drop-in for Horovod). Runs on 2 or 3 ranks; prints 'PASS <check>' per check."""
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+
+import torch
+
+import perseus.torch as hvd
+
+
+def expect(exc, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+
+
+def check_launcher_env(rank, size):
+    # As horovodrun: HOROVOD_* topology, and the torchrun names other libraries read.
+    env = os.environ
+    assert int(env["HOROVOD_RANK"]) == rank and int(env["HOROVOD_SIZE"]) == size
+    assert int(env["HOROVOD_LOCAL_RANK"]) == hvd.local_rank()
+    assert int(env["HOROVOD_LOCAL_SIZE"]) == hvd.local_size()
+    assert int(env["HOROVOD_CROSS_RANK"]) == hvd.cross_rank()
+    assert int(env["HOROVOD_CROSS_SIZE"]) == hvd.cross_size()
+    assert env["HOROVOD_HOSTNAME"]
+    assert int(env["RANK"]) == rank and int(env["WORLD_SIZE"]) == size
+    assert int(env["LOCAL_RANK"]) == hvd.local_rank()
+
+
+def check_import_paths(rank, size):
+    import perseus.torch.horovod as aiacc_hvd
+    assert aiacc_hvd is hvd
+    assert aiacc_hvd.allreduce is hvd.allreduce
+
+
+def check_global_root_rank(rank, size):
+    # The set of ranks 1..size-1, rooted at the last rank: its global rank is not its index
+    # in the set, which is what Horovod's root_rank names.
+    members = list(range(1, size))
+    root = size - 1
+    ps = hvd.add_process_set(members)
+    try:
+        if rank in members:
+            x = torch.full((3,), float(rank))
+            assert torch.equal(hvd.broadcast(x, root, process_set=ps), torch.full((3,), root * 1.0))
+            y = torch.full((3,), float(rank))
+            hvd.broadcast_(y, root, process_set=ps)
+            assert torch.equal(y, torch.full((3,), root * 1.0))
+            h = hvd.broadcast_async(torch.full((2,), float(rank)), root, process_set=ps)
+            assert torch.equal(hvd.synchronize(h), torch.full((2,), root * 1.0))
+            z = torch.full((2,), float(rank))
+            hvd.synchronize(hvd.broadcast_async_(z, root, process_set=ps))
+            assert torch.equal(z, torch.full((2,), root * 1.0))
+            # Autograd: the root gets the average gradient, the others zeros.
+            w = torch.ones(2, requires_grad=True)
+            hvd.broadcast(w * (rank + 1), root, process_set=ps).sum().backward()
+            expected = (rank + 1) * 1.0 if rank == root else 0.0
+            assert torch.allclose(w.grad, torch.full((2,), expected)), (rank, w.grad)
+            obj = hvd.broadcast_object({"from": rank}, root_rank=root, process_set=ps)
+            assert obj == {"from": root}, obj
+            model = torch.nn.Linear(2, 2)
+            with torch.no_grad():
+                model.weight.fill_(rank)
+            hvd.broadcast_parameters(model.state_dict(), root_rank=root, process_set=ps)
+            assert torch.equal(model.weight, torch.full((2, 2), root * 1.0))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1 * (rank + 1), momentum=0.9)
+            hvd.broadcast_optimizer_state(opt, root_rank=root, process_set=ps)
+            assert abs(opt.param_groups[0]["lr"] - 0.1 * (root + 1)) < 1e-12
+            # A root outside the set is an argument error naming the set.
+            e = expect(ValueError, hvd.broadcast, torch.ones(1), 0, process_set=ps)
+            assert "not a member" in str(e) and isinstance(e, hvd.HorovodInternalError)
+    finally:
+        hvd.remove_process_set(ps)
+
+
+def check_optimizer_per_rank_process_sets(rank, size):
+    # The even ranks train in one set, the odd ranks in another (Horovod's docs example).
+    even = hvd.add_process_set(list(range(0, size, 2)))
+    odd = hvd.add_process_set(list(range(1, size, 2)))
+    mine = even if rank % 2 == 0 else odd
+    try:
+        model = torch.nn.Linear(3, 1, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters(),
+                                       process_set=mine)
+        model(torch.full((1, 3), float(rank + 1))).sum().backward()
+        opt.step()
+        members = mine.ranks
+        avg = sum(r + 1 for r in members) / len(members)
+        assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - avg)), (rank, model.weight)
+    finally:
+        hvd.remove_process_set(odd)
+        hvd.remove_process_set(even)
+
+
+def check_exception_types(rank, size):
+    assert hvd.HorovodInternalError is hvd.PerseusInternalError
+    assert issubclass(hvd.HorovodInternalError, RuntimeError)
+    e = expect(RuntimeError, hvd.reducescatter, torch.ones(size), op=hvd.Adasum)
+    assert isinstance(e, hvd.HorovodInternalError), type(e)
+    e = expect(RuntimeError, hvd.allreduce, torch.ones(2, dtype=torch.complex64))
+    assert isinstance(e, hvd.HorovodInternalError), type(e)
+    # Argument errors of Horovod's Python layer stay ValueError.
+    expect(ValueError, hvd.allreduce, torch.ones(2), average=True, op=hvd.Sum)
+
+
+def check_alltoall_return_shapes(rank, size):
+    x = torch.arange(size * 2, dtype=torch.float32)
+    out = hvd.alltoall(x)
+    assert torch.is_tensor(out) and out.shape == (size * 2,), type(out)
+    out, received = hvd.alltoall(x, splits=[2] * size)
+    assert torch.equal(received, torch.tensor([2] * size, dtype=torch.int32))
+    # Autograd without splits: the gradient goes back through the same exchange.
+    w = torch.ones(size * 2, requires_grad=True)
+    hvd.alltoall(w * (rank + 1)).sum().backward()
+    assert torch.allclose(w.grad, torch.full((size * 2,), rank + 1.0))
+    out, received = hvd.synchronize(hvd.alltoall_async(x))  # the async form: both, as Horovod
+    assert torch.is_tensor(received)
+
+
+def check_broadcast_optimizer_state_fills_grads(rank, size):
+    model = torch.nn.Linear(2, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    assert all(p.grad is None for p in model.parameters())
+    before = [p.detach().clone() for p in model.parameters()]
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for p, b in zip(model.parameters(), before):
+        assert p.grad is not None and torch.count_nonzero(p.grad) == 0
+        assert torch.equal(p.detach(), b)  # a zero-gradient step moves nothing
+        assert "momentum_buffer" in opt.state[p]
+
+
+def check_build_queries(rank, size):
+    flags = hvd.nccl_built()
+    assert isinstance(flags, int) and not isinstance(flags, bool)
+    assert (flags > 20000) if hvd.cuda_built() else flags == 0, flags
+    # Ranks started by perseusrun without --mpi use no MPI.
+    assert hvd.mpi_enabled() is False
+    assert hvd.gloo_built() is False and hvd.gloo_enabled() is False
+    assert hvd.ccl_built() is False and hvd.rocm_built() is False and hvd.ddl_built() is False
+    assert hvd.mpi_threads_supported() is False
+
+
+def check_warning_texts(rank, size):
+    model = torch.nn.Linear(2, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=[("warn." + n, p)
+                                                     for n, p in model.named_parameters()])
+    model(torch.ones(1, 2)).sum().backward()
+    opt.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt.step()
+    texts = [str(w.message) for w in caught]
+    assert any(t.startswith("optimizer.step() called without optimizer.skip_synchronize() "
+                            "context after optimizer.synchronize(). This can cause training "
+                            "slowdown.") for t in texts), texts
+
+
+def check_timeline(rank, size):
+    d = os.environ["CONFORMANCE_TMP"]
+    path = os.path.join(d, "timeline.json")
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.allreduce(torch.ones(4), name="timeline.tensor")
+    hvd.stop_timeline()
+    mine = path[:-len(".json")] + ".%d.json" % rank
+    with open(mine) as f:
+        events = json.load(f)
+    names = [e.get("args", {}).get("name") for e in events if e.get("ph") == "M"]
+    assert "timeline.tensor" in names, names
+    assert any(e.get("name") == "CYCLE" for e in events)
+    # After stop nothing more is written; a second start opens a fresh file.
+    hvd.allreduce(torch.ones(4), name="timeline.after")
+    with open(mine) as f:
+        assert "timeline.after" not in f.read()
+    e = expect(ValueError, hvd.start_timeline, "/nonexistent-dir/t.json")
+    assert "/nonexistent-dir" in str(e)
+
+
+def check_sparse(rank, size):
+    # sparse_allreduce_async: every rank's entries, averaged.
+    idx = torch.tensor([[rank, size]])
+    t = torch.sparse_coo_tensor(idx, torch.tensor([1.0, float(rank)]), (size + 1,))
+    handle = hvd.sparse_allreduce_async(t, name="sparse.t", op=hvd.Average)
+    dense = handle().to_dense()
+    expected = torch.zeros(size + 1)
+    for r in range(size):
+        expected[r] += 1.0 / size
+        expected[size] += r / size
+    assert torch.allclose(dense, expected), (dense, expected)
+    # DistributedOptimizer on sparse embedding gradients, sparse_as_dense=False.
+    emb = torch.nn.Embedding(4, 2, sparse=True)
+    with torch.no_grad():
+        emb.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=[("emb.weight", emb.weight)])
+    emb(torch.tensor([rank % 4])).sum().backward()
+    assert emb.weight.grad.is_sparse
+    opt.step()
+    want = torch.ones(4, 2)
+    for r in range(size):
+        want[r % 4] -= 1.0 / size
+    assert torch.allclose(emb.weight.detach(), want), (emb.weight, want)
+
+
+def check_grouped_autograd(rank, size):
+    a = torch.ones(2, 3, requires_grad=True)
+    b = torch.ones(rank + 1, requires_grad=True)
+    ga, gb = hvd.grouped_allgather([a * (rank + 1), b * 2])
+    assert ga.shape == (2 * size, 3) and gb.shape == (sum(r + 1 for r in range(size)),)
+    (ga.sum() + gb.sum()).backward()
+    # allgather's gradient: the average over ranks of the upstream gradient, this rank's rows.
+    assert torch.allclose(a.grad, torch.full((2, 3), rank + 1.0))
+    assert torch.allclose(b.grad, torch.full((rank + 1,), 2.0))
+    c = torch.ones(size * 2, requires_grad=True)
+    d = torch.ones(size, 2, requires_grad=True)
+    rc, rd = hvd.grouped_reducescatter([c * (rank + 1), d], op=hvd.Sum)
+    single_c = torch.ones(size * 2, requires_grad=True)
+    hvd.reducescatter(single_c * (rank + 1), op=hvd.Sum).sum().backward()
+    (rc.sum() + rd.sum()).backward()
+    assert torch.allclose(c.grad, single_c.grad), (c.grad, single_c.grad)
+    assert d.grad.shape == d.shape
+
+
+CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank,
+          check_optimizer_per_rank_process_sets, check_exception_types,
+          check_alltoall_return_shapes, check_broadcast_optimizer_state_fills_grads,
+          check_build_queries, check_warning_texts, check_timeline, check_sparse,
+          check_grouped_autograd]
+
+
+def main():
+    expect(ValueError, hvd.start_timeline, "x.json")  # before init, as Horovod
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    only = set(sys.argv[1:])
+    for check in CHECKS:
+        if only and check.__name__ not in only:
+            continue
+        check(rank, size)
+        hvd.barrier()
+        print("PASS %s" % check.__name__, flush=True)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("CONFORMANCE_TMP", tmp)
+        main()
