@@ -116,12 +116,21 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
 
   if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier) {
+    // Horovod's text first (its controller refuses the same collectives), then the detail.
+    const char* horovod = op == OpType::kAllgather
+                              ? "Allgather is not supported with Join at this time. Specify "
+                                "sparse_to_dense=True if using DistributedOptimizer."
+                          : op == OpType::kAlltoall ? "Alltoall is not supported with Join at this time."
+                          : op == OpType::kBroadcast ? "Broadcast is not supported with Join at this time."
+                          : op == OpType::kReducescatter
+                              ? "Reducescatter is not supported with Join at this time."
+                              : "This collective is not supported with Join.";
     return errorResponse(first, name, StatusCode::kUnsupported,
-                         PERSEUS_STR(opTypeName(op)
-                                     << " '" << name << "' cannot run while " << rankList(joined)
-                                     << " have joined: only allreduce and barrier take joined "
-                                        "ranks into account (Horovod does the same). Finish "
-                                        "such collectives before join()."));
+                         PERSEUS_STR(horovod << " " << opTypeName(op) << " '" << name
+                                             << "' cannot run while " << rankList(joined)
+                                             << " have joined: only allreduce and barrier take "
+                                                "joined ranks into account. Finish such "
+                                                "collectives before join()."));
   }
 
   const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;

@@ -57,7 +57,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._groups = self._make_groups(groups, all_params)
         self._group_ready = {}
-        if basics.size() > 1:
+        # As Horovod: a rank outside process_set trains locally (no hooks, no allreduce).
+        if basics.size() > 1 and (process_set.process_set_id == 0 or process_set.included()):
             self._register_hooks()
 
     @staticmethod

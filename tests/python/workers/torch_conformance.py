@@ -96,6 +96,21 @@ def check_optimizer_per_rank_process_sets(rank, size):
         members = mine.ranks
         avg = sum(r + 1 for r in members) / len(members)
         assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - avg)), (rank, model.weight)
+        # Every rank passing the even set: the odd ranks are outside it and train locally
+        # (Horovod registers no hooks there), the even ones average within it.
+        model = torch.nn.Linear(3, 1, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters(),
+                                       process_set=even)
+        model(torch.full((1, 3), float(rank + 1))).sum().backward()
+        opt.step()
+        if rank % 2 == 0:
+            avg = sum(r + 1 for r in even.ranks) / len(even.ranks)
+        else:
+            avg = rank + 1.0
+        assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - avg)), (rank, model.weight)
     finally:
         hvd.remove_process_set(odd)
         hvd.remove_process_set(even)
