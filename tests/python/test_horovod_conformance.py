@@ -177,3 +177,10 @@ def test_perseusrun_version_and_elastic_refusal():
     assert result.returncode == 2
     assert "elastic mode is not supported" in result.stderr
     assert "unrecognized" not in result.stderr
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_mxnet_behaves_as_horovod(np):
+    pytest.importorskip("mxnet")
+    out = run_worker(np, "mx_conformance.py").stdout
+    assert out.count("PASS check_") == np * 8, out

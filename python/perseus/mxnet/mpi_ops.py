@@ -16,6 +16,7 @@ import numpy as np
 from . import _basics
 from ._basics import Average, Sum, Adasum, Min, Max, Product, global_process_set  # noqa: F401
 from .engine import bridge
+from perseus.common.exceptions import UnsupportedError
 
 
 def _name(kind, name, process_set=None):
@@ -243,8 +244,8 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces, then gives rank i the i-th block of dim 0. Blocks."""
     _check_tensor(tensor, "reducescatter")
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports op=Average or op=Sum only")
+    if op not in (Average, Sum):  # Horovod's core refuses the others (HorovodInternalError)
+        raise UnsupportedError("reducescatter supports op=Average or op=Sum only")
     if len(tensor.shape) == 0:
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     name = _name("reducescatter", name, process_set)
@@ -260,7 +261,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
                           postscale_factor=1.0):
     """reducescatter of a list as one unit. Blocks."""
     if op not in (Average, Sum):
-        raise ValueError("grouped_reducescatter supports op=Average or op=Sum only")
+        raise UnsupportedError("grouped_reducescatter supports op=Average or op=Sum only")
     for t in tensors:
         _check_tensor(t, "grouped_reducescatter")
         if len(t.shape) == 0:

@@ -1,0 +1,113 @@
+"""Horovod 0.28 behaviours of perseus.mxnet that a program written for horovod.mxnet relies on.
+Runs on 2 or 3 ranks; prints 'PASS <check>' per check."""
+
+import json
+import os
+import sys
+import tempfile
+
+import mxnet as mx
+import numpy as np
+
+import perseus.mxnet as hvd
+
+
+def expect(exc, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+
+
+def check_launcher_env(rank, size):
+    assert int(os.environ["HOROVOD_RANK"]) == rank
+    assert int(os.environ["HOROVOD_SIZE"]) == size
+    assert int(os.environ["HOROVOD_LOCAL_RANK"]) == hvd.local_rank()
+    assert int(os.environ["RANK"]) == rank and int(os.environ["WORLD_SIZE"]) == size
+
+
+def check_import_paths(rank, size):
+    import perseus.mxnet.horovod as aiacc_hvd
+    assert aiacc_hvd is hvd
+
+
+def check_global_root_rank(rank, size):
+    members = list(range(1, size))
+    root = size - 1
+    ps = hvd.add_process_set(members)
+    try:
+        if rank in members:
+            out = hvd.broadcast(mx.nd.ones(3) * rank, root, name="g.b", process_set=ps)
+            np.testing.assert_allclose(out.asnumpy(), np.full(3, root))
+            y = mx.nd.ones(3) * rank
+            hvd.broadcast_(y, root, name="g.b_", process_set=ps)
+            np.testing.assert_allclose(y.asnumpy(), np.full(3, root))
+            assert hvd.broadcast_object({"r": rank}, root_rank=root, process_set=ps) == {"r": root}
+            e = expect(ValueError, hvd.broadcast, mx.nd.ones(1), 0, process_set=ps)
+            assert "not a member" in str(e)
+    finally:
+        mx.nd.waitall()
+        hvd.remove_process_set(ps)
+
+
+def check_exception_types(rank, size):
+    assert hvd.HorovodInternalError is hvd.PerseusInternalError
+    e = expect(RuntimeError, hvd.reducescatter, mx.nd.ones(size), op=hvd.Adasum)
+    assert isinstance(e, hvd.HorovodInternalError)
+    expect(ValueError, hvd.allreduce, mx.nd.ones(2), average=True, op=hvd.Sum)
+
+
+def check_alltoall_return_shapes(rank, size):
+    x = mx.nd.arange(size * 2)
+    out = hvd.alltoall(x, name="a2a.nosplits")
+    assert isinstance(out, mx.nd.NDArray) and out.shape == (size * 2,)
+    out, received = hvd.alltoall(x, splits=[2] * size, name="a2a.splits")
+    np.testing.assert_array_equal(received.asnumpy(), [2] * size)
+
+
+def check_build_queries(rank, size):
+    v = hvd.nccl_built()
+    assert isinstance(v, int) and ((v > 20000) if hvd.cuda_built() else v == 0)
+    assert hvd.mpi_enabled() is False and hvd.gloo_built() is False
+    assert hvd.gloo_enabled() is False and hvd.ccl_built() is False
+
+
+def check_timeline(rank, size):
+    path = os.path.join(os.environ["CONFORMANCE_TMP"], "mx_timeline.json")
+    hvd.start_timeline(path)
+    hvd.allreduce(mx.nd.ones(4), name="mx.timeline").wait_to_read()
+    hvd.stop_timeline()
+    with open(path[:-len(".json")] + ".%d.json" % rank) as f:
+        events = json.load(f)
+    assert "mx.timeline" in [e.get("args", {}).get("name") for e in events]
+
+
+def check_sparse_arrays_are_refused_clearly(rank, size):
+    rsp = mx.nd.ones((4, 2)).tostype("row_sparse")
+    e = expect(ValueError, hvd.allreduce, rsp)
+    assert "tostype('default')" in str(e), str(e)
+
+
+CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank, check_exception_types,
+          check_alltoall_return_shapes, check_build_queries, check_timeline,
+          check_sparse_arrays_are_refused_clearly]
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    only = set(sys.argv[1:])
+    for check in CHECKS:
+        if only and check.__name__ not in only:
+            continue
+        check(rank, size)
+        mx.nd.waitall()
+        hvd.barrier()
+        print("PASS %s" % check.__name__, flush=True)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("CONFORMANCE_TMP", tmp)
+        main()
