@@ -15,6 +15,7 @@
 // response.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "collectives/collectives.h"
 #include "engine/executor.h"
@@ -219,17 +220,26 @@ class CpuExecutor final : public Executor {
     };
     std::vector<Item> items;
     std::vector<size_t> bytes(n, 0);
+    // A joined rank (no entry; Note [Join]) sends no rows and drops what it receives.
+    std::vector<std::unique_ptr<uint8_t[]>> discard;
     for (const FusionItem& it : g.items) {
       const Response& r = rs[it.response];
       const TensorMeta& m = r.tensors[it.tensor];
       Entry* e = es[it.response];
-      PERSEUS_CHECK(e != nullptr, "allgather '" << r.name << "' without a local entry");
       Item item{static_cast<size_t>(m.rowElements()) * dataTypeSize(m.dtype),
-                &r.first_dims[it.tensor * n], e->inputs[it.tensor], nullptr};
+                &r.first_dims[it.tensor * n], e ? e->inputs[it.tensor] : nullptr, nullptr};
       int64_t total = 0;
       for (int k = 0; k < n; ++k) {
         total += item.rows[k];
         bytes[k] += item.rows[k] * item.row_bytes;
+      }
+      if (e == nullptr) {
+        PERSEUS_CHECK(item.rows[me] == 0, "allgather '" << r.name << "': a joined rank has rows");
+        discard.emplace_back(new uint8_t[std::max<size_t>(1, total * item.row_bytes)]);
+        item.out = discard.back().get();
+        item.in = item.out;  // zero bytes are read from it; never a null pointer to memcpy
+        items.push_back(item);
+        continue;
       }
       std::vector<int64_t> shape = m.shape;
       shape[0] = total;
@@ -277,14 +287,17 @@ class CpuExecutor final : public Executor {
     const int root = rs[g.items[0].response].root;
     const bool is_root = comm.rank() == root;
     for (const FusionItem& it : g.items) {
-      PERSEUS_CHECK(es[it.response] != nullptr,
-                    "broadcast '" << rs[it.response].name << "' without a local entry");
+      // Only a joined rank has no entry, and negotiation refuses a joined root (Note [Join]).
+      PERSEUS_CHECK(es[it.response] != nullptr || !is_root,
+                    "broadcast '" << rs[it.response].name << "' without a local entry on its root");
     }
     if (!g.fused()) {
       const FusionItem& it = g.items[0];
       Entry* e = es[it.response];
       size_t b = rs[it.response].tensors[it.tensor].bytes();
-      void* out = e->outputs[it.tensor];
+      std::unique_ptr<uint8_t[]> discard;  // a joined rank receives and drops
+      if (e == nullptr) discard.reset(new uint8_t[std::max<size_t>(1, b)]);
+      void* out = e ? e->outputs[it.tensor] : discard.get();
       if (is_root && out != e->inputs[it.tensor]) std::memcpy(out, e->inputs[it.tensor], b);
       timer.begin();
       collectives::broadcast(comm, out, b, root);
@@ -313,7 +326,7 @@ class CpuExecutor final : public Executor {
     timer.begin();
     for (const FusionItem& it : g.items) {
       size_t b = rs[it.response].tensors[it.tensor].bytes();
-      std::memcpy(es[it.response]->outputs[it.tensor], buf + off, b);
+      if (Entry* e = es[it.response]) std::memcpy(e->outputs[it.tensor], buf + off, b);
       off += b;
     }
     timer.end("MEMCPY_OUT");

@@ -135,7 +135,8 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
     }
   }
   if (cv.anyFlag(ControlFlag::kJoined) && !set.joined) {
-    // Only allreduce takes joined ranks into account; the coordinator reports the others.
+    // Only cached allreduces take joined ranks into account; the others go to the
+    // coordinator, which gives allgather its new row counts and refuses what cannot run.
     for (auto& [name, e] : set.entries) {
       if (e->cache_bit >= 0 && e->request.op != OpType::kAllreduce) toUncached(e.get());
     }

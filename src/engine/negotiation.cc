@@ -115,22 +115,28 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   std::string msg = findMismatch(same_op, name, op, by_rank, ref);
   if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
 
-  if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier) {
-    // Horovod's text first (its controller refuses the same collectives), then the detail.
-    const char* horovod = op == OpType::kAllgather
-                              ? "Allgather is not supported with Join at this time. Specify "
-                                "sparse_to_dense=True if using DistributedOptimizer."
-                          : op == OpType::kAlltoall ? "Alltoall is not supported with Join at this time."
-                          : op == OpType::kBroadcast ? "Broadcast is not supported with Join at this time."
+  // Note [Join]: joined ranks contribute zeros to allreduce, no rows to allgather, and
+  // receive broadcasts from a root that has not joined. Horovod refuses allgather and
+  // broadcast here; its text leads the message of the collectives that are still refused.
+  if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier &&
+      op != OpType::kAllgather && op != OpType::kBroadcast) {
+    const char* horovod = op == OpType::kAlltoall ? "Alltoall is not supported with Join at this time."
                           : op == OpType::kReducescatter
                               ? "Reducescatter is not supported with Join at this time."
                               : "This collective is not supported with Join.";
     return errorResponse(first, name, StatusCode::kUnsupported,
                          PERSEUS_STR(horovod << " " << opTypeName(op) << " '" << name
                                              << "' cannot run while " << rankList(joined)
-                                             << " have joined: only allreduce and barrier take "
-                                                "joined ranks into account. Finish such "
-                                                "collectives before join()."));
+                                             << " have joined: allreduce, allgather, broadcast "
+                                                "and barrier take joined ranks into account. "
+                                                "Finish such collectives before join()."));
+  }
+  if (op == OpType::kBroadcast && first.root >= 0 &&
+      static_cast<size_t>(first.root) < by_rank.size() && by_rank[first.root] == nullptr) {
+    return errorResponse(first, name, StatusCode::kInvalidArgument,
+                         PERSEUS_STR("BROADCAST '" << name << "': its root, set rank "
+                                     << first.root << ", has joined and has nothing to send; "
+                                     "broadcast before join() on the root"));
   }
 
   const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;
@@ -216,6 +222,7 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
     r.first_dims.assign(first.tensors.size() * n, 0);
     for (size_t t = 0; t < first.tensors.size(); ++t) {
       for (size_t rank = 0; rank < n; ++rank) {
+        if (by_rank[rank] == nullptr) continue;  // joined: no rows
         const auto& shape = by_rank[rank]->tensors[t].shape;
         r.first_dims[t * n + rank] = shape.empty() ? 1 : shape[0];
       }

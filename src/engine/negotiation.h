@@ -9,9 +9,10 @@
 //    same collectives in the same order.
 //  - Ranks that disagree on a name's metadata get an error response (MismatchError code)
 //    naming the tensor, the op and the ranks that differ; the set stays usable.
-//  - Join: a rank that joined counts as having requested every allreduce (it contributes
-//    zeros); other ops fail while a rank has joined. When every rank has joined, a JOIN
-//    response names the last rank to join.
+//  - Join (Note [Join]): a rank that joined counts as having requested every allreduce (it
+//    contributes zeros), allgather (it contributes no rows) and broadcast whose root has not
+//    joined (it receives and drops); alltoall and reducescatter fail while a rank has joined,
+//    as in Horovod. When every rank has joined, a JOIN response names the last rank to join.
 #pragma once
 
 #include <chrono>

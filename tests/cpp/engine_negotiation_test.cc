@@ -120,7 +120,7 @@ TEST(EngineNegotiation, AllgatherMayDifferInFirstDimension) {
   EXPECT_TRUE(rs[0].is_error);
 }
 
-TEST(EngineNegotiation, JoinedRanksCountForAllreduceOnly) {
+TEST(EngineNegotiation, JoinedRanksCountForAllreduceAllgatherAndBroadcast) {
   Coordinator c(3);
   Request join;
   join.op = OpType::kJoin;
@@ -132,6 +132,7 @@ TEST(EngineNegotiation, JoinedRanksCountForAllreduceOnly) {
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_FALSE(rs[0].is_error);
 
+  // Allgather: the joined rank contributes no rows.
   Request g = allreduce("g", {2});
   g.op = OpType::kAllgather;
   c.add(0, {g}, kNow);
@@ -139,8 +140,37 @@ TEST(EngineNegotiation, JoinedRanksCountForAllreduceOnly) {
   c.add(2, {g}, kNow);
   rs = c.takeReady();
   ASSERT_EQ(rs.size(), 1u);
+  EXPECT_FALSE(rs[0].is_error) << rs[0].error_message;
+  EXPECT_EQ(rs[0].first_dims, (std::vector<int64_t>{2, 0, 2}));
+
+  // Broadcast: runs from a root that has not joined, refused from a joined one.
+  Request b = allreduce("b", {2});
+  b.op = OpType::kBroadcast;
+  b.root = 0;
+  Request b1 = b;
+  b1.name = "b1";
+  b1.root = 1;
+  c.add(0, {b, b1}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {b, b1}, kNow);
+  rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_FALSE(rs[0].is_error) << rs[0].error_message;
+  EXPECT_TRUE(rs[1].is_error);
+  EXPECT_NE(rs[1].error_message.find("has joined"), std::string::npos) << rs[1].error_message;
+
+  // Alltoall and reducescatter are refused with Horovod's text.
+  Request a = allreduce("a2a", {3});
+  a.op = OpType::kAlltoall;
+  c.add(0, {a}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {a}, kNow);
+  rs = c.takeReady();
+  ASSERT_EQ(rs.size(), 1u);
   EXPECT_TRUE(rs[0].is_error);
   EXPECT_EQ(rs[0].error_code, StatusCode::kUnsupported);
+  EXPECT_EQ(rs[0].error_message.rfind("Alltoall is not supported with Join at this time.", 0), 0u)
+      << rs[0].error_message;
 
   c.add(0, {join}, kNow);
   c.add(1, {}, kNow);

@@ -204,16 +204,24 @@ TEST(EngineSemantics, JoinContributesZerosAndReportsTheLastRank) {
       expectOk(e.allreduce("step", {arg(v.data(), {5})}, {v.data()}, ReduceOp::kSum));
       EXPECT_FLOAT_EQ(v[4], s == 0 ? 3.0f : 2.0f) << "rank " << r << " step " << s;
     }
-    if (r == 0) {
-      // Allgather cannot run while rank 2 has joined.
-      std::vector<float> g(1);
-      auto h = e.allgather("gather_after_join", {arg(g.data(), {1})});
-      if (waitStatus(h) != StatusCode::kUnsupported) throw std::runtime_error(h->message());
-    }
-    if (r == 1) {
-      std::vector<float> g(1);
-      auto h = e.allgather("gather_after_join", {arg(g.data(), {1})});
-      waitStatus(h);
+    if (r != 2) {
+      // Rank 2 has joined: it contributes no rows to allgather and receives broadcasts.
+      std::vector<float> g(static_cast<size_t>(r + 1), static_cast<float>(r + 1));
+      auto h = e.allgather("gather_after_join", {arg(g.data(), {r + 1})});
+      expectOk(h);
+      const float* got = static_cast<const float*>(h->outputs()[0].ptr());
+      EXPECT_EQ(h->outputs()[0].shape, std::vector<int64_t>{3});
+      EXPECT_FLOAT_EQ(got[0], 1.0f);
+      EXPECT_FLOAT_EQ(got[2], 2.0f);
+      std::vector<float> b(2, static_cast<float>(r));
+      expectOk(e.broadcast("bcast_after_join", arg(b.data(), {2}), b.data(), 1));
+      EXPECT_FLOAT_EQ(b[0], 1.0f);
+      // Alltoall cannot run while rank 2 has joined (Horovod's text leads the message).
+      std::vector<float> a(3, 1.0f);
+      auto t = e.alltoall("alltoall_after_join", arg(a.data(), {3}), {});
+      if (waitStatus(t) != StatusCode::kUnsupported) throw std::runtime_error(t->message());
+      EXPECT_NE(t->message().find("Alltoall is not supported with Join"), std::string::npos)
+          << t->message();
     }
     auto j = e.join();
     expectOk(j);

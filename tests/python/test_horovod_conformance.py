@@ -135,7 +135,7 @@ def test_horovod_variables_translate_and_unknown_perseus_ones_name_the_closest()
 @pytest.mark.parametrize("np", [2, 3])
 def test_torch_behaves_as_horovod(np):
     out = run_worker(np, "torch_conformance.py").stdout
-    assert out.count("PASS check_") == np * 12, out
+    assert out.count("PASS check_") == np * 13, out
 
 
 def test_horovod_launch_line_runs_and_reports_what_has_no_effect(tmp_path):

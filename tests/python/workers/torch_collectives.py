@@ -114,8 +114,9 @@ def check_alltoall(rank, size):
     expect = torch.cat([torch.full((rank + 1, 2), float(r * 10 + rank)) for r in range(size)])
     assert torch.equal(out, expect)
     even = torch.arange(size * 2, dtype=torch.int64) + 100 * rank
-    out, received = hvd.alltoall(even)
-    assert received.tolist() == [2] * size
+    out = hvd.alltoall(even)  # no splits: the tensor alone, as Horovod returns it
+    out_async, received = hvd.synchronize(hvd.alltoall_async(even))
+    assert received.tolist() == [2] * size and torch.equal(out_async, out)
     assert out.tolist() == [100 * r + 2 * rank + k for r in range(size) for k in range(2)]
     out, _ = hvd.alltoall(torch.ones(size, dtype=torch.int16), splits=torch.ones(size))
     assert out.dtype == torch.int16 and out.tolist() == [1] * size

@@ -246,11 +246,35 @@ def check_grouped_autograd(rank, size):
     assert d.grad.shape == d.shape
 
 
+def check_join(rank, size):
+    # Rank 0 runs out of data first. The others still allreduce (rank 0 adds zeros), allgather
+    # (rank 0 adds no rows) and broadcast from a rank that has not joined; alltoall refuses
+    # with Horovod's text; join returns the last rank to join on every rank.
+    if rank == 0:
+        last = hvd.join()
+    else:
+        s = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="join.ar")
+        assert torch.equal(s, torch.full((3,), size - 1.0))
+        g = hvd.allgather(torch.full((rank, 2), float(rank)), name="join.ag")
+        assert g.shape == (sum(range(1, size)), 2), g.shape
+        assert torch.equal(g[:, 0], torch.tensor([float(r) for r in range(1, size)
+                                                  for _ in range(r)]))
+        b = hvd.broadcast(torch.full((2,), float(rank)), size - 1, name="join.bc")
+        assert torch.equal(b, torch.full((2,), size - 1.0))
+        e = expect(RuntimeError, hvd.alltoall, torch.ones(size), name="join.a2a")
+        assert "Alltoall is not supported with Join at this time." in str(e), str(e)
+        assert isinstance(e, hvd.HorovodInternalError)
+        e = expect(RuntimeError, hvd.broadcast, torch.ones(2), 0, name="join.bc0")
+        assert "has joined" in str(e), str(e)
+        last = hvd.join()
+    assert last in range(1, size), last
+
+
 CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank,
           check_optimizer_per_rank_process_sets, check_exception_types,
           check_alltoall_return_shapes, check_broadcast_optimizer_state_fills_grads,
           check_build_queries, check_warning_texts, check_timeline, check_sparse,
-          check_grouped_autograd]
+          check_grouped_autograd, check_join]
 
 
 def main():
