@@ -3,21 +3,12 @@ Runs on 2 or 3 ranks; prints 'PASS <check>' per check."""
 
 import json
 import os
-import sys
-import tempfile
 
 import mxnet as mx
 import numpy as np
 
 import perseus.mxnet as hvd
-
-
-def expect(exc, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except exc as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+from checks import expect, run_checks
 
 
 def check_launcher_env(rank, size):
@@ -94,20 +85,15 @@ CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank, check_
           check_sparse_arrays_are_refused_clearly]
 
 
+def _settle():
+    mx.nd.waitall()
+    hvd.barrier()
+
+
 def main():
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    only = set(sys.argv[1:])
-    for check in CHECKS:
-        if only and check.__name__ not in only:
-            continue
-        check(rank, size)
-        mx.nd.waitall()
-        hvd.barrier()
-        print("PASS %s" % check.__name__, flush=True)
+    run_checks(CHECKS, hvd.rank(), hvd.size(), _settle)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("CONFORMANCE_TMP", tmp)
-        main()
+    main()

@@ -3,21 +3,12 @@
 
 import json
 import os
-import sys
-import tempfile
 import warnings
 
 import torch
 
 import perseus.torch as hvd
-
-
-def expect(exc, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except exc as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+from checks import expect, run_checks
 
 
 def check_launcher_env(rank, size):
@@ -79,38 +70,37 @@ def check_global_root_rank(rank, size):
         hvd.remove_process_set(ps)
 
 
+def _one_step_weight(rank, process_set):
+    """The weight after one SGD step (lr 1) on the input rank+1, gradients averaged by a
+    DistributedOptimizer over process_set."""
+    model = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters(),
+                                   process_set=process_set)
+    model(torch.full((1, 3), float(rank + 1))).sum().backward()
+    opt.step()
+    return model.weight.detach()
+
+
 def check_optimizer_per_rank_process_sets(rank, size):
     # The even ranks train in one set, the odd ranks in another (Horovod's docs example).
     even = hvd.add_process_set(list(range(0, size, 2)))
     odd = hvd.add_process_set(list(range(1, size, 2)))
     mine = even if rank % 2 == 0 else odd
     try:
-        model = torch.nn.Linear(3, 1, bias=False)
-        with torch.no_grad():
-            model.weight.fill_(1.0)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
-                                       named_parameters=model.named_parameters(),
-                                       process_set=mine)
-        model(torch.full((1, 3), float(rank + 1))).sum().backward()
-        opt.step()
-        members = mine.ranks
-        avg = sum(r + 1 for r in members) / len(members)
-        assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - avg)), (rank, model.weight)
+        avg = sum(r + 1 for r in mine.ranks) / len(mine.ranks)
+        w = _one_step_weight(rank, mine)
+        assert torch.allclose(w, torch.full((1, 3), 1.0 - avg)), (rank, w)
         # Every rank passing the even set: the odd ranks are outside it and train locally
         # (Horovod registers no hooks there), the even ones average within it.
-        model = torch.nn.Linear(3, 1, bias=False)
-        with torch.no_grad():
-            model.weight.fill_(1.0)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
-                                       named_parameters=model.named_parameters(),
-                                       process_set=even)
-        model(torch.full((1, 3), float(rank + 1))).sum().backward()
-        opt.step()
+        w = _one_step_weight(rank, even)
         if rank % 2 == 0:
             avg = sum(r + 1 for r in even.ranks) / len(even.ranks)
         else:
             avg = rank + 1.0
-        assert torch.allclose(model.weight, torch.full((1, 3), 1.0 - avg)), (rank, model.weight)
+        assert torch.allclose(w, torch.full((1, 3), 1.0 - avg)), (rank, w)
     finally:
         hvd.remove_process_set(odd)
         hvd.remove_process_set(even)
@@ -280,17 +270,8 @@ CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank,
 def main():
     expect(ValueError, hvd.start_timeline, "x.json")  # before init, as Horovod
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    only = set(sys.argv[1:])
-    for check in CHECKS:
-        if only and check.__name__ not in only:
-            continue
-        check(rank, size)
-        hvd.barrier()
-        print("PASS %s" % check.__name__, flush=True)
+    run_checks(CHECKS, hvd.rank(), hvd.size(), hvd.barrier)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("CONFORMANCE_TMP", tmp)
-        main()
+    main()
