@@ -183,4 +183,4 @@ def test_perseusrun_version_and_elastic_refusal():
 def test_mxnet_behaves_as_horovod(np):
     pytest.importorskip("mxnet")
     out = run_worker(np, "mx_conformance.py").stdout
-    assert out.count("PASS check_") == np * 8, out
+    assert out.count("PASS check_") == np * 9, out

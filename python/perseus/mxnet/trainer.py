@@ -14,10 +14,11 @@ import warnings
 from collections import OrderedDict
 
 import mxnet as mx
+import numpy as np
 
 from . import _basics
 from .compression import Compression
-from .mpi_ops import Sum, allreduce_, grouped_allreduce_
+from .mpi_ops import Sum, allgather, allreduce_, grouped_allreduce_
 
 
 def _set_size(process_set):
@@ -141,6 +142,11 @@ class DistributedTrainer(mx.gluon.Trainer):
             return
         pre = 1.0 / self._gradient_predivide_factor
         entries = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+        sparse = [(i, p) for i, p in entries if p.list_grad()[0].stype == "row_sparse"]
+        for i, p in sparse:  # an Embedding(sparse_grad=True): Horovod's layer has no such path
+            _sum_row_sparse(p.list_grad()[0], "%s%d.rsp" % (self._prefix, i), pre,
+                            self._process_set)
+        entries = [(i, p) for i, p in entries if p.list_grad()[0].stype != "row_sparse"]
         # num_groups=0: one group per dtype (see the module docstring).
         num_groups = self._num_groups if self._num_groups > 0 else 1
         if entries:
@@ -163,3 +169,19 @@ class DistributedTrainer(mx.gluon.Trainer):
         for grad, (c, ctx) in zip(grads, compressed):
             if c is not grad:
                 grad[:] = self._compression.decompress(c, ctx)
+
+
+def _sum_row_sparse(grad, name, prescale, process_set):
+    """Sums a row_sparse gradient over the ranks in place: every rank's row indices and rows
+    are allgathered (as Horovod's torch layer does for sparse gradients) and rows that several
+    ranks touched are added."""
+    indices = allgather(grad.indices.astype("int64"), name=name + ".indices",
+                        process_set=process_set).asnumpy()
+    rows = allgather(grad.data * prescale if prescale != 1.0 else grad.data,
+                     name=name + ".values", process_set=process_set).asnumpy()
+    unique, where = np.unique(indices, return_inverse=True)
+    summed = np.zeros((len(unique),) + rows.shape[1:], dtype=rows.dtype)
+    np.add.at(summed, where, rows)
+    mx.nd.sparse.row_sparse_array((summed, unique), shape=grad.shape,
+                                  ctx=grad.context, dtype=grad.dtype).copyto(grad)
+

@@ -80,9 +80,26 @@ def check_sparse_arrays_are_refused_clearly(rank, size):
     assert "tostype('default')" in str(e), str(e)
 
 
+def check_trainer_row_sparse_gradients(rank, size):
+    # Embedding(sparse_grad=True): each rank touches row rank % 4; the summed-then-averaged
+    # row_sparse gradient updates every touched row.
+    emb = mx.gluon.nn.Embedding(4, 2, sparse_grad=True)
+    emb.initialize(mx.init.One())
+    trainer = hvd.DistributedTrainer(emb.collect_params(), "sgd", {"learning_rate": 1.0})
+    with mx.autograd.record():
+        loss = emb(mx.nd.array([rank % 4])).sum()
+    loss.backward()
+    assert emb.weight.grad().stype == "row_sparse"
+    trainer.step(1)
+    want = np.ones((4, 2), dtype=np.float32)
+    for r in range(size):
+        want[r % 4] -= 1.0 / size
+    np.testing.assert_allclose(emb.weight.data().asnumpy(), want, rtol=1e-6)
+
+
 CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank, check_exception_types,
           check_alltoall_return_shapes, check_build_queries, check_timeline,
-          check_sparse_arrays_are_refused_clearly]
+          check_sparse_arrays_are_refused_clearly, check_trainer_row_sparse_gradients]
 
 
 def _settle():
