@@ -184,3 +184,21 @@ def test_mxnet_behaves_as_horovod(np):
     pytest.importorskip("mxnet")
     out = run_worker(np, "mx_conformance.py").stdout
     assert out.count("PASS check_") == np * 9, out
+
+
+@pytest.mark.skipif(__import__("shutil").which("mpirun") is None, reason="needs Open MPI")
+def test_mpi_enabled_means_mpi_is_in_use():
+    """As Horovod: true when the job uses MPI (HOROVOD_CPU_OPERATIONS=MPI), not whenever
+    libperseus was built with it; ranks that mpirun started still use Perseus's planes."""
+    code = ("from perseus.common import basics as hvd; hvd.init(); "
+            "print('MPI', hvd.mpi_built(), hvd.mpi_enabled())")
+    plain = perseusrun(["--mpi", "-np", "2", sys.executable, "-c", code])
+    assert plain.returncode == 0, plain.stderr
+    built = "MPI True" in plain.stdout
+    if not built:
+        pytest.skip("libperseus was built without MPI")
+    assert plain.stdout.count("MPI True False") == 2, plain.stdout
+    mpi = perseusrun(["--mpi", "-np", "2", sys.executable, "-c", code],
+                     env=job_env(HOROVOD_CPU_OPERATIONS="MPI"))
+    assert mpi.returncode == 0, mpi.stderr
+    assert mpi.stdout.count("MPI True True") == 2, mpi.stdout
