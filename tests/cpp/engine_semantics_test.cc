@@ -334,5 +334,31 @@ TEST(EngineSemantics, TimelineIsValidJsonWithPhases) {
   }
 }
 
+TEST(EngineSemantics, TimelineStartsAndStopsAtRunTime) {
+  // Horovod's start_timeline/stop_timeline, armed by DYNAMIC (no file until started).
+  Params p = engineTestParams();
+  p.timeline = "DYNAMIC";
+  const std::string path = ::testing::TempDir() + "perseus_dynamic_timeline.json";
+  EngineRanks ranks(2, p);
+  ranks.run([&](int r, Engine& e) {
+    std::vector<float> a(4, 1.0f);
+    expectOk(e.allreduce("dyn.before", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum));
+    e.startTimeline(path, /*mark_cycles=*/true);
+    expectOk(e.allreduce("dyn.during", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum));
+    e.stopTimeline();
+    expectOk(e.allreduce("dyn.after", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum));
+    std::ifstream f(Timeline::pathForRank(path, r, 2));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    EXPECT_NE(text.find("dyn.during"), std::string::npos) << text;
+    EXPECT_NE(text.find("CYCLE"), std::string::npos);
+    EXPECT_EQ(text.find("dyn.before"), std::string::npos);
+    EXPECT_EQ(text.find("dyn.after"), std::string::npos);
+    EXPECT_EQ(text.back(), ']');
+    EXPECT_THROW(e.startTimeline("/nonexistent-dir/t.json", false), InvalidArgumentError);
+  });
+}
+
 }  // namespace
 }  // namespace perseus::engine
