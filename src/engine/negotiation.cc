@@ -120,10 +120,10 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   // broadcast here; its text leads the message of the collectives that are still refused.
   if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier &&
       op != OpType::kAllgather && op != OpType::kBroadcast) {
-    const char* horovod = op == OpType::kAlltoall ? "Alltoall is not supported with Join at this time."
-                          : op == OpType::kReducescatter
-                              ? "Reducescatter is not supported with Join at this time."
-                              : "This collective is not supported with Join.";
+    const char* horovod =
+        op == OpType::kAlltoall        ? "Alltoall is not supported with Join at this time."
+        : op == OpType::kReducescatter ? "Reducescatter is not supported with Join at this time."
+                                       : "This collective is not supported with Join.";
     return errorResponse(first, name, StatusCode::kUnsupported,
                          PERSEUS_STR(horovod << " " << opTypeName(op) << " '" << name
                                              << "' cannot run while " << rankList(joined)
@@ -134,9 +134,9 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   if (op == OpType::kBroadcast && first.root >= 0 &&
       static_cast<size_t>(first.root) < by_rank.size() && by_rank[first.root] == nullptr) {
     return errorResponse(first, name, StatusCode::kInvalidArgument,
-                         PERSEUS_STR("BROADCAST '" << name << "': its root, set rank "
-                                     << first.root << ", has joined and has nothing to send; "
-                                     "broadcast before join() on the root"));
+                         PERSEUS_STR("BROADCAST '" << name << "': its root, set rank " << first.root
+                                                   << ", has joined and has nothing to send; "
+                                                      "broadcast before join() on the root"));
   }
 
   const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;

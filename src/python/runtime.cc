@@ -93,14 +93,17 @@ void registerRuntime(py::module_& m) {
     return std::string(perseus_runtime_info());
   });
   m.def("params_dump", [] { return std::string(perseus_params_dump()); });
-  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
-    perseus_status s;
-    {
-      py::gil_scoped_release release;  // waits for the engine thread's cycle lock
-      s = perseus_start_timeline(path.c_str(), mark_cycles ? 1 : 0);
-    }
-    check(s, "perseus_start_timeline");
-  }, py::arg("path"), py::arg("mark_cycles") = false);
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        perseus_status s;
+        {
+          py::gil_scoped_release release;  // waits for the engine thread's cycle lock
+          s = perseus_start_timeline(path.c_str(), mark_cycles ? 1 : 0);
+        }
+        check(s, "perseus_start_timeline");
+      },
+      py::arg("path"), py::arg("mark_cycles") = false);
   m.def("stop_timeline", [] {
     perseus_status s;
     {
