@@ -115,8 +115,10 @@ struct Runner {
       args.sizes = &sizes;
       args.dtype = DataType::kFloat32;
     }
-    if (opt.algo.empty()) collectives::runCollective(comm, args);
-    else collectives::runCollective(comm, args, opt.algo);
+    if (opt.algo.empty())
+      collectives::runCollective(comm, args);
+    else
+      collectives::runCollective(comm, args, opt.algo);
   }
 
   double maxOverRanks(double v) {
@@ -132,7 +134,8 @@ struct Runner {
       collectives::barrier(comm);
       auto t0 = Clock::now();
       for (long i = 0; i < k; ++i) once(op, bytes);
-      double ms = maxOverRanks(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      double ms =
+          maxOverRanks(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (ms >= opt.sample_ms || k >= (1L << 24)) break;
       k = std::max(k * 2, static_cast<long>(k * opt.sample_ms / std::max(ms, 1e-3) * 1.1));
     }
@@ -151,13 +154,15 @@ struct Runner {
     if (comm.rank() != 0) return;
     collectives::CollectiveArgs probe;
     std::string algo = opt.algo.empty() ? "auto" : opt.algo;
-    std::fprintf(stderr, "%-13s %10zu B  %12.3f us (%.3f-%.3f)  algbw %8.3f GB/s  busbw %8.3f GB/s  k=%ld\n",
-                 op.c_str(), bytes, med, us.front(), us.back(), algbw, busbw, k);
-    std::printf("{\"bench\":\"collectives\",\"op\":\"%s\",\"algo\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
-                "\"time_us\":%.4f,\"time_us_min\":%.4f,\"time_us_max\":%.4f,\"algbw_gbs\":%.4f,"
-                "\"busbw_gbs\":%.4f,\"samples\":%d,\"ops_per_sample\":%ld}\n",
-                op.c_str(), algo.c_str(), comm.size(), bytes, med, us.front(), us.back(), algbw,
-                busbw, opt.samples, k);
+    std::fprintf(
+        stderr, "%-13s %10zu B  %12.3f us (%.3f-%.3f)  algbw %8.3f GB/s  busbw %8.3f GB/s  k=%ld\n",
+        op.c_str(), bytes, med, us.front(), us.back(), algbw, busbw, k);
+    std::printf(
+        "{\"bench\":\"collectives\",\"op\":\"%s\",\"algo\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
+        "\"time_us\":%.4f,\"time_us_min\":%.4f,\"time_us_max\":%.4f,\"algbw_gbs\":%.4f,"
+        "\"busbw_gbs\":%.4f,\"samples\":%d,\"ops_per_sample\":%ld}\n",
+        op.c_str(), algo.c_str(), comm.size(), bytes, med, us.front(), us.back(), algbw, busbw,
+        opt.samples, k);
     std::fflush(stdout);
   }
 };
@@ -176,8 +181,8 @@ int rankMain(int rank, const Options& opt, ForkBarrier* fb) {
   std::vector<int> ranks(opt.ranks);
   for (int i = 0; i < opt.ranks; ++i) ranks[i] = i;
   std::string job = "bench" + std::to_string(getppid());
-  auto group = transport::shm::createShmLocalGroup(job, rank, ranks, params,
-                                                   [&] { fb->wait(opt.ranks); });
+  auto group =
+      transport::shm::createShmLocalGroup(job, rank, ranks, params, [&] { fb->wait(opt.ranks); });
   std::vector<std::unique_ptr<transport::Channel>> channels(opt.ranks);
   for (auto& [peer, ch] : group->channels) channels[peer] = std::move(ch);
   transport::ChannelTransport tp(rank, std::move(channels), params, group->doorbell);
@@ -206,16 +211,26 @@ int main(int argc, char** argv) {
   Options opt;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--ranks") opt.ranks = std::stoi(v);
-    else if (k == "--min-bytes") opt.min_bytes = std::stoull(v);
-    else if (k == "--max-bytes") opt.max_bytes = std::stoull(v);
-    else if (k == "--samples") opt.samples = std::stoi(v);
-    else if (k == "--sample-ms") opt.sample_ms = std::stod(v);
-    else if (k == "--ops") opt.ops = v;
-    else if (k == "--algo") opt.algo = v;
-    else if (k == "--cpus-per-rank") opt.cpus_per_rank = std::stoi(v);
+    if (k == "--ranks")
+      opt.ranks = std::stoi(v);
+    else if (k == "--min-bytes")
+      opt.min_bytes = std::stoull(v);
+    else if (k == "--max-bytes")
+      opt.max_bytes = std::stoull(v);
+    else if (k == "--samples")
+      opt.samples = std::stoi(v);
+    else if (k == "--sample-ms")
+      opt.sample_ms = std::stod(v);
+    else if (k == "--ops")
+      opt.ops = v;
+    else if (k == "--algo")
+      opt.algo = v;
+    else if (k == "--cpus-per-rank")
+      opt.cpus_per_rank = std::stoi(v);
     else {
-      std::fprintf(stderr, "unknown option %s (see the comment at the top of collectives_bench.cc)\n", k.c_str());
+      std::fprintf(stderr,
+                   "unknown option %s (see the comment at the top of collectives_bench.cc)\n",
+                   k.c_str());
       return 2;
     }
   }

@@ -57,15 +57,20 @@ int runRank(int iterations, int64_t bytes, bool blocking) {
   for (int done = 0; done < iterations; done += batch) {
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < batch; ++i) one();
-    per_op.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / batch);
+    per_op.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        batch);
   }
   double mean = 0;
   for (double v : per_op) mean += v / per_op.size();
   std::sort(per_op.begin(), per_op.end());
   auto q = [&](double f) { return per_op[static_cast<size_t>(f * (per_op.size() - 1))]; };
-  std::printf("rank %d/%d: allreduce%s %lld B: median %.2f us/op (p10 %.2f, p90 %.2f, mean %.2f) over %d ops\n",
-              topo.rank, topo.size, blocking ? " (blocking)" : "", static_cast<long long>(count * 4), q(0.5), q(0.1), q(0.9), mean,
-              iterations);
+  std::printf(
+      "rank %d/%d: allreduce%s %lld B: median %.2f us/op (p10 %.2f, p90 %.2f, mean %.2f) over %d "
+      "ops\n",
+      topo.rank, topo.size, blocking ? " (blocking)" : "", static_cast<long long>(count * 4),
+      q(0.5), q(0.1), q(0.9), mean, iterations);
   std::fflush(stdout);
   perseus_shutdown();
   return 0;

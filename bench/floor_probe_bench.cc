@@ -93,9 +93,10 @@ double medianPerRound(Body body) {
 }
 
 void report(const char* what, size_t bytes, double seconds) {
-  std::printf("{\"library\": \"floor\", \"collective\": \"%s\", \"ranks\": 2, \"bytes\": %zu, "
-              "\"time_us\": %.3f, \"gbs\": %.3f}\n",
-              what, bytes, seconds * 1e6, static_cast<double>(bytes) / seconds / 1e9);
+  std::printf(
+      "{\"library\": \"floor\", \"collective\": \"%s\", \"ranks\": 2, \"bytes\": %zu, "
+      "\"time_us\": %.3f, \"gbs\": %.3f}\n",
+      what, bytes, seconds * 1e6, static_cast<double>(bytes) / seconds / 1e9);
   std::fflush(stdout);
 }
 

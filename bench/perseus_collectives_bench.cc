@@ -89,7 +89,7 @@ struct Op {
   std::string name;
   Buffer in, out;
   int64_t shape[1];
-  size_t bytes = 0;  // nccl-tests' S
+  size_t bytes = 0;       // nccl-tests' S
   bool in_place = false;  // allreduce only: out is in
   // Allreduce and broadcast run as blocking calls, as MPI's do (BENCH_ASYNC=1: submit, wait
   // and release a handle, as the asynchronous framework calls do).
@@ -98,7 +98,8 @@ struct Op {
     perseus_tensor ti = tensor(in.data(), shape);
     perseus_tensor to = in_place ? ti : tensor(out.data(), shape);
     if (blocking && collective == "allreduce") {
-      check(perseus_allreduce_blocking(name.c_str(), &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0), "allreduce");
+      check(perseus_allreduce_blocking(name.c_str(), &ti, &to, PERSEUS_SUM, 1.0, 1.0, 0),
+            "allreduce");
       return;
     }
     if (blocking && collective == "broadcast") {
@@ -113,7 +114,8 @@ struct Op {
     } else if (collective == "allgather") {
       check(perseus_allgather(name.c_str(), &ti, 0, &h), "allgather");
     } else {
-      check(perseus_reducescatter(name.c_str(), &ti, PERSEUS_SUM, 1.0, 1.0, 0, &h), "reducescatter");
+      check(perseus_reducescatter(name.c_str(), &ti, PERSEUS_SUM, 1.0, 1.0, 0, &h),
+            "reducescatter");
     }
     check(perseus_wait(h, -1), collective.c_str());
     perseus_release(h);
@@ -133,24 +135,30 @@ void printRow(const char* library, const std::string& collective, size_t bytes,
   double med = t[t.size() / 2];
   double algbw = bytes / med / 1e9;
   if (g_rank == 0)
-    std::printf("{\"library\": \"%s\", \"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, "
-                "\"time_us\": %.4f, \"min_us\": %.4f, \"max_us\": %.4f, \"algbw_gbs\": %.4f, "
-                "\"busbw_gbs\": %.4f, \"wrong\": %d%s}\n",
-                library, collective.c_str(), g_size, bytes, med * 1e6, t.front() * 1e6,
-                t.back() * 1e6, algbw, algbw * busFactor(collective, g_size), wrong, extra);
+    std::printf(
+        "{\"library\": \"%s\", \"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, "
+        "\"time_us\": %.4f, \"min_us\": %.4f, \"max_us\": %.4f, \"algbw_gbs\": %.4f, "
+        "\"busbw_gbs\": %.4f, \"wrong\": %d%s}\n",
+        library, collective.c_str(), g_size, bytes, med * 1e6, t.front() * 1e6, t.back() * 1e6,
+        algbw, algbw * busFactor(collective, g_size), wrong, extra);
   std::fflush(stdout);
 }
 
 int samples() { return std::getenv("SAMPLES") ? std::atoi(std::getenv("SAMPLES")) : 11; }
-double minSample() { return std::getenv("MIN_SAMPLE_S") ? std::atof(std::getenv("MIN_SAMPLE_S")) : 0.02; }
+double minSample() {
+  return std::getenv("MIN_SAMPLE_S") ? std::atof(std::getenv("MIN_SAMPLE_S")) : 0.02;
+}
 
 void sweep(double max_mib, const std::string& only) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter"};
   for (const char* name : names) {
     // `only`: "all" or a comma-separated list of collectives.
-    if (only != "all" && ("," + only + ",").find(std::string(",") + name + ",") == std::string::npos) continue;
+    if (only != "all" &&
+        ("," + only + ",").find(std::string(",") + name + ",") == std::string::npos)
+      continue;
     // MIN_BYTES skips the small sizes (profiling one size range).
-    const size_t first = std::getenv("MIN_BYTES") ? std::strtoull(std::getenv("MIN_BYTES"), nullptr, 10) : 4;
+    const size_t first =
+        std::getenv("MIN_BYTES") ? std::strtoull(std::getenv("MIN_BYTES"), nullptr, 10) : 4;
     for (size_t bytes = 4; bytes <= static_cast<size_t>(max_mib * (1 << 20)); bytes *= 4) {
       if (bytes < first) continue;
       Op op;
@@ -177,7 +185,11 @@ void sweep(double max_mib, const std::string& only) {
       int wrong = 0;
       if (op.collective == "allreduce") {
         float expect = g_size * (g_size + 1) / 2.0f;
-        for (float v : op.out) if (v != expect) { wrong = 1; break; }
+        for (float v : op.out)
+          if (v != expect) {
+            wrong = 1;
+            break;
+          }
       }
       printRow("perseus", op.collective, op.bytes, t, wrong);
       // As nccl-tests, large allreduces are also timed in place (as DistributedOptimizer runs
@@ -215,9 +227,10 @@ void latency() {
   double med = maxOverRanks(per_op[per_op.size() / 2]);
   double p99 = maxOverRanks(per_op[per_op.size() * 99 / 100]);
   if (g_rank == 0)
-    std::printf("{\"library\": \"perseus\", \"collective\": \"allreduce-latency\", \"ranks\": %d, "
-                "\"bytes\": 4, \"time_us\": %.3f, \"p99_us\": %.3f, \"iters\": %d}\n",
-                g_size, med * 1e6, p99 * 1e6, iters);
+    std::printf(
+        "{\"library\": \"perseus\", \"collective\": \"allreduce-latency\", \"ranks\": %d, "
+        "\"bytes\": 4, \"time_us\": %.3f, \"p99_us\": %.3f, \"iters\": %d}\n",
+        g_size, med * 1e6, p99 * 1e6, iters);
   std::fflush(stdout);
 }
 
@@ -225,19 +238,32 @@ void latency() {
 std::vector<int64_t> resnet50Sizes() {
   std::vector<int64_t> sizes;
   auto conv = [&](int64_t in, int64_t out, int64_t k) { sizes.push_back(in * out * k * k); };
-  auto bn = [&](int64_t c) { sizes.push_back(c); sizes.push_back(c); };
-  conv(3, 64, 7); bn(64);
+  auto bn = [&](int64_t c) {
+    sizes.push_back(c);
+    sizes.push_back(c);
+  };
+  conv(3, 64, 7);
+  bn(64);
   int64_t in = 64;
   const int64_t widths[] = {64, 128, 256, 512}, blocks[] = {3, 4, 6, 3};
   for (int l = 0; l < 4; ++l) {
     int64_t w = widths[l], out = w * 4;
     for (int b = 0; b < blocks[l]; ++b) {
-      conv(in, w, 1); bn(w); conv(w, w, 3); bn(w); conv(w, out, 1); bn(out);
-      if (b == 0) { conv(in, out, 1); bn(out); }
+      conv(in, w, 1);
+      bn(w);
+      conv(w, w, 3);
+      bn(w);
+      conv(w, out, 1);
+      bn(out);
+      if (b == 0) {
+        conv(in, out, 1);
+        bn(out);
+      }
       in = out;
     }
   }
-  sizes.push_back(2048 * 1000); sizes.push_back(1000);
+  sizes.push_back(2048 * 1000);
+  sizes.push_back(1000);
   return sizes;
 }
 
@@ -257,7 +283,10 @@ void modelStep() {
       check(perseus_allreduce(name.c_str(), &ts[i], &ts[i], PERSEUS_AVERAGE, 1.0, 1.0, 0, &hs[i]),
             "allreduce");
     }
-    for (perseus_handle h : hs) { check(perseus_wait(h, -1), "wait"); perseus_release(h); }
+    for (perseus_handle h : hs) {
+      check(perseus_wait(h, -1), "wait");
+      perseus_release(h);
+    }
   };
   auto single = [&] {
     perseus_tensor t = tensor(flat.data(), &total);
@@ -266,20 +295,28 @@ void modelStep() {
     check(perseus_wait(h, -1), "wait");
     perseus_release(h);
   };
-  step(); single();
+  step();
+  single();
   std::vector<double> ts_step, ts_single;
   for (int s = 0; s < samples(); ++s) {  // interleaved so both see the same machine state
-    barrier(); double t0 = now(); step(); ts_step.push_back(maxOverRanks(now() - t0));
-    barrier(); t0 = now(); single(); ts_single.push_back(maxOverRanks(now() - t0));
+    barrier();
+    double t0 = now();
+    step();
+    ts_step.push_back(maxOverRanks(now() - t0));
+    barrier();
+    t0 = now();
+    single();
+    ts_single.push_back(maxOverRanks(now() - t0));
   }
   std::sort(ts_step.begin(), ts_step.end());
   std::sort(ts_single.begin(), ts_single.end());
   double a = ts_step[ts_step.size() / 2], b = ts_single[ts_single.size() / 2];
   if (g_rank == 0)
-    std::printf("{\"library\": \"perseus\", \"collective\": \"resnet50-step\", \"ranks\": %d, "
-                "\"tensors\": %zu, \"bytes\": %lld, \"time_us\": %.1f, \"single_allreduce_us\": %.1f, "
-                "\"ratio\": %.3f}\n",
-                g_size, sizes.size(), static_cast<long long>(total * 4), a * 1e6, b * 1e6, a / b);
+    std::printf(
+        "{\"library\": \"perseus\", \"collective\": \"resnet50-step\", \"ranks\": %d, "
+        "\"tensors\": %zu, \"bytes\": %lld, \"time_us\": %.1f, \"single_allreduce_us\": %.1f, "
+        "\"ratio\": %.3f}\n",
+        g_size, sizes.size(), static_cast<long long>(total * 4), a * 1e6, b * 1e6, a / b);
   std::fflush(stdout);
 }
 
@@ -299,7 +336,8 @@ int main(int argc, char** argv) {
   } else if (mode == "model-step") {
     modelStep();
   } else {
-    std::fprintf(stderr, "usage: %s sweep [max_mib] [collective] | latency | model-step\n", argv[0]);
+    std::fprintf(stderr, "usage: %s sweep [max_mib] [collective] | latency | model-step\n",
+                 argv[0]);
     return 2;
   }
   check(perseus_shutdown(), "perseus_shutdown");

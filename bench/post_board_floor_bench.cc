@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
                                   perseus::ReduceOp::kSum);
         if (g % kBatch == 0) {
           auto now = std::chrono::steady_clock::now();
-          batches.push_back(std::chrono::duration<double, std::micro>(now - start).count() / kBatch);
+          batches.push_back(std::chrono::duration<double, std::micro>(now - start).count() /
+                            kBatch);
           start = now;
         }
       }
@@ -83,9 +84,10 @@ int main(int argc, char** argv) {
     std::thread t1(rank, 1);
     rank(0);
     t1.join();
-    std::printf("{\"library\": \"floor\", \"collective\": \"posted-allreduce\", \"ranks\": 2, "
-                "\"bytes\": %zu, \"time_us\": %.3f}\n",
-                bytes, std::max(per_rank[0], per_rank[1]));
+    std::printf(
+        "{\"library\": \"floor\", \"collective\": \"posted-allreduce\", \"ranks\": 2, "
+        "\"bytes\": %zu, \"time_us\": %.3f}\n",
+        bytes, std::max(per_rank[0], per_rank[1]));
   }
   return 0;
 }

@@ -55,15 +55,18 @@ double median(std::vector<double> v) {
 void report(int rank, const char* metric, size_t bytes, double value, const char* unit) {
   if (rank != 0) return;
   std::printf("%-26s %10zu B  %12.3f %s\n", metric, bytes, value, unit);
-  std::printf("{\"bench\":\"shm_pingpong\",\"metric\":\"%s\",\"bytes\":%zu,\"value\":%.4f,\"unit\":\"%s\"}\n",
-              metric, bytes, value, unit);
+  std::printf(
+      "{\"bench\":\"shm_pingpong\",\"metric\":\"%s\",\"bytes\":%zu,\"value\":%.4f,\"unit\":\"%s\"}"
+      "\n",
+      metric, bytes, value, unit);
   std::fflush(stdout);
 }
 
-std::unique_ptr<ChannelTransport> connect(const std::string& job, int rank, SharedState* s,
-                                          const Params& params,
-                                          std::unique_ptr<perseus::transport::shm::ShmLocalGroup>* keep) {
-  *keep = perseus::transport::shm::createShmLocalGroup(job, rank, {0, 1}, params, [s] { barrier(s); });
+std::unique_ptr<ChannelTransport> connect(
+    const std::string& job, int rank, SharedState* s, const Params& params,
+    std::unique_ptr<perseus::transport::shm::ShmLocalGroup>* keep) {
+  *keep =
+      perseus::transport::shm::createShmLocalGroup(job, rank, {0, 1}, params, [s] { barrier(s); });
   std::vector<std::unique_ptr<perseus::transport::Channel>> channels(2);
   channels[1 - rank] = std::move((*keep)->channels.at(1 - rank));
   return std::make_unique<ChannelTransport>(rank, std::move(channels), params, (*keep)->doorbell);
@@ -86,7 +89,8 @@ double pingPong(ChannelTransport& t, size_t bytes, int iters, SharedState* s) {
         t.send(peer, buf.data(), bytes);
       }
     }
-    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters);
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                      iters);
   }
   return median(samples);
 }
@@ -140,7 +144,8 @@ double flagPingPong(int rank, int iters, SharedState* s) {
         s->pong.store(seq, std::memory_order_release);
       }
     }
-    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters);
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                      iters);
   }
   return median(samples);
 }
@@ -168,7 +173,8 @@ double channelPingPong(perseus::transport::Channel& c, int rank, size_t bytes, i
         sendAll();
       }
     }
-    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters);
+    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                      iters);
   }
   return median(samples);
 }
@@ -189,7 +195,8 @@ int runRank(int rank, const std::string& job, SharedState* s, size_t msg, size_t
     auto t = connect(job + "-spin", rank, s, params, &group);
     for (size_t bytes : {size_t{4}, size_t{64}, size_t{4096}, size_t{65536}}) {
       pingPong(*t, bytes, 200, s);  // warm-up
-      report(rank, "rtt_busy_poll", bytes, pingPong(*t, bytes, bytes < 4096 ? 20000 : 2000, s), "us");
+      report(rank, "rtt_busy_poll", bytes, pingPong(*t, bytes, bytes < 4096 ? 20000 : 2000, s),
+             "us");
     }
     report(rank, "stream_one_way", msg, stream(*t, msg, total, false, s), "GB/s");
     report(rank, "stream_both_ways_per_dir", msg, stream(*t, msg, total, true, s), "GB/s");
@@ -207,7 +214,8 @@ int runRank(int rank, const std::string& job, SharedState* s, size_t msg, size_t
 int main(int argc, char** argv) {
   const size_t msg = static_cast<size_t>((argc > 1 ? std::atof(argv[1]) : 4.0) * (1 << 20));
   const size_t total = static_cast<size_t>((argc > 2 ? std::atof(argv[2]) : 1024.0) * (1 << 20));
-  void* mem = mmap(nullptr, sizeof(SharedState), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(SharedState), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return 1;
   auto* s = new (mem) SharedState{};
   const std::string job = "bench" + std::to_string(getpid());

@@ -2,7 +2,8 @@
  * perseus_collectives_bench, so bench/run_all.py can put them in one table.
  * Timing rule (every bench/peers/* script's; docs/PERFORMANCE.md): warm up, then k
  * back-to-back ops per sample with k calibrated so a sample lasts >= MIN_SAMPLE_S; per-op
- * time = max over ranks / k; median of SAMPLES samples. Build: mpicc -O2 -o mpi_collectives_bench mpi_collectives_bench.c */
+ * time = max over ranks / k; median of SAMPLES samples. Build: mpicc -O2 -o mpi_collectives_bench
+ * mpi_collectives_bench.c */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,19 @@ static const char* kNames[] = {"allreduce", "allgather", "broadcast", "reducesca
 static void run_once(coll_t c, float* in, float* out, size_t bytes, int size, int* counts) {
   size_t n = bytes / sizeof(float);
   switch (c) {
-    case ALLREDUCE: MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-    case ALLGATHER: MPI_Allgather(in, (int)(n / size), MPI_FLOAT, out, (int)(n / size), MPI_FLOAT, MPI_COMM_WORLD); break;
-    case BROADCAST: MPI_Bcast(in, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
-    case REDUCESCATTER: MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case ALLREDUCE:
+      MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case ALLGATHER:
+      MPI_Allgather(in, (int)(n / size), MPI_FLOAT, out, (int)(n / size), MPI_FLOAT,
+                    MPI_COMM_WORLD);
+      break;
+    case BROADCAST:
+      MPI_Bcast(in, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      break;
+    case REDUCESCATTER:
+      MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
   }
 }
 
@@ -41,8 +51,12 @@ static float* bench_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   bytes = (bytes + huge - 1) / huge * huge;
   float* p = aligned_alloc(huge, bytes);
-  if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
-  if (getenv("BENCH_HUGEPAGES") && atoi(getenv("BENCH_HUGEPAGES")) != 0) madvise(p, bytes, MADV_HUGEPAGE);
+  if (!p) {
+    fprintf(stderr, "out of memory\n");
+    exit(1);
+  }
+  if (getenv("BENCH_HUGEPAGES") && atoi(getenv("BENCH_HUGEPAGES")) != 0)
+    madvise(p, bytes, MADV_HUGEPAGE);
   return p;
 }
 
@@ -105,21 +119,29 @@ int main(int argc, char** argv) {
       int wrong = 0;
       if (c == ALLREDUCE) {
         float expect = (float)size * (size + 1) / 2;
-        for (size_t i = 0; i < n; ++i) if (out[i] != expect) { wrong = 1; break; }
+        for (size_t i = 0; i < n; ++i)
+          if (out[i] != expect) {
+            wrong = 1;
+            break;
+          }
       }
       qsort(t, samples, sizeof(double), cmp_double);
       double med = t[samples / 2];
       double algbw = eff / med / 1e9;
       if (rank == 0)
-        printf("{\"library\": \"openmpi\", \"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, "
-               "\"time_us\": %.4f, \"min_us\": %.4f, \"max_us\": %.4f, \"algbw_gbs\": %.4f, "
-               "\"busbw_gbs\": %.4f, \"wrong\": %d}\n",
-               kNames[c], size, eff, med * 1e6, t[0] * 1e6, t[samples - 1] * 1e6, algbw,
-               algbw * bus_factor((coll_t)c, size), wrong);
+        printf(
+            "{\"library\": \"openmpi\", \"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, "
+            "\"time_us\": %.4f, \"min_us\": %.4f, \"max_us\": %.4f, \"algbw_gbs\": %.4f, "
+            "\"busbw_gbs\": %.4f, \"wrong\": %d}\n",
+            kNames[c], size, eff, med * 1e6, t[0] * 1e6, t[samples - 1] * 1e6, algbw,
+            algbw * bus_factor((coll_t)c, size), wrong);
       fflush(stdout);
     }
   }
-  free(in); free(out); free(counts); free(t);
+  free(in);
+  free(out);
+  free(counts);
+  free(t);
   MPI_Finalize();
   return 0;
 }

@@ -35,21 +35,31 @@ typedef enum {
   PERSEUS_ERR_PEER_LOST = 4,        /* a rank died or its connection broke */
   PERSEUS_ERR_TIMEOUT = 5,
   PERSEUS_ERR_DUPLICATE_NAME = 6,
-  PERSEUS_ERR_UNSUPPORTED = 7,      /* dtype/device/op not supported for this collective */
+  PERSEUS_ERR_UNSUPPORTED = 7, /* dtype/device/op not supported for this collective */
   PERSEUS_ERR_INTERNAL = 8,
-  PERSEUS_ERR_SHUT_DOWN = 9,        /* called after perseus_shutdown() */
-  PERSEUS_ERR_IN_PROGRESS = 10,     /* perseus_wait with a timeout that expired */
+  PERSEUS_ERR_SHUT_DOWN = 9,    /* called after perseus_shutdown() */
+  PERSEUS_ERR_IN_PROGRESS = 10, /* perseus_wait with a timeout that expired */
   PERSEUS_ERR_AUTH_FAILED = 11
 } perseus_status;
 
 typedef enum {
-  PERSEUS_UINT8 = 0, PERSEUS_INT8 = 1, PERSEUS_INT32 = 2, PERSEUS_INT64 = 3,
-  PERSEUS_FLOAT16 = 4, PERSEUS_BFLOAT16 = 5, PERSEUS_FLOAT32 = 6, PERSEUS_FLOAT64 = 7,
+  PERSEUS_UINT8 = 0,
+  PERSEUS_INT8 = 1,
+  PERSEUS_INT32 = 2,
+  PERSEUS_INT64 = 3,
+  PERSEUS_FLOAT16 = 4,
+  PERSEUS_BFLOAT16 = 5,
+  PERSEUS_FLOAT32 = 6,
+  PERSEUS_FLOAT64 = 7,
   PERSEUS_BOOL = 8
 } perseus_dtype;
 
 typedef enum {
-  PERSEUS_SUM = 0, PERSEUS_AVERAGE = 1, PERSEUS_MIN = 2, PERSEUS_MAX = 3, PERSEUS_PRODUCT = 4
+  PERSEUS_SUM = 0,
+  PERSEUS_AVERAGE = 1,
+  PERSEUS_MIN = 2,
+  PERSEUS_MAX = 3,
+  PERSEUS_PRODUCT = 4
 } perseus_reduce_op;
 
 /* Process sets. 0 is every rank. LOCAL is the ranks of this host and CROSS the ranks with this
@@ -64,11 +74,11 @@ typedef enum {
 
 typedef struct {
   void* data;
-  int32_t dtype;          /* perseus_dtype */
-  int32_t ndim;           /* 0 (a scalar) .. PERSEUS_MAX_NDIM */
-  const int64_t* shape;   /* ndim entries */
-  int32_t device;         /* PERSEUS_DEVICE_CPU or a CUDA device ordinal */
-  void* cuda_stream;      /* CUDA only: the cudaStream_t that produced data (NULL: legacy default) */
+  int32_t dtype;        /* perseus_dtype */
+  int32_t ndim;         /* 0 (a scalar) .. PERSEUS_MAX_NDIM */
+  const int64_t* shape; /* ndim entries */
+  int32_t device;       /* PERSEUS_DEVICE_CPU or a CUDA device ordinal */
+  void* cuda_stream;    /* CUDA only: the cudaStream_t that produced data (NULL: legacy default) */
 } perseus_tensor;
 
 typedef int64_t perseus_handle;
@@ -83,15 +93,15 @@ typedef void (*perseus_callback)(perseus_handle handle, perseus_status status, v
 
 /* Counters of this rank's engine since perseus_init(), for measuring what negotiation costs. */
 typedef struct {
-  uint64_t cycles;              /* engine cycles (each: one control AND per set with work) */
-  uint64_t control_exchanges;   /* control vectors combined (AND-allreduce), all sets */
-  uint64_t control_bytes;       /* bytes of those control vectors, summed */
-  uint64_t coordinator_rounds;  /* negotiations that went to the set's coordinator (new names) */
-  uint64_t cached_responses;    /* responses served from the response cache */
+  uint64_t cycles;                /* engine cycles (each: one control AND per set with work) */
+  uint64_t control_exchanges;     /* control vectors combined (AND-allreduce), all sets */
+  uint64_t control_bytes;         /* bytes of those control vectors, summed */
+  uint64_t coordinator_rounds;    /* negotiations that went to the set's coordinator (new names) */
+  uint64_t cached_responses;      /* responses served from the response cache */
   uint64_t coordinated_responses; /* responses the coordinator produced */
-  uint64_t negotiation_ns;      /* time in negotiation: control exchange and coordinator */
-  uint64_t posted_allreduces;   /* small allreduces completed without negotiation (posted) */
-  uint64_t posted_collectives;  /* the same for allreduce, broadcast, allgather, reducescatter */
+  uint64_t negotiation_ns;        /* time in negotiation: control exchange and coordinator */
+  uint64_t posted_allreduces;     /* small allreduces completed without negotiation (posted) */
+  uint64_t posted_collectives;    /* the same for allreduce, broadcast, allgather, reducescatter */
 } perseus_engine_stats;
 
 /* --- lifetime and topology ------------------------------------------------------------ */
@@ -129,15 +139,14 @@ PERSEUS_API perseus_status perseus_stop_timeline(void);
  * postscale the result after it (1.0 for none). AVERAGE divides by the set size. */
 PERSEUS_API perseus_status perseus_allreduce(const char* name, const perseus_tensor* input,
                                              const perseus_tensor* output, int32_t op,
-                                             double prescale, double postscale,
-                                             int32_t process_set, perseus_handle* handle);
+                                             double prescale, double postscale, int32_t process_set,
+                                             perseus_handle* handle);
 /* `count` tensors negotiated and completed as one unit. */
 PERSEUS_API perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                                      const perseus_tensor* inputs,
                                                      const perseus_tensor* outputs, int32_t op,
                                                      double prescale, double postscale,
-                                                     int32_t process_set,
-                                                     perseus_handle* handle);
+                                                     int32_t process_set, perseus_handle* handle);
 /* Concatenates along the first dimension; ranks may differ in that dimension only.
  * The output is owned by the handle: perseus_handle_output(handle, 0, ...). */
 PERSEUS_API perseus_status perseus_allgather(const char* name, const perseus_tensor* input,
@@ -174,13 +183,11 @@ PERSEUS_API perseus_status perseus_join(perseus_handle* handle);
  * call with no handle: the synchronous form (Horovod's allreduce without _async). The
  * engine's PERSEUS_TIMEOUT bounds the wait. A small collective of a name that ran before is
  * finished on the calling thread without entering the handle table. */
-PERSEUS_API perseus_status perseus_allreduce_blocking(const char* name,
-                                                      const perseus_tensor* input,
+PERSEUS_API perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor* input,
                                                       const perseus_tensor* output, int32_t op,
                                                       double prescale, double postscale,
                                                       int32_t process_set);
-PERSEUS_API perseus_status perseus_broadcast_blocking(const char* name,
-                                                      const perseus_tensor* input,
+PERSEUS_API perseus_status perseus_broadcast_blocking(const char* name, const perseus_tensor* input,
                                                       const perseus_tensor* output,
                                                       int32_t root_rank, int32_t process_set);
 
@@ -201,8 +208,7 @@ PERSEUS_API perseus_status perseus_handle_output(perseus_handle handle, int32_t 
                                                  perseus_tensor* out);
 /* alltoall: rows received from each set rank. */
 PERSEUS_API perseus_status perseus_handle_received_splits(perseus_handle handle,
-                                                          const int64_t** splits,
-                                                          int32_t* count);
+                                                          const int64_t** splits, int32_t* count);
 /* When the operation was submitted and when it completed, as the engine saw them: nanoseconds
  * of CLOCK_MONOTONIC (Python's time.perf_counter() on Linux, in seconds); completed_ns is 0
  * until the handle is done. Either pointer may be NULL. */
@@ -222,8 +228,8 @@ PERSEUS_API perseus_status perseus_remove_process_set(int32_t id);
 PERSEUS_API perseus_status perseus_process_set_info(int32_t id, int32_t* rank_in_set,
                                                     int32_t* size);
 /* Global ranks of the set into ranks[0..capacity); *count gets the set size. */
-PERSEUS_API perseus_status perseus_process_set_ranks(int32_t id, int32_t* ranks,
-                                                     int32_t capacity, int32_t* count);
+PERSEUS_API perseus_status perseus_process_set_ranks(int32_t id, int32_t* ranks, int32_t capacity,
+                                                     int32_t* count);
 
 /* --- rendezvous server, for launchers ---------------------------------------------------- */
 /* Starts the authenticated rendezvous store that ranks reach through PERSEUS_CONTROLLER_ADDR /

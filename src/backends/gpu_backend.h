@@ -39,10 +39,10 @@ class GpuEvent {
 
 // One tensor of a collective. input may equal output (in place).
 struct GpuTensor {
-  std::string name;               // for error messages and the NaN report
-  const void* input = nullptr;    // device pointer
-  void* output = nullptr;         // device pointer (ignored where the call takes an explicit out)
-  size_t count = 0;               // elements
+  std::string name;                 // for error messages and the NaN report
+  const void* input = nullptr;      // device pointer
+  void* output = nullptr;           // device pointer (ignored where the call takes an explicit out)
+  size_t count = 0;                 // elements
   std::shared_ptr<GpuEvent> ready;  // null: already ready (no wait)
 };
 
@@ -73,7 +73,7 @@ class GpuWork {
 
 struct GpuBackendOptions {
   Params params;
-  int rank = 0;                        // this process's global rank (for messages)
+  int rank = 0;  // this process's global rank (for messages)
   // Host name of every global rank (index = global rank). Decides hierarchical allreduce and
   // detects ranks that share a GPU. Empty: every rank on one host.
   std::vector<std::string> hostnames;
@@ -96,9 +96,8 @@ class GpuBackend {
   // out[i] = op over the set of in[i] for every tensor of the batch, with prescale before and
   // postscale after the reduction (1.0: none). op is never Average (the engine turns it into
   // Sum + postscale). Float32 goes over the wire as float16 when PERSEUS_ALLREDUCE_DTYPE says so.
-  virtual std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm,
-                                             const GpuBatch& batch, ReduceOp op,
-                                             double prescale, double postscale) = 0;
+  virtual std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm, const GpuBatch& batch,
+                                             ReduceOp op, double prescale, double postscale) = 0;
   // Concatenates every rank's bytes[r] bytes (in rank order) into `out` (sum of bytes).
   virtual std::shared_ptr<GpuWork> allgatherv(collectives::Communicator& comm, int device,
                                               const GpuTensor& in, void* out,

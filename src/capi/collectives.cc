@@ -15,23 +15,27 @@ using engine::TensorArg;
 
 std::string checkName(const char* name, const char* call) {
   if (name == nullptr || *name == '\0') {
-    throw InvalidArgumentError(std::string(call) + ": the name is NULL or empty; give every collective a name that is the same on every rank");
+    throw InvalidArgumentError(
+        std::string(call) +
+        ": the name is NULL or empty; give every collective a name that is the same on every rank");
   }
   return name;
 }
 
 TensorArg toArg(const perseus_tensor* t, const std::string& name, const char* what) {
-  if (t == nullptr) throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " is NULL"));
+  if (t == nullptr)
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " is NULL"));
   if (!isValidDataType(t->dtype)) {
     throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has dtype " << t->dtype
-                                           << ", which is not a perseus_dtype"));
+                                               << ", which is not a perseus_dtype"));
   }
   if (t->ndim < 0 || t->ndim > PERSEUS_MAX_NDIM) {
     throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim
-                                           << "; allowed 0.." << PERSEUS_MAX_NDIM));
+                                               << "; allowed 0.." << PERSEUS_MAX_NDIM));
   }
   if (t->ndim > 0 && t->shape == nullptr) {
-    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim << " but a NULL shape"));
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': " << what << " has ndim " << t->ndim
+                                               << " but a NULL shape"));
   }
   TensorArg a;
   a.data = t->data;
@@ -45,19 +49,22 @@ TensorArg toArg(const perseus_tensor* t, const std::string& name, const char* wh
 void* toOutput(const perseus_tensor* out, const TensorArg& in, const std::string& name) {
   TensorArg o = toArg(out, name, "output");
   if (o.dtype != in.dtype || o.shape != in.shape) {
-    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': the output (" << dataTypeName(o.dtype) << " "
-                                           << engine::shapeString(o.shape) << ") must match the input ("
-                                           << dataTypeName(in.dtype) << " " << engine::shapeString(in.shape) << ")"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("'" << name << "': the output (" << dataTypeName(o.dtype) << " "
+                        << engine::shapeString(o.shape) << ") must match the input ("
+                        << dataTypeName(in.dtype) << " " << engine::shapeString(in.shape) << ")"));
   }
   if (o.device != in.device) {
-    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': input and output are on different devices"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("'" << name << "': input and output are on different devices"));
   }
   return out->data;
 }
 
 ReduceOp toOp(int32_t op, const std::string& name) {
   if (!isValidReduceOp(op)) {
-    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': reduce op " << op << " is not a perseus_reduce_op"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("'" << name << "': reduce op " << op << " is not a perseus_reduce_op"));
   }
   return static_cast<ReduceOp>(op);
 }
@@ -65,7 +72,8 @@ ReduceOp toOp(int32_t op, const std::string& name) {
 void checkCount(int32_t count, const void* p, const std::string& name) {
   if (count < 1 || p == nullptr) {
     throw InvalidArgumentError(PERSEUS_STR("'" << name << "': grouped call with count " << count
-                                           << " and " << (p ? "" : "NULL ") << "tensors; give >= 1 tensor"));
+                                               << " and " << (p ? "" : "NULL ")
+                                               << "tensors; give >= 1 tensor"));
   }
 }
 
@@ -152,7 +160,8 @@ std::shared_ptr<engine::Handle> submitAllreduce(const char* name, int32_t count,
                                                 int32_t process_set, const char* call) {
   std::string n = checkName(name, call);
   checkCount(count, inputs, n);
-  if (outputs == nullptr) throw InvalidArgumentError("'" + n + "': outputs are NULL (pass the inputs for in place)");
+  if (outputs == nullptr)
+    throw InvalidArgumentError("'" + n + "': outputs are NULL (pass the inputs for in place)");
   auto e = capi::requireEngine();
   std::vector<TensorArg> in;
   std::vector<void*> out;
@@ -191,18 +200,20 @@ extern "C" {
 perseus_status perseus_allreduce(const char* name, const perseus_tensor* input,
                                  const perseus_tensor* output, int32_t op, double prescale,
                                  double postscale, int32_t process_set, perseus_handle* handle) {
-  return perseus_grouped_allreduce(name, 1, input, output, op, prescale, postscale, process_set, handle);
+  return perseus_grouped_allreduce(name, 1, input, output, op, prescale, postscale, process_set,
+                                   handle);
 }
 
 perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          const perseus_tensor* inputs,
-                                         const perseus_tensor* outputs, int32_t op,
-                                         double prescale, double postscale, int32_t process_set,
+                                         const perseus_tensor* outputs, int32_t op, double prescale,
+                                         double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
     if (count == 1 && process_set == 0 &&
-        posted(reducing(postable(OpType::kAllreduce, name, inputs, outputs), op, prescale, postscale),
-               handle)) {
+        posted(
+            reducing(postable(OpType::kAllreduce, name, inputs, outputs), op, prescale, postscale),
+            handle)) {
       return;
     }
     checkHandle(handle);
@@ -212,13 +223,12 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
 }
 
 perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor* input,
-                                          const perseus_tensor* output, int32_t op,
-                                          double prescale, double postscale,
-                                          int32_t process_set) {
+                                          const perseus_tensor* output, int32_t op, double prescale,
+                                          double postscale, int32_t process_set) {
   return guarded([&] {
     if (process_set == 0 &&
-        postedAndFinished(reducing(postable(OpType::kAllreduce, name, input, output), op, prescale,
-                                   postscale))) {
+        postedAndFinished(
+            reducing(postable(OpType::kAllreduce, name, input, output), op, prescale, postscale))) {
       return;
     }
     auto h = submitAllreduce(name, 1, input, output, op, prescale, postscale, process_set,
@@ -227,8 +237,8 @@ perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor
   });
 }
 
-perseus_status perseus_allgather(const char* name, const perseus_tensor* input,
-                                 int32_t process_set, perseus_handle* handle) {
+perseus_status perseus_allgather(const char* name, const perseus_tensor* input, int32_t process_set,
+                                 perseus_handle* handle) {
   return perseus_grouped_allgather(name, 1, input, process_set, handle);
 }
 
@@ -266,8 +276,8 @@ perseus_status perseus_broadcast_blocking(const char* name, const perseus_tensor
                                           int32_t process_set) {
   return guarded([&] {
     if (postedAndFinished(postableBroadcast(name, input, output, root_rank, process_set))) return;
-    auto h = submitBroadcast(name, input, output, root_rank, process_set,
-                             "perseus_broadcast_blocking");
+    auto h =
+        submitBroadcast(name, input, output, root_rank, process_set, "perseus_broadcast_blocking");
     finish(*capi::requireEngine(), *h);
   });
 }
@@ -280,7 +290,7 @@ perseus_status perseus_alltoall(const char* name, const perseus_tensor* input,
     checkHandle(handle);
     if (num_splits < 0 || (num_splits > 0 && splits == nullptr)) {
       throw InvalidArgumentError(PERSEUS_STR("'" << n << "': num_splits " << num_splits << " with "
-                                             << (splits ? "" : "NULL ") << "splits"));
+                                                 << (splits ? "" : "NULL ") << "splits"));
     }
     auto e = capi::requireEngine();
     TensorArg in = toArg(input, n, "input");
@@ -293,13 +303,14 @@ perseus_status perseus_alltoall(const char* name, const perseus_tensor* input,
 perseus_status perseus_reducescatter(const char* name, const perseus_tensor* input, int32_t op,
                                      double prescale, double postscale, int32_t process_set,
                                      perseus_handle* handle) {
-  return perseus_grouped_reducescatter(name, 1, input, op, prescale, postscale, process_set, handle);
+  return perseus_grouped_reducescatter(name, 1, input, op, prescale, postscale, process_set,
+                                       handle);
 }
 
 perseus_status perseus_grouped_reducescatter(const char* name, int32_t count,
                                              const perseus_tensor* inputs, int32_t op,
-                                             double prescale, double postscale,
-                                             int32_t process_set, perseus_handle* handle) {
+                                             double prescale, double postscale, int32_t process_set,
+                                             perseus_handle* handle) {
   return guarded([&] {
     if (count == 1 && process_set == 0 &&
         posted(reducing(postable(OpType::kReducescatter, name, inputs, nullptr), op, prescale,

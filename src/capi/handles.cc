@@ -11,7 +11,9 @@ namespace {
 std::shared_ptr<engine::Handle> completedOk(perseus_handle id, const char* call) {
   auto h = findHandle(id);
   if (!h->done()) {
-    throw Error(StatusCode::kInProgress, PERSEUS_STR(call << ": '" << h->name() << "' has not completed; wait for it first"));
+    throw Error(
+        StatusCode::kInProgress,
+        PERSEUS_STR(call << ": '" << h->name() << "' has not completed; wait for it first"));
   }
   if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
   return h;
@@ -52,8 +54,9 @@ perseus_status perseus_wait(perseus_handle handle, double timeout_s) {
   return guarded([&] {
     auto h = findHandle(handle);
     if (!waitFor(*h, timeout_s, capi::runtime().spin_us.load(std::memory_order_relaxed))) {
-      throw Error(StatusCode::kInProgress,
-                  PERSEUS_STR("'" << h->name() << "' did not complete within " << timeout_s << " s"));
+      throw Error(
+          StatusCode::kInProgress,
+          PERSEUS_STR("'" << h->name() << "' did not complete within " << timeout_s << " s"));
     }
     if (h->status() != StatusCode::kOk) throw Error(h->status(), h->message());
   });
@@ -77,7 +80,8 @@ perseus_status perseus_set_callback(perseus_handle handle, perseus_callback cb, 
 perseus_status perseus_handle_num_outputs(perseus_handle handle, int32_t* count) {
   return guarded([&] {
     if (count == nullptr) throw InvalidArgumentError("perseus_handle_num_outputs: count is NULL");
-    *count = static_cast<int32_t>(completedOk(handle, "perseus_handle_num_outputs")->outputs().size());
+    *count =
+        static_cast<int32_t>(completedOk(handle, "perseus_handle_num_outputs")->outputs().size());
   });
 }
 
@@ -87,8 +91,9 @@ perseus_status perseus_handle_output(perseus_handle handle, int32_t index, perse
     auto h = completedOk(handle, "perseus_handle_output");
     const auto& outs = h->outputs();
     if (index < 0 || index >= static_cast<int32_t>(outs.size())) {
-      throw InvalidArgumentError(PERSEUS_STR("perseus_handle_output: '" << h->name() << "' has "
-                                             << outs.size() << " library-owned outputs, not index " << index));
+      throw InvalidArgumentError(PERSEUS_STR("perseus_handle_output: '"
+                                             << h->name() << "' has " << outs.size()
+                                             << " library-owned outputs, not index " << index));
     }
     const engine::OwnedTensor& t = outs[index];
     out->data = t.ptr();
@@ -103,7 +108,8 @@ perseus_status perseus_handle_output(perseus_handle handle, int32_t index, perse
 perseus_status perseus_handle_received_splits(perseus_handle handle, const int64_t** splits,
                                               int32_t* count) {
   return guarded([&] {
-    if (splits == nullptr || count == nullptr) throw InvalidArgumentError("perseus_handle_received_splits: NULL argument");
+    if (splits == nullptr || count == nullptr)
+      throw InvalidArgumentError("perseus_handle_received_splits: NULL argument");
     auto h = completedOk(handle, "perseus_handle_received_splits");
     *splits = h->receivedSplits().data();
     *count = static_cast<int32_t>(h->receivedSplits().size());
@@ -135,7 +141,8 @@ perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stre
 perseus_status perseus_release(perseus_handle handle) {
   return guarded([&] {
     if (!capi::runtime().handles.release(handle)) {
-      throw InvalidArgumentError(PERSEUS_STR("perseus_release: handle " << handle << " is unknown or already released"));
+      throw InvalidArgumentError(
+          PERSEUS_STR("perseus_release: handle " << handle << " is unknown or already released"));
     }
   });
 }
@@ -143,7 +150,8 @@ perseus_status perseus_release(perseus_handle handle) {
 perseus_status perseus_add_process_set(const int32_t* ranks, int32_t count, int32_t* id) {
   return guarded([&] {
     if (ranks == nullptr || count < 1 || id == nullptr) {
-      throw InvalidArgumentError("perseus_add_process_set: give a non-empty rank list and an id pointer");
+      throw InvalidArgumentError(
+          "perseus_add_process_set: give a non-empty rank list and an id pointer");
     }
     auto e = capi::requireEngine();
     auto h = e->addProcessSet(std::vector<int>(ranks, ranks + count));
@@ -172,7 +180,8 @@ perseus_status perseus_process_set_ranks(int32_t id, int32_t* ranks, int32_t cap
   return guarded([&] {
     auto info = capi::requireEngine()->processSet(id);
     if (!info) throw InvalidArgumentError(PERSEUS_STR("process set " << id << " does not exist"));
-    if (capacity > 0 && ranks == nullptr) throw InvalidArgumentError("perseus_process_set_ranks: ranks is NULL");
+    if (capacity > 0 && ranks == nullptr)
+      throw InvalidArgumentError("perseus_process_set_ranks: ranks is NULL");
     for (int32_t i = 0; i < capacity && i < static_cast<int32_t>(info->members.size()); ++i) {
       ranks[i] = info->members[i];
     }

@@ -28,10 +28,12 @@ std::shared_ptr<engine::Engine> requireEngine() {
   std::lock_guard<std::mutex> lock(rt.mu);
   if (rt.engine) return rt.engine;
   if (rt.shut_down) {
-    throw ShutDownError("Perseus has been shut down (perseus_shutdown); call perseus_init() again "
-                        "to start a new job");
+    throw ShutDownError(
+        "Perseus has been shut down (perseus_shutdown); call perseus_init() again "
+        "to start a new job");
   }
-  throw NotInitializedError("Perseus has not been initialized; call perseus_init() (hvd.init()) first");
+  throw NotInitializedError(
+      "Perseus has not been initialized; call perseus_init() (hvd.init()) first");
 }
 
 perseus_handle publish(const std::shared_ptr<engine::Handle>& handle) {
@@ -105,9 +107,14 @@ perseus_status perseus_get_engine_stats(perseus_engine_stats* out) {
   return guarded([&] {
     if (out == nullptr) throw InvalidArgumentError("perseus_get_engine_stats: out is NULL");
     const engine::Engine::Stats s = capi::requireEngine()->stats();
-    *out = perseus_engine_stats{s.cycles,           s.control_exchanges,     s.control_bytes,
-                                s.coordinator_rounds, s.cached_responses, s.coordinated_responses,
-                                s.negotiation_ns,   s.posted_allreduces,
+    *out = perseus_engine_stats{s.cycles,
+                                s.control_exchanges,
+                                s.control_bytes,
+                                s.coordinator_rounds,
+                                s.cached_responses,
+                                s.coordinated_responses,
+                                s.negotiation_ns,
+                                s.posted_allreduces,
                                 s.posted_collectives};
   });
 }
@@ -159,7 +166,8 @@ const char* perseus_params_dump(void) {
   try {
     std::ostringstream os;
     for (const auto& e : Params::fromEnvironment().describe()) {
-      os << e.variable << "=" << e.value << "\t" << e.default_value << "\t" << e.description << "\n";
+      os << e.variable << "=" << e.value << "\t" << e.default_value << "\t" << e.description
+         << "\n";
     }
     capi::t_params_dump = os.str();
   } catch (const std::exception& e) {
@@ -169,16 +177,17 @@ const char* perseus_params_dump(void) {
 }
 
 perseus_status perseus_store_server_start(const char* bind_address, int32_t port,
-                                          const char* secret, int32_t* bound_port,
-                                          void** server) {
+                                          const char* secret, int32_t* bound_port, void** server) {
   return guarded([&] {
     if (secret == nullptr || server == nullptr) {
       throw InvalidArgumentError("perseus_store_server_start: secret and server must not be NULL");
     }
     if (port < 0 || port > 65535) {
-      throw InvalidArgumentError(PERSEUS_STR("perseus_store_server_start: port " << port << " is not in [0, 65535]"));
+      throw InvalidArgumentError(
+          PERSEUS_STR("perseus_store_server_start: port " << port << " is not in [0, 65535]"));
     }
-    auto s = rendezvous::TcpStoreServer::start(bind_address ? bind_address : "0.0.0.0", port, secret);
+    auto s =
+        rendezvous::TcpStoreServer::start(bind_address ? bind_address : "0.0.0.0", port, secret);
     if (bound_port) *bound_port = s->port();
     *server = s.release();
   });

@@ -30,8 +30,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 }  // namespace
 
-extern const Algorithm kAllgathervRing = {
-    "ring", Collective::kAllgatherv, "ring over the transport, p-1 steps", detail::anyCall,
-    estimate, run};
+extern const Algorithm kAllgathervRing = {"ring",
+                                          Collective::kAllgatherv,
+                                          "ring over the transport, p-1 steps",
+                                          detail::anyCall,
+                                          estimate,
+                                          run};
 
 }  // namespace perseus::collectives

@@ -61,8 +61,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAllgathervShm = {
-    "shm", Collective::kAllgatherv,
+    "shm",
+    Collective::kAllgatherv,
     "through the shared-memory arena in slot-sized rounds; needs every member on this host",
-    supports, estimate, run};
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

@@ -28,7 +28,8 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
   double local = static_cast<double>(comm.size()) / hosts;
   double within = 4 * cost::kBarrierUs + 4.0 * n * cost::kArenaUsPerByte;
   double block = comm.hostsEven() ? n / local : n;
-  double across = 2 * (hosts - 1) * c.alpha_us + 2 * (hosts - 1) / hosts * block * c.beta_us_per_byte;
+  double across =
+      2 * (hosts - 1) * c.alpha_us + 2 * (hosts - 1) / hosts * block * c.beta_us_per_byte;
   return within + across;
 }
 
@@ -84,9 +85,12 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAllreduceHierarchical = {
-    "hierarchical", Collective::kAllreduce,
+    "hierarchical",
+    Collective::kAllreduce,
     "reduce within each host, allreduce across hosts, spread within the host; needs hosts set "
     "on the communicator (more than one, one with several ranks)",
-    supports, estimate, run};
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

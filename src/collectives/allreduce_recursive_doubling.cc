@@ -20,7 +20,8 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
   while (pof2 * 2 <= p) pof2 *= 2;
   double n = static_cast<double>(args.totalBytes());
   double steps = cost::ceilLog2(pof2) + (pof2 != p ? 2 : 0);
-  return steps * (c.alpha_us + n * c.beta_us_per_byte) + cost::ceilLog2(p) * n * c.gamma_us_per_byte;
+  return steps * (c.alpha_us + n * c.beta_us_per_byte) +
+         cost::ceilLog2(p) * n * c.gamma_us_per_byte;
 }
 
 void run(Communicator& comm, const CollectiveArgs& args) {
@@ -70,9 +71,12 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAllreduceRecursiveDoubling = {
-    "recursive_doubling", Collective::kAllreduce,
+    "recursive_doubling",
+    Collective::kAllreduce,
     "log2(p) whole-vector exchanges over the transport; latency-optimal for small vectors, any "
     "number of ranks",
-    detail::anyCall, estimate, run};
+    detail::anyCall,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

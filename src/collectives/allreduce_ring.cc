@@ -29,7 +29,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   if (args.out != args.in) std::memcpy(out, args.in, args.count * esize);
   const int left = (r - 1 + p) % p, right = (r + 1) % p;
   detail::Blocks blocks(args.count, p);
-  const size_t chunk = std::max<size_t>(1, static_cast<size_t>(comm.params().tcp_chunk_bytes) / esize);
+  const size_t chunk =
+      std::max<size_t>(1, static_cast<size_t>(comm.params().tcp_chunk_bytes) / esize);
   const size_t seg = std::min(chunk, blocks.size(0));
   unsigned char* tmp = static_cast<unsigned char*>(comm.scratch(0, 2 * seg * esize));
 
@@ -42,8 +43,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
       size_t sn = i < send_len ? std::min(seg, send_len - i) : 0;
       size_t rn = i < recv_len ? std::min(seg, recv_len - i) : 0;
       unsigned char* buf = tmp + (k % 2) * seg * esize;
-      detail::exchangeStep(comm, right, out + (blocks.begin(sb) + i) * esize, sn * esize, left,
-                           buf, rn * esize);
+      detail::exchangeStep(comm, right, out + (blocks.begin(sb) + i) * esize, sn * esize, left, buf,
+                           rn * esize);
       if (rn > 0) {
         kernels::reduceInto(out + (blocks.begin(rb) + i) * esize, buf, rn, args.dtype, args.op);
       }
@@ -67,9 +68,12 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAllreduceRing = {
-    "ring", Collective::kAllreduce,
+    "ring",
+    Collective::kAllreduce,
     "ring reduce-scatter + allgather over the transport, pipelined in PERSEUS_TCP_CHUNK_BYTES "
     "segments; bandwidth-optimal",
-    detail::anyCall, estimate, run};
+    detail::anyCall,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

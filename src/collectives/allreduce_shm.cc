@@ -23,9 +23,9 @@
 // was written L steps earlier, out of the shared L3 rather than the writer's L2; n segments
 // take n + L + 1 barriers. Every element is reduced by one rank only, so all ranks get
 // the same bits. Memory traffic is one read of the input and one write of the output (the
-// memcpy floor of bench/floor_probe_bench); outputs beyond L3 are written with non-temporal stores (no
-// read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and
-// the reduced results) is written with cached or streaming stores, as Note [Slot stores]
+// memcpy floor of bench/floor_probe_bench); outputs beyond L3 are written with non-temporal stores
+// (no read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and the
+// reduced results) is written with cached or streaming stores, as Note [Slot stores]
 // (slot_stores.h) picks per call; with streaming stores the reducer works in an L1 scratch
 // chunk, not in its slot. Per rank and byte the caches see 2.5 reads and 2 writes, against 3 and
 // 2.5 when every byte is staged, reduced from the slots and copied out. Peers' slots are only
@@ -65,9 +65,9 @@
 #include "collectives/arena_view.h"
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
-#include "common/reduce_threads.h"
 #include "collectives/registry.h"
 #include "collectives/slot_stores.h"
+#include "common/reduce_threads.h"
 #include "common/worker_pool.h"
 #include "kernels/reduce.h"
 #include "transport/shm/cpu_budget.h"
@@ -116,7 +116,8 @@ void runTiny(Communicator& comm, const CollectiveArgs& args, const void** srcs) 
   const size_t bytes = args.totalBytes();
   // Only this rank writes its lines: relaxed loads see its own last stores.
   const uint64_t seq = std::max(view.line(r, 0)->seq.load(std::memory_order_relaxed),
-                                view.line(r, 1)->seq.load(std::memory_order_relaxed)) + 1;
+                                view.line(r, 1)->seq.load(std::memory_order_relaxed)) +
+                       1;
   const int parity = static_cast<int>(seq % 2);
   detail::SmallLine* mine = view.line(r, parity);
   std::memcpy(mine->payload, args.in, bytes);
@@ -127,10 +128,10 @@ void runTiny(Communicator& comm, const CollectiveArgs& args, const void** srcs) 
     const uint64_t theirs = line->seq.load(std::memory_order_relaxed);
     if (theirs != seq) {
       throw MismatchError(PERSEUS_STR(
-          "shared-memory allreduce of " << bytes << " bytes on group " << comm.groupId()
-              << ": rank " << comm.globalRank(q) << " is at small operation " << theirs
-              << " of this group but rank " << comm.globalRank(r) << " at " << seq
-              << "; the members ran different collectives on this process set"));
+          "shared-memory allreduce of "
+          << bytes << " bytes on group " << comm.groupId() << ": rank " << comm.globalRank(q)
+          << " is at small operation " << theirs << " of this group but rank " << comm.globalRank(r)
+          << " at " << seq << "; the members ran different collectives on this process set"));
     }
     srcs[q] = line->payload;
   }
@@ -182,8 +183,10 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
     kernels::reduceN(red, srcs, p, m, args.dtype, args.op);
     if (args.postscale != 1.0) kernels::scale(red, m, args.dtype, args.postscale);
     if (slot_writer.streaming()) slot_writer.copy(slots[r] + off, red, m * esize);
-    if (streaming) kernels::copyNonTemporal(out + off, red, m * esize);
-    else std::memcpy(out + off, red, m * esize);
+    if (streaming)
+      kernels::copyNonTemporal(out + off, red, m * esize);
+    else
+      std::memcpy(out + off, red, m * esize);
   }
 }
 
@@ -192,7 +195,8 @@ int threadsFor(const Communicator& comm, size_t bytes, size_t buffer) {
   if (comm.size() > kStackRanks) return 1;  // the parts keep their pointer arrays on the stack
   const int local = comm.arena()->localSize();
   static const int cpus = transport::shm::sharedCpus(local);
-  const int requested = reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus, local);
+  const int requested =
+      reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus, local);
   return reduce_threads::effectiveReduceThreads(requested, bytes, buffer);
 }
 
@@ -206,8 +210,8 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const int threads = threadsFor(comm, args.totalBytes(), buffer);
   const size_t seg = reduce_threads::segmentBytes(threads, buffer) / esize;
   const size_t nseg = (args.count + seg - 1) / seg;
-  const bool streaming = args.count * esize >= (args.in == args.out ? kStreamingOutputBytes
-                                                                    : kStreamingOutOfPlaceBytes);
+  const bool streaming = args.count * esize >=
+                         (args.in == args.out ? kStreamingOutputBytes : kStreamingOutOfPlaceBytes);
   SlotWriter slot_writer(comm, Collective::kAllreduce, args.totalBytes());
   const bool fence = streaming || slot_writer.streaming();
   const auto* in = detail::bytePtr(args.in);
@@ -221,8 +225,10 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
     return std::make_pair((blocks.begin(q) + pieces.begin(t)) * esize, pieces.size(t) * esize);
   };
   auto copyOut = [&](unsigned char* dst, const unsigned char* src, size_t len) {
-    if (streaming) kernels::copyNonTemporal(dst, src, len);
-    else std::memcpy(dst, src, len);
+    if (streaming)
+      kernels::copyNonTemporal(dst, src, len);
+    else
+      std::memcpy(dst, src, len);
   };
   auto copyIn = [&](size_t k, int t) {
     detail::Blocks blocks(segLen(k), p, align);
@@ -291,7 +297,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t bytes = args.totalBytes();
   if (isTiny(comm, args)) {
     runTiny(comm, args, srcs);
-  } else if (bytes <= std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 2, kOneSegmentBytes)) {
+  } else if (bytes <=
+             std::min(detail::ArenaView::dataBytesOf(*comm.arena()) / 2, kOneSegmentBytes)) {
     runOneSegment(comm, args, srcs);
   } else {
     unsigned char* stack_slots[kStackRanks];
@@ -303,9 +310,12 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAllreduceShm = {
-    "shm", Collective::kAllreduce,
+    "shm",
+    Collective::kAllreduce,
     "reduce-scatter and allgather through the shared-memory arena, in cache-sized segments; "
     "needs every member on this host",
-    supports, estimate, run};
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

@@ -18,7 +18,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   auto* out = detail::bytePtr(args.out);
   if (send[r] != recv[r]) {
     throw InvalidArgumentError(PERSEUS_STR("alltoallv on rank " << r << ": sends " << send[r]
-                                           << " bytes to itself but expects " << recv[r]));
+                                                                << " bytes to itself but expects "
+                                                                << recv[r]));
   }
   if (send[r] > 0) std::memmove(out + roff[r], in + soff[r], send[r]);
   for (int s = 1; s < p; ++s) {
@@ -30,7 +31,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kAlltoallvPairwise = {
-    "pairwise", Collective::kAlltoallv, "p-1 pairwise exchange steps over the transport",
+    "pairwise",      Collective::kAlltoallv,    "p-1 pairwise exchange steps over the transport",
     detail::anyCall, detail::oneMessagePerPeer, run};
 
 }  // namespace perseus::collectives

@@ -22,8 +22,11 @@ void run(Communicator& comm, const CollectiveArgs&) {
 
 }  // namespace
 
-extern const Algorithm kBarrierDissemination = {
-    "dissemination", Collective::kBarrier, "log2(p) rounds of one-byte messages", detail::anyCall,
-    estimate, run};
+extern const Algorithm kBarrierDissemination = {"dissemination",
+                                                Collective::kBarrier,
+                                                "log2(p) rounds of one-byte messages",
+                                                detail::anyCall,
+                                                estimate,
+                                                run};
 
 }  // namespace perseus::collectives

@@ -14,7 +14,11 @@ void run(Communicator& comm, const CollectiveArgs&) {
 }  // namespace
 
 extern const Algorithm kBarrierShm = {
-    "shm", Collective::kBarrier, "the shared-memory arena's barrier; needs every member on this host",
-    supports, estimate, run};
+    "shm",
+    Collective::kBarrier,
+    "the shared-memory arena's barrier; needs every member on this host",
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

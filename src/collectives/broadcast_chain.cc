@@ -45,8 +45,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kBroadcastChain = {
-    "chain", Collective::kBroadcast,
+    "chain",
+    Collective::kBroadcast,
     "pipelined chain over the transport in PERSEUS_TCP_CHUNK_BYTES segments; for large vectors",
-    detail::anyCall, estimate, run};
+    detail::anyCall,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

@@ -32,9 +32,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   auto* data = detail::bytePtr(args.out);
   auto len = [&](size_t k) { return std::min(seg, args.bytes - k * seg); };
   // Only the root writes its slot, so only its time says anything about the stores.
-  SlotWriter slot_writer =
-      root ? SlotWriter(comm, Collective::kBroadcast, args.bytes)
-           : SlotWriter::readerOnly(comm, Collective::kBroadcast, args.bytes);
+  SlotWriter slot_writer = root ? SlotWriter(comm, Collective::kBroadcast, args.bytes)
+                                : SlotWriter::readerOnly(comm, Collective::kBroadcast, args.bytes);
   if (root) slot_writer.copy(view.half(comm.rank(), 0), data, len(0));
   slot_writer.publish();
   view.barrier();
@@ -53,8 +52,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kBroadcastShm = {
-    "shm", Collective::kBroadcast,
+    "shm",
+    Collective::kBroadcast,
     "through the root's shared-memory slot, double-buffered; needs every member on this host",
-    supports, estimate, run};
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

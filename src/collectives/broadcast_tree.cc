@@ -34,8 +34,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 }  // namespace
 
-extern const Algorithm kBroadcastBinomial = {
-    "binomial", Collective::kBroadcast, "binomial tree over the transport; latency-optimal",
-    detail::anyCall, estimate, run};
+extern const Algorithm kBroadcastBinomial = {"binomial",
+                                             Collective::kBroadcast,
+                                             "binomial tree over the transport; latency-optimal",
+                                             detail::anyCall,
+                                             estimate,
+                                             run};
 
 }  // namespace perseus::collectives

@@ -7,8 +7,8 @@
 
 #include "collectives/detail.h"
 #include "collectives/registry.h"
-#include "kernels/reduce.h"
 #include "common/status.h"
+#include "kernels/reduce.h"
 
 namespace perseus::collectives {
 namespace {
@@ -16,16 +16,16 @@ namespace {
 void checkSizes(const Communicator& comm, const std::vector<size_t>& v, const char* what,
                 const char* call) {
   if (v.size() != static_cast<size_t>(comm.size())) {
-    throw InvalidArgumentError(PERSEUS_STR(call << ": " << what << " has " << v.size()
-                                           << " entries but the communicator has " << comm.size()
-                                           << " ranks; pass one entry per rank"));
+    throw InvalidArgumentError(PERSEUS_STR(
+        call << ": " << what << " has " << v.size() << " entries but the communicator has "
+             << comm.size() << " ranks; pass one entry per rank"));
   }
 }
 
 void checkRoot(const Communicator& comm, int root, const char* call) {
   if (root < 0 || root >= comm.size()) {
     throw InvalidArgumentError(PERSEUS_STR(call << ": root " << root << " is not a rank of this "
-                                           << comm.size() << "-rank communicator"));
+                                                << comm.size() << "-rank communicator"));
   }
 }
 
@@ -112,8 +112,8 @@ void broadcast(Communicator& comm, void* data, size_t bytes, int root) {
   detail::run(comm, args);
 }
 
-void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes,
-               void* out, const std::vector<size_t>& recv_bytes) {
+void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes, void* out,
+               const std::vector<size_t>& recv_bytes) {
   checkSizes(comm, send_bytes, "send_bytes", "alltoallv");
   checkSizes(comm, recv_bytes, "recv_bytes", "alltoallv");
   CollectiveArgs args;

@@ -31,8 +31,8 @@ void broadcast(Communicator& comm, void* data, size_t bytes, int root);
 
 // Rank r sends send_bytes[p] bytes (consecutive in `in`, in peer order) to each peer p and
 // receives recv_bytes[p] bytes from each, concatenated in peer order into `out`.
-void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes,
-               void* out, const std::vector<size_t>& recv_bytes);
+void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& send_bytes, void* out,
+               const std::vector<size_t>& recv_bytes);
 
 // Reduces `in` (sum of counts elements) and leaves block r (counts[r] elements, blocks in rank
 // order) on rank r in `out`.

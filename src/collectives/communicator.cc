@@ -26,12 +26,14 @@ Communicator::Communicator(transport::Transport* transport, transport::ShmArena*
     if (members_[i] == transport_->rank()) rank_ = i;
   }
   if (rank_ < 0) {
-    throw InvalidArgumentError(PERSEUS_STR("Communicator: rank " << transport_->rank()
+    throw InvalidArgumentError(PERSEUS_STR("Communicator: rank "
+                                           << transport_->rank()
                                            << " is not one of the members it was built for"));
   }
   if (arena != nullptr) {
     if (group_id < 0 || group_id >= transport::ShmArena::kMaxGroups) {
-      throw InvalidArgumentError(PERSEUS_STR("Communicator: group id " << group_id << " is not in 0.."
+      throw InvalidArgumentError(PERSEUS_STR("Communicator: group id "
+                                             << group_id << " is not in 0.."
                                              << transport::ShmArena::kMaxGroups - 1));
     }
     const std::vector<int>& local = arena->globalRanks();
@@ -59,16 +61,17 @@ void Communicator::exchange(std::vector<transport::SendOp> sends,
   transport_->exchange(sends, recvs);
 }
 
-void Communicator::sendRecv(int send_peer, const void* send_data, size_t send_bytes,
-                            int recv_peer, void* recv_data, size_t recv_bytes) {
+void Communicator::sendRecv(int send_peer, const void* send_data, size_t send_bytes, int recv_peer,
+                            void* recv_data, size_t recv_bytes) {
   transport_->sendRecv(send_peer < 0 ? -1 : members_[send_peer], send_data, send_bytes,
                        recv_peer < 0 ? -1 : members_[recv_peer], recv_data, recv_bytes);
 }
 
 void Communicator::setHosts(std::vector<int> host_of_member) {
   if (host_of_member.size() != members_.size()) {
-    throw InvalidArgumentError(PERSEUS_STR("Communicator::setHosts: " << host_of_member.size()
-                                           << " host indices for " << members_.size() << " members"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("Communicator::setHosts: " << host_of_member.size() << " host indices for "
+                                               << members_.size() << " members"));
   }
   std::map<int, int> per_host;
   for (int h : host_of_member) ++per_host[h];
@@ -124,8 +127,8 @@ void* Communicator::scratch(int index, size_t bytes) {
     grown = (grown + 4095) & ~size_t{4095};
     void* p = std::aligned_alloc(64, grown);
     if (p == nullptr) {
-      throw InternalError(PERSEUS_STR("out of memory allocating " << grown
-                                      << " bytes of collective scratch space"));
+      throw InternalError(PERSEUS_STR("out of memory allocating "
+                                      << grown << " bytes of collective scratch space"));
     }
     std::memset(p, 0, grown);
     scratch_[index].reset(p);

@@ -11,7 +11,7 @@
 namespace perseus::collectives::cost {
 
 struct PointToPoint {
-  double alpha_us;      // per message
+  double alpha_us;           // per message
   double beta_us_per_byte;   // per byte moved
   double gamma_us_per_byte;  // per byte reduced
 };

@@ -47,8 +47,8 @@ inline double oneMessagePerPeer(const Communicator& comm, const CollectiveArgs& 
 // One step of a ring or pairwise exchange: sends `send_bytes` to `to` while it receives
 // `recv_bytes` from `from` (communicator ranks), both progressed at once; an empty side is
 // left out, so a peer with nothing to say is not waited for.
-inline void exchangeStep(Communicator& comm, int to, const void* send, size_t send_bytes,
-                         int from, void* recv, size_t recv_bytes) {
+inline void exchangeStep(Communicator& comm, int to, const void* send, size_t send_bytes, int from,
+                         void* recv, size_t recv_bytes) {
   std::vector<transport::SendOp> sends;
   std::vector<transport::RecvOp> recvs;
   if (send_bytes > 0) sends.push_back({to, send, send_bytes});
@@ -63,7 +63,9 @@ inline std::vector<size_t> offsetsOf(const std::vector<size_t>& v, size_t scale 
   return off;
 }
 
-inline unsigned char* bytePtr(void* p, size_t off = 0) { return static_cast<unsigned char*>(p) + off; }
+inline unsigned char* bytePtr(void* p, size_t off = 0) {
+  return static_cast<unsigned char*>(p) + off;
+}
 inline const unsigned char* bytePtr(const void* p, size_t off = 0) {
   return static_cast<const unsigned char*>(p) + off;
 }

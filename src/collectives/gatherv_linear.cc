@@ -28,7 +28,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kGathervLinear = {
-    "linear", Collective::kGatherv, "every rank sends to the root directly", detail::anyCall,
-    detail::oneMessagePerPeer, run};
+    "linear",        Collective::kGatherv,      "every rank sends to the root directly",
+    detail::anyCall, detail::oneMessagePerPeer, run};
 
 }  // namespace perseus::collectives

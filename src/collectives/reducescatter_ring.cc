@@ -44,8 +44,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 }  // namespace
 
-extern const Algorithm kReducescattervRing = {
-    "ring", Collective::kReducescatterv, "ring over the transport, p-1 steps", detail::anyCall,
-    estimate, run};
+extern const Algorithm kReducescattervRing = {"ring",
+                                              Collective::kReducescatterv,
+                                              "ring over the transport, p-1 steps",
+                                              detail::anyCall,
+                                              estimate,
+                                              run};
 
 }  // namespace perseus::collectives

@@ -57,7 +57,9 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   auto copyIn = [&](size_t k) {
     for (int q = 0; q < p; ++q) {
       size_t n = pieceLen(q, k);
-      if (n > 0) slot_writer.copy(view.half(r, k % 2) + q * c * esize, in + off[q] + k * c * esize, n * esize);
+      if (n > 0)
+        slot_writer.copy(view.half(r, k % 2) + q * c * esize, in + off[q] + k * c * esize,
+                         n * esize);
     }
     slot_writer.publish();
   };
@@ -78,8 +80,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace
 
 extern const Algorithm kReducescattervShm = {
-    "shm", Collective::kReducescatterv,
+    "shm",
+    Collective::kReducescatterv,
     "through the shared-memory arena in slot-sized rounds; needs every member on this host",
-    supports, estimate, run};
+    supports,
+    estimate,
+    run};
 
 }  // namespace perseus::collectives

@@ -30,42 +30,53 @@ extern const Algorithm kBarrierShm;
 
 const char* collectiveName(Collective c) {
   switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgatherv: return "allgatherv";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kAlltoallv: return "alltoallv";
-    case Collective::kReducescatterv: return "reducescatterv";
-    case Collective::kGatherv: return "gatherv";
-    case Collective::kBarrier: return "barrier";
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kAllgatherv:
+      return "allgatherv";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kAlltoallv:
+      return "alltoallv";
+    case Collective::kReducescatterv:
+      return "reducescatterv";
+    case Collective::kGatherv:
+      return "gatherv";
+    case Collective::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }
 
 size_t CollectiveArgs::totalBytes() const {
   switch (kind) {
-    case Collective::kAllreduce: return count * elementSize();
-    case Collective::kBroadcast: return bytes;
+    case Collective::kAllreduce:
+      return count * elementSize();
+    case Collective::kBroadcast:
+      return bytes;
     case Collective::kReducescatterv:
       return sizes ? std::accumulate(sizes->begin(), sizes->end(), size_t{0}) * elementSize() : 0;
     case Collective::kAllgatherv:
     case Collective::kGatherv:
     case Collective::kAlltoallv:
       return sizes ? std::accumulate(sizes->begin(), sizes->end(), size_t{0}) : 0;
-    case Collective::kBarrier: return 0;
+    case Collective::kBarrier:
+      return 0;
   }
   return 0;
 }
 
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> table = {
-      &kAllreduceShm,         &kAllreduceHierarchical, &kAllreduceRing,
-      &kAllreduceRecursiveDoubling,
-      &kAllgathervShm,        &kAllgathervSingleCopy,  &kAllgathervRing,
-      &kBroadcastShm,         &kBroadcastSingleCopy,   &kBroadcastBinomial,     &kBroadcastChain,
-      &kAlltoallvPairwise,
+      &kAllreduceShm,         &kAllreduceHierarchical,
+      &kAllreduceRing,        &kAllreduceRecursiveDoubling,
+      &kAllgathervShm,        &kAllgathervSingleCopy,
+      &kAllgathervRing,       &kBroadcastShm,
+      &kBroadcastSingleCopy,  &kBroadcastBinomial,
+      &kBroadcastChain,       &kAlltoallvPairwise,
       &kReducescattervShm,    &kReducescattervRing,
-      &kGathervLinear,
-      &kBarrierShm,           &kBarrierDissemination,
+      &kGathervLinear,        &kBarrierShm,
+      &kBarrierDissemination,
   };
   return table;
 }
@@ -96,17 +107,16 @@ const Algorithm& selectAlgorithm(const Communicator& comm, const CollectiveArgs&
   if (!forced.empty() && forced != "auto") {
     const Algorithm* a = findAlgorithm(args.kind, forced);
     if (a == nullptr) {
-      throw InvalidArgumentError(PERSEUS_STR("no " << collectiveName(args.kind) << " algorithm is named '"
-                                             << forced << "'; choose one of: auto, "
-                                             << namesOf(args.kind)));
+      throw InvalidArgumentError(
+          PERSEUS_STR("no " << collectiveName(args.kind) << " algorithm is named '" << forced
+                            << "'; choose one of: auto, " << namesOf(args.kind)));
     }
     if (!a->supports(comm, args)) {
       throw UnsupportedError(PERSEUS_STR(
-          collectiveName(args.kind) << " algorithm '" << forced << "' cannot run this call ("
-                                    << comm.size() << " ranks, " << args.totalBytes()
-                                    << " bytes" << (comm.arena() ? ", one host" : "")
-                                    << "): " << a->description
-                                    << ". Unset PERSEUS_ALLREDUCE_ALGO or pick another"));
+          collectiveName(args.kind)
+          << " algorithm '" << forced << "' cannot run this call (" << comm.size() << " ranks, "
+          << args.totalBytes() << " bytes" << (comm.arena() ? ", one host" : "")
+          << "): " << a->description << ". Unset PERSEUS_ALLREDUCE_ALGO or pick another"));
     }
     return *a;
   }
@@ -122,9 +132,9 @@ const Algorithm& selectAlgorithm(const Communicator& comm, const CollectiveArgs&
   }
   PERSEUS_CHECK(best != nullptr, "no " << collectiveName(args.kind) << " algorithm supports "
                                        << comm.size() << " ranks");
-  PERSEUS_LOG(DEBUG, kCollectives) << collectiveName(args.kind) << " of " << args.totalBytes()
-                                   << " bytes over " << comm.size() << " ranks: " << best->name
-                                   << " (estimated " << best_us << " us)";
+  PERSEUS_LOG(DEBUG, kCollectives)
+      << collectiveName(args.kind) << " of " << args.totalBytes() << " bytes over " << comm.size()
+      << " ranks: " << best->name << " (estimated " << best_us << " us)";
   return *best;
 }
 

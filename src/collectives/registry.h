@@ -17,8 +17,15 @@
 
 namespace perseus::collectives {
 
-enum class Collective { kAllreduce, kAllgatherv, kBroadcast, kAlltoallv, kReducescatterv,
-                        kGatherv, kBarrier };
+enum class Collective {
+  kAllreduce,
+  kAllgatherv,
+  kBroadcast,
+  kAlltoallv,
+  kReducescatterv,
+  kGatherv,
+  kBarrier
+};
 const char* collectiveName(Collective c);
 
 // One call's arguments, type-erased. Which fields are meaningful depends on `kind` (see
@@ -26,17 +33,17 @@ const char* collectiveName(Collective c);
 struct CollectiveArgs {
   Collective kind = Collective::kAllreduce;
   const void* in = nullptr;
-  void* out = nullptr;            // broadcast: the data (in and out)
-  size_t count = 0;               // allreduce: elements
+  void* out = nullptr;  // broadcast: the data (in and out)
+  size_t count = 0;     // allreduce: elements
   DataType dtype = DataType::kUInt8;
   ReduceOp op = ReduceOp::kSum;
   const std::vector<size_t>* sizes = nullptr;       // allgatherv/gatherv/alltoallv(send): bytes;
                                                     // reducescatterv: element counts
   const std::vector<size_t>* recv_sizes = nullptr;  // alltoallv: bytes received from each peer
-  size_t bytes = 0;               // broadcast: bytes
-  int root = 0;                   // broadcast, gatherv
-  double postscale = 1.0;         // allreduce: set only for the shm algorithm, which applies it
-                                  // (collectives::allreduce scales for the others)
+  size_t bytes = 0;                                 // broadcast: bytes
+  int root = 0;                                     // broadcast, gatherv
+  double postscale = 1.0;  // allreduce: set only for the shm algorithm, which applies it
+                           // (collectives::allreduce scales for the others)
 
   size_t elementSize() const { return dataTypeSize(dtype); }
   // Bytes of the whole vector this call moves per rank (the "S" of the cost model).
@@ -44,7 +51,7 @@ struct CollectiveArgs {
 };
 
 struct Algorithm {
-  const char* name;         // unique per collective, e.g. "ring"; what PERSEUS_ALLREDUCE_ALGO takes
+  const char* name;  // unique per collective, e.g. "ring"; what PERSEUS_ALLREDUCE_ALGO takes
   Collective kind;
   const char* description;
   bool (*supports)(const Communicator& comm, const CollectiveArgs& args);

@@ -83,9 +83,8 @@ void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
   const bool refuse = !comm.params().shm_single_copy;
   if (comm.rank() == args.root) publish(view, comm.rank(), args.out);
   view.barrier();
-  const int err = refuse || comm.rank() == args.root
-                      ? 0
-                      : readFrom(view, args.root, args.out, args.bytes);
+  const int err =
+      refuse || comm.rank() == args.root ? 0 : readFrom(view, args.root, args.out, args.bytes);
   if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
 }
 
@@ -121,15 +120,21 @@ void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
 uint64_t singleCopyFallbacks() { return g_fallbacks.load(std::memory_order_relaxed); }
 
 extern const Algorithm kBroadcastSingleCopy = {
-    "single-copy", Collective::kBroadcast,
+    "single-copy",
+    Collective::kBroadcast,
     "every member copies straight from the root's memory (cross-memory attach); needs every "
     "member on this host",
-    supports, broadcastEstimate, broadcastRun};
+    supports,
+    broadcastEstimate,
+    broadcastRun};
 
 extern const Algorithm kAllgathervSingleCopy = {
-    "single-copy", Collective::kAllgatherv,
+    "single-copy",
+    Collective::kAllgatherv,
     "every member copies each peer's piece straight from its memory (cross-memory attach); "
     "needs every member on this host",
-    supports, allgatherEstimate, allgatherRun};
+    supports,
+    allgatherEstimate,
+    allgatherRun};
 
 }  // namespace perseus::collectives

@@ -28,8 +28,8 @@ SlotStores SlotStoreChooser::pick(const std::string& setting, Collective kind, s
   std::lock_guard<std::mutex> lock(mu_);
   SizeClass& c = classOf(kind, bytes);
   const int other = 1 - c.best;
-  const bool trial = c.ns_per_byte[c.best] > 0.0 &&
-                     (c.ns_per_byte[other] == 0.0 || ++c.since_trial >= c.period);
+  const bool trial =
+      c.ns_per_byte[c.best] > 0.0 && (c.ns_per_byte[other] == 0.0 || ++c.since_trial >= c.period);
   if (trial) c.since_trial = 0;
   return static_cast<SlotStores>(trial ? other : c.best);
 }
@@ -96,8 +96,10 @@ SlotWriter::SlotWriter(Communicator& comm, Collective kind, size_t bytes, bool w
       bytes_(bytes) {}
 
 void SlotWriter::copy(void* slot, const void* src, size_t len) const {
-  if (streaming()) kernels::copyNonTemporal(slot, src, len);
-  else std::memcpy(slot, src, len);
+  if (streaming())
+    kernels::copyNonTemporal(slot, src, len);
+  else
+    std::memcpy(slot, src, len);
 }
 
 void SlotWriter::publish() const {
@@ -116,7 +118,8 @@ void SlotWriter::barrier(const detail::ArenaView& view, bool last) {
   uint64_t mine = 0;
   if (timed_) {
     mine = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now() - start_).count());
+                                     std::chrono::steady_clock::now() - start_)
+                                     .count());
   }
   const uint64_t slowest = view.barrierMax(mine);
   if (timed_) chooser_.record(mode_, kind_, bytes_, static_cast<double>(slowest) * 1e-9);

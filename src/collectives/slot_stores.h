@@ -70,8 +70,8 @@ class SlotStoreChooser {
   Figures figures(Collective kind, size_t bytes);
 
  private:
-  static constexpr int kKinds = 7;     // Collective's values
-  static constexpr int kClasses = 8;   // sizes by factors of 4: < 16 KiB, ..., >= 64 MiB
+  static constexpr int kKinds = 7;    // Collective's values
+  static constexpr int kClasses = 8;  // sizes by factors of 4: < 16 KiB, ..., >= 64 MiB
   static constexpr unsigned kFirstPeriod = 8, kLastPeriod = 256;
   struct SizeClass {
     double ns_per_byte[2] = {0.0, 0.0};  // the median of `recent`; 0: not measured yet

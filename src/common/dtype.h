@@ -10,8 +10,15 @@ namespace perseus {
 
 // Numbering mirrors perseus_dtype in include/perseus/c_api.h.
 enum class DataType : int32_t {
-  kUInt8 = 0, kInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat16 = 4, kBFloat16 = 5,
-  kFloat32 = 6, kFloat64 = 7, kBool = 8,
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
 };
 constexpr int kNumDataTypes = 9;
 

@@ -26,15 +26,24 @@ std::atomic<int> g_rank{-1};
 
 const char* subsystemName(LogSubsystem s) {
   switch (s) {
-    case LogSubsystem::kCommon: return "common";
-    case LogSubsystem::kTransport: return "transport";
-    case LogSubsystem::kRendezvous: return "rendezvous";
-    case LogSubsystem::kCollectives: return "collectives";
-    case LogSubsystem::kEngine: return "engine";
-    case LogSubsystem::kKernels: return "kernels";
-    case LogSubsystem::kCuda: return "cuda";
-    case LogSubsystem::kCapi: return "capi";
-    case LogSubsystem::kTimeline: return "timeline";
+    case LogSubsystem::kCommon:
+      return "common";
+    case LogSubsystem::kTransport:
+      return "transport";
+    case LogSubsystem::kRendezvous:
+      return "rendezvous";
+    case LogSubsystem::kCollectives:
+      return "collectives";
+    case LogSubsystem::kEngine:
+      return "engine";
+    case LogSubsystem::kKernels:
+      return "kernels";
+    case LogSubsystem::kCuda:
+      return "cuda";
+    case LogSubsystem::kCapi:
+      return "capi";
+    case LogSubsystem::kTimeline:
+      return "timeline";
   }
   return "?";
 }

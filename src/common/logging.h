@@ -13,7 +13,15 @@ namespace perseus {
 enum class LogLevel : int { TRACE = 0, DEBUG = 1, INFO = 2, WARNING = 3, ERROR = 4, OFF = 5 };
 
 enum class LogSubsystem : int {
-  kCommon, kTransport, kRendezvous, kCollectives, kEngine, kKernels, kCuda, kCapi, kTimeline
+  kCommon,
+  kTransport,
+  kRendezvous,
+  kCollectives,
+  kEngine,
+  kKernels,
+  kCuda,
+  kCapi,
+  kTimeline
 };
 
 namespace logging {
@@ -39,9 +47,8 @@ class LogMessage {
 
 }  // namespace perseus
 
-#define PERSEUS_LOG(level, subsystem)                                     \
-  if (!::perseus::logging::enabled(::perseus::LogLevel::level)) {         \
-  } else                                                                  \
-    ::perseus::logging::LogMessage(::perseus::LogLevel::level,            \
-                                   ::perseus::LogSubsystem::subsystem)    \
+#define PERSEUS_LOG(level, subsystem)                                                              \
+  if (!::perseus::logging::enabled(::perseus::LogLevel::level)) {                                  \
+  } else                                                                                           \
+    ::perseus::logging::LogMessage(::perseus::LogLevel::level, ::perseus::LogSubsystem::subsystem) \
         .stream()

@@ -87,20 +87,25 @@ Params Params::fromEnvironment(const Lookup& lookup) {
   }
   PERSEUS_PARAM_LIST(PERSEUS_PARAM_PARSE)
 #undef PERSEUS_PARAM_PARSE
-  if (p.fusion_threshold < 0) badValue("PERSEUS_FUSION_THRESHOLD", show(p.fusion_threshold), "a size >= 0");
-  if (p.timeout_s <= 0) badValue("PERSEUS_TIMEOUT", show(p.timeout_s), "a positive number of seconds");
+  if (p.fusion_threshold < 0)
+    badValue("PERSEUS_FUSION_THRESHOLD", show(p.fusion_threshold), "a size >= 0");
+  if (p.timeout_s <= 0)
+    badValue("PERSEUS_TIMEOUT", show(p.timeout_s), "a positive number of seconds");
   if (p.tcp_connections < 1 || p.tcp_connections > 64)
     badValue("PERSEUS_TCP_CONNECTIONS", show(p.tcp_connections), "between 1 and 64");
-  if (p.shm_slot_bytes < 4096) badValue("PERSEUS_SHM_SLOT_BYTES", show(p.shm_slot_bytes), "at least 4096");
+  if (p.shm_slot_bytes < 4096)
+    badValue("PERSEUS_SHM_SLOT_BYTES", show(p.shm_slot_bytes), "at least 4096");
   if (p.reduce_threads < 0 || p.reduce_threads > 64)
     badValue("PERSEUS_REDUCE_THREADS", show(p.reduce_threads), "between 0 (auto) and 64");
   if (p.staged_chunk_bytes < 4096)
     badValue("PERSEUS_STAGED_CHUNK_BYTES", show(p.staged_chunk_bytes), "at least 4096");
   if (p.gpu_output_cache_bytes < -1)
-    badValue("PERSEUS_GPU_OUTPUT_CACHE_BYTES", show(p.gpu_output_cache_bytes), "-1 (auto), 0 (off) or a size");
+    badValue("PERSEUS_GPU_OUTPUT_CACHE_BYTES", show(p.gpu_output_cache_bytes),
+             "-1 (auto), 0 (off) or a size");
   if (p.shm_stores != "auto" && p.shm_stores != "cached" && p.shm_stores != "streaming")
     badValue("PERSEUS_SHM_STORES", p.shm_stores, "auto, cached or streaming");
-  if (p.bind_to != "none" && p.bind_to != "core") badValue("PERSEUS_BIND_TO", p.bind_to, "core or none");
+  if (p.bind_to != "none" && p.bind_to != "core")
+    badValue("PERSEUS_BIND_TO", p.bind_to, "core or none");
   if (p.num_streams < 1) badValue("PERSEUS_NUM_STREAMS", show(p.num_streams), "at least 1");
   if (p.allreduce_dtype < 0 || p.allreduce_dtype > 2)
     badValue("PERSEUS_ALLREDUCE_DTYPE", show(p.allreduce_dtype), "0, 1 or 2");

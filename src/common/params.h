@@ -12,74 +12,104 @@
 namespace perseus {
 
 // X(type, member, variable, default, description)
-#define PERSEUS_PARAM_LIST(X)                                                                  \
-  X(int64_t, fusion_threshold, "PERSEUS_FUSION_THRESHOLD", int64_t{64} << 20,                  \
-    "Bytes of the fusion buffer; ready tensors of one kind are packed up to this size. 0 disables fusion.") \
-  X(double, timeout_s, "PERSEUS_TIMEOUT", 30.0,                                                \
-    "Seconds after which a lost peer or a stuck transfer fails every pending operation.")     \
-  X(double, start_timeout_s, "PERSEUS_START_TIMEOUT", 60.0,                                    \
-    "Seconds that rendezvous waits for every rank to arrive.")                                 \
-  X(double, stall_warning_s, "PERSEUS_STALL_WARNING", 60.0,                                    \
-    "Seconds a tensor may wait on a subset of ranks before it is logged with the missing ranks.") \
-  X(double, stall_shutdown_s, "PERSEUS_STALL_SHUTDOWN", 0.0,                                   \
-    "If > 0, seconds after which a stalled tensor fails the job instead of only warning.")     \
-  X(std::string, timeline, "PERSEUS_TIMELINE", std::string(),                                 \
-    "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when several ranks share it); DYNAMIC: none until start_timeline().") \
-  X(bool, timeline_mark_cycles, "PERSEUS_TIMELINE_MARK_CYCLES", false,                        \
-    "Add one CYCLE span per engine cycle to the timeline.")                                    \
-  X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                      \
-    "trace, debug, info, warning, error or off.")                                               \
-  X(std::string, job_id, "PERSEUS_JOB_ID", std::string(),                                      \
-    "Names the job's shared-memory segments (perseus-ID-RANK in /dev/shm) so that the launcher removes exactly this job's segments when ranks die. perseusrun sets it; unset (mpirun), rank 0 draws a random one.") \
-  X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                               \
-    "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, Intel MPI); 0: torchrun's MASTER_PORT+1, a port derived from Slurm's job and step ids, any free port under mpiexec.") \
-  X(std::string, port_range, "PERSEUS_PORT_RANGE", std::string(),                              \
-    "lo-hi: every rank's data-plane listener takes the first free port in this range (for firewalls and NetworkPolicies); empty: any free port.") \
-  X(std::string, secret_file, "PERSEUS_SECRET_FILE", std::string(),                            \
-    "File (only its owner may read it) holding the job secret where the launcher hands out none (torchrun, srun) and PERSEUS_SECRET is unset; default ~/.perseus/secret if it exists.") \
-  X(std::string, iface, "PERSEUS_IFACE", std::string(),                                        \
-    "Network interface (name) or address to listen on; default: the address that reaches the controller.") \
-  X(std::string, hierarchical_allreduce, "PERSEUS_HIERARCHICAL_ALLREDUCE", std::string("auto"), \
-    "auto, 1 or 0: reduce within the host, then across hosts, then broadcast within the host.") \
-  X(std::string, allreduce_algo, "PERSEUS_ALLREDUCE_ALGO", std::string("auto"),               \
-    "Forces one allreduce algorithm by name (see docs/algorithms.md); auto picks by cost model.") \
-  X(std::string, cpu_operations, "PERSEUS_CPU_OPERATIONS", std::string("auto"),               \
-    "Data plane for CPU tensors: auto (shared memory within a host, TCP across), tcp, or mpi.") \
-  X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                          \
+#define PERSEUS_PARAM_LIST(X)                                                                      \
+  X(int64_t, fusion_threshold, "PERSEUS_FUSION_THRESHOLD", int64_t{64} << 20,                      \
+    "Bytes of the fusion buffer; ready tensors of one kind are packed up to this size. 0 "         \
+    "disables fusion.")                                                                            \
+  X(double, timeout_s, "PERSEUS_TIMEOUT", 30.0,                                                    \
+    "Seconds after which a lost peer or a stuck transfer fails every pending operation.")          \
+  X(double, start_timeout_s, "PERSEUS_START_TIMEOUT", 60.0,                                        \
+    "Seconds that rendezvous waits for every rank to arrive.")                                     \
+  X(double, stall_warning_s, "PERSEUS_STALL_WARNING", 60.0,                                        \
+    "Seconds a tensor may wait on a subset of ranks before it is logged with the missing ranks.")  \
+  X(double, stall_shutdown_s, "PERSEUS_STALL_SHUTDOWN", 0.0,                                       \
+    "If > 0, seconds after which a stalled tensor fails the job instead of only warning.")         \
+  X(std::string, timeline, "PERSEUS_TIMELINE", std::string(),                                      \
+    "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when "  \
+    "several ranks share it); DYNAMIC: none until start_timeline().")                              \
+  X(bool, timeline_mark_cycles, "PERSEUS_TIMELINE_MARK_CYCLES", false,                             \
+    "Add one CYCLE span per engine cycle to the timeline.")                                        \
+  X(std::string, log_level, "PERSEUS_LOG_LEVEL", std::string("warning"),                           \
+    "trace, debug, info, warning, error or off.")                                                  \
+  X(std::string, job_id, "PERSEUS_JOB_ID", std::string(),                                          \
+    "Names the job's shared-memory segments (perseus-ID-RANK in /dev/shm) so that the launcher "   \
+    "removes exactly this job's segments when ranks die. perseusrun sets it; unset (mpirun), "     \
+    "rank 0 draws a random one.")                                                                  \
+  X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                                     \
+    "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, "      \
+    "Intel MPI); 0: torchrun's MASTER_PORT+1, a port derived from Slurm's job and step ids, any "  \
+    "free port under mpiexec.")                                                                    \
+  X(std::string, port_range, "PERSEUS_PORT_RANGE", std::string(),                                  \
+    "lo-hi: every rank's data-plane listener takes the first free port in this range (for "        \
+    "firewalls and NetworkPolicies); empty: any free port.")                                       \
+  X(std::string, secret_file, "PERSEUS_SECRET_FILE", std::string(),                                \
+    "File (only its owner may read it) holding the job secret where the launcher hands out none "  \
+    "(torchrun, srun) and PERSEUS_SECRET is unset; default ~/.perseus/secret if it exists.")       \
+  X(std::string, iface, "PERSEUS_IFACE", std::string(),                                            \
+    "Network interface (name) or address to listen on; default: the address that reaches the "     \
+    "controller.")                                                                                 \
+  X(std::string, hierarchical_allreduce, "PERSEUS_HIERARCHICAL_ALLREDUCE", std::string("auto"),    \
+    "auto, 1 or 0: reduce within the host, then across hosts, then broadcast within the host.")    \
+  X(std::string, allreduce_algo, "PERSEUS_ALLREDUCE_ALGO", std::string("auto"),                    \
+    "Forces one allreduce algorithm by name (see docs/algorithms.md); auto picks by cost model.")  \
+  X(std::string, cpu_operations, "PERSEUS_CPU_OPERATIONS", std::string("auto"),                    \
+    "Data plane for CPU tensors: auto (shared memory within a host, TCP across), tcp, or mpi.")    \
+  X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                               \
     "TCP connections per pair of ranks on different hosts; large messages are striped over them.") \
-  X(std::string, bind_to, "PERSEUS_BIND_TO", std::string("none"),                            \
-    "core: each rank binds all its threads to its share of the host's cores (the cores it may use, split evenly among the host's ranks; nothing when ranks outnumber cores); none: the scheduler places threads. perseusrun sets core unless --bind-to none (Note [Binding ranks to cores], src/transport/shm/cpu_budget.h); under a bare mpirun, use mpirun's own --bind-to.") \
-  X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                         \
-    "Microseconds a waiting thread busy-polls before it blocks.")                              \
-  X(bool, caller_cycles, "PERSEUS_CALLER_CYCLES", true,                                         \
-    "A thread that waits for a handle runs the engine's cycles itself (0: the engine thread only).") \
-  X(bool, posted_allreduce, "PERSEUS_POSTED_ALLREDUCE", true,                                  \
-    "Small CPU allreduces, broadcasts, allgathers and reducescatters (<= 4 KiB per rank) of names already negotiated skip negotiation when all ranks share a host (Note [Posted collectives]; 0: off).") \
-  X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                         \
-    "Negotiated tensors remembered by the response cache; 0 disables the cache.")              \
-  X(int64_t, num_streams, "PERSEUS_NUM_STREAMS", int64_t{1},                                   \
-    "CUDA streams (fused buffers in flight) per device.")                                      \
-  X(int64_t, allreduce_dtype, "PERSEUS_ALLREDUCE_DTYPE", int64_t{1},                          \
-    "AIACC wire type for float32 allreduce: 0 fp16, 1 none, 2 mixed.")                          \
-  X(bool, allreduce_nancheck, "PERSEUS_ALLREDUCE_NANCHECK", false,                             \
-    "Report which tensor first carried a NaN or Inf into an allreduce.")                       \
-  X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{2} << 20,                       \
-    "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")       \
-  X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                            \
-    "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's affinity mask divided by the ranks on this host (a bound rank's own share), 1 to 8.") \
-  X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                     \
-    "How shared-memory collectives write what other cores read: cached, streaming (non-temporal stores, through memory) or auto (measured online, per size; docs/algorithms.md, Slot stores).") \
-  X(bool, shm_single_copy, "PERSEUS_SHM_SINGLE_COPY", true,                                   \
-    "Large broadcasts and allgathers among the ranks of one host copy straight from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does not, and the collectives it takes part in run through the slots; so do all of them wherever the system forbids cross-memory attach (the ranks find out and agree at each call).") \
-  X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                \
-    "GPU tensors without NCCL (the host-staged path): bytes per pipeline chunk; each chunk is copied to pinned host memory, reduced by the CPU collectives and copied back while the next one moves.") \
-  X(std::string, nccl_library, "PERSEUS_NCCL_LIBRARY", std::string(),                          \
-    "Path of the libnccl.so.2 to load. Default: the NCCL the process already loaded (PyTorch's), else NCCL_HOME/lib, the loader's search path, then the nvidia-nccl-cu* wheel beside the package.") \
-  X(int64_t, gpu_output_cache_bytes, "PERSEUS_GPU_OUTPUT_CACHE_BYTES", int64_t{-1},              \
-    "Bytes of idle device memory kept per GPU for the outputs the library allocates (allgather, alltoall, reducescatter on CUDA tensors): a dropped output returns here once the device has finished the work issued before the drop, and serves the next output of its size class; idle blocks are freed first when the device runs out of memory. -1 = a sixteenth of the device's memory, 0 = free each output when it is dropped (Note [Output block cache]).") \
-  X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                       \
-    "Bytes of each shared-memory ring (one per ordered pair of ranks on a host).")            \
-  X(int64_t, tcp_chunk_bytes, "PERSEUS_TCP_CHUNK_BYTES", int64_t{1} << 20,                     \
+  X(std::string, bind_to, "PERSEUS_BIND_TO", std::string("none"),                                  \
+    "core: each rank binds all its threads to its share of the host's cores (the cores it may "    \
+    "use, split evenly among the host's ranks; nothing when ranks outnumber cores); none: the "    \
+    "scheduler places threads. perseusrun sets core unless --bind-to none (Note [Binding ranks "   \
+    "to cores], src/transport/shm/cpu_budget.h); under a bare mpirun, use mpirun's own "           \
+    "--bind-to.")                                                                                  \
+  X(int64_t, spin_us, "PERSEUS_SPIN_US", int64_t{100},                                             \
+    "Microseconds a waiting thread busy-polls before it blocks.")                                  \
+  X(bool, caller_cycles, "PERSEUS_CALLER_CYCLES", true,                                            \
+    "A thread that waits for a handle runs the engine's cycles itself (0: the engine thread "      \
+    "only).")                                                                                      \
+  X(bool, posted_allreduce, "PERSEUS_POSTED_ALLREDUCE", true,                                      \
+    "Small CPU allreduces, broadcasts, allgathers and reducescatters (<= 4 KiB per rank) of "      \
+    "names already negotiated skip negotiation when all ranks share a host (Note [Posted "         \
+    "collectives]; 0: off).")                                                                      \
+  X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                              \
+    "Negotiated tensors remembered by the response cache; 0 disables the cache.")                  \
+  X(int64_t, num_streams, "PERSEUS_NUM_STREAMS", int64_t{1},                                       \
+    "CUDA streams (fused buffers in flight) per device.")                                          \
+  X(int64_t, allreduce_dtype, "PERSEUS_ALLREDUCE_DTYPE", int64_t{1},                               \
+    "AIACC wire type for float32 allreduce: 0 fp16, 1 none, 2 mixed.")                             \
+  X(bool, allreduce_nancheck, "PERSEUS_ALLREDUCE_NANCHECK", false,                                 \
+    "Report which tensor first carried a NaN or Inf into an allreduce.")                           \
+  X(int64_t, shm_slot_bytes, "PERSEUS_SHM_SLOT_BYTES", int64_t{2} << 20,                           \
+    "Bytes of each rank's shared-memory staging slot; collectives pipeline through it.")           \
+  X(int64_t, reduce_threads, "PERSEUS_REDUCE_THREADS", int64_t{0},                                 \
+    "Threads per rank for large shared-memory allreduces; 0 = auto: the CPUs of this process's "   \
+    "affinity mask divided by the ranks on this host (a bound rank's own share), 1 to 8.")         \
+  X(std::string, shm_stores, "PERSEUS_SHM_STORES", std::string("auto"),                            \
+    "How shared-memory collectives write what other cores read: cached, streaming (non-temporal "  \
+    "stores, through memory) or auto (measured online, per size; docs/algorithms.md, Slot "        \
+    "stores).")                                                                                    \
+  X(bool, shm_single_copy, "PERSEUS_SHM_SINGLE_COPY", true,                                        \
+    "Large broadcasts and allgathers among the ranks of one host copy straight from the other "    \
+    "ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does "   \
+    "not, and the collectives it takes part in run through the slots; so do all of them wherever " \
+    "the system forbids cross-memory attach (the ranks find out and agree at each call).")         \
+  X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                   \
+    "GPU tensors without NCCL (the host-staged path): bytes per pipeline chunk; each chunk is "    \
+    "copied to pinned host memory, reduced by the CPU collectives and copied back while the next " \
+    "one moves.")                                                                                  \
+  X(std::string, nccl_library, "PERSEUS_NCCL_LIBRARY", std::string(),                              \
+    "Path of the libnccl.so.2 to load. Default: the NCCL the process already loaded (PyTorch's), " \
+    "else NCCL_HOME/lib, the loader's search path, then the nvidia-nccl-cu* wheel beside the "     \
+    "package.")                                                                                    \
+  X(int64_t, gpu_output_cache_bytes, "PERSEUS_GPU_OUTPUT_CACHE_BYTES", int64_t{-1},                \
+    "Bytes of idle device memory kept per GPU for the outputs the library allocates (allgather, "  \
+    "alltoall, reducescatter on CUDA tensors): a dropped output returns here once the device has " \
+    "finished the work issued before the drop, and serves the next output of its size class; "     \
+    "idle blocks are freed first when the device runs out of memory. -1 = a sixteenth of the "     \
+    "device's memory, 0 = free each output when it is dropped (Note [Output block cache]).")       \
+  X(int64_t, shm_ring_bytes, "PERSEUS_SHM_RING_BYTES", int64_t{4} << 20,                           \
+    "Bytes of each shared-memory ring (one per ordered pair of ranks on a host).")                 \
+  X(int64_t, tcp_chunk_bytes, "PERSEUS_TCP_CHUNK_BYTES", int64_t{1} << 20,                         \
     "Segment size that TCP algorithms pipeline with.")
 
 struct Params {

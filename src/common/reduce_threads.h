@@ -41,11 +41,12 @@ inline int requestedReduceThreads(int64_t setting, int usable_cpus, int local_ra
 }
 
 // The threads one pipelined allreduce of `bytes` uses, given each slot buffer holds `buffer`
-// bytes (1 / kPipelineBuffers of the slot's data area): fewer than requested when the message or the
-// buffer cannot give each thread kMinThreadShareBytes.
+// bytes (1 / kPipelineBuffers of the slot's data area): fewer than requested when the message or
+// the buffer cannot give each thread kMinThreadShareBytes.
 inline int effectiveReduceThreads(int requested, size_t bytes, size_t buffer) {
   const size_t fit = std::min(bytes, buffer) / kMinThreadShareBytes;
-  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(requested), fit)));
+  return static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(requested), fit)));
 }
 
 // Segment bytes for `threads` threads: each thread's share ~kThreadShareBytes, within the

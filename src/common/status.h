@@ -37,9 +37,9 @@ class Error : public std::runtime_error {
   StatusCode code_;
 };
 
-#define PERSEUS_DEFINE_ERROR(Name, Code) \
-  class Name : public Error {            \
-   public:                               \
+#define PERSEUS_DEFINE_ERROR(Name, Code)                                \
+  class Name : public Error {                                           \
+   public:                                                              \
     explicit Name(const std::string& m) : Error(StatusCode::Code, m) {} \
   }
 
@@ -74,21 +74,20 @@ namespace detail {
 }  // namespace perseus
 
 // Invariant check: a failure is a bug in Perseus, not in the caller.
-#define PERSEUS_CHECK(cond, ...)                                                         \
-  do {                                                                                   \
-    if (__builtin_expect(!(cond), 0)) {                                                  \
-      std::ostringstream perseus_check_os_;                                              \
-      perseus_check_os_ << "" __VA_ARGS__;                                               \
-      ::perseus::detail::throwCheckFailure(__FILE__, __LINE__, #cond,                    \
-                                           perseus_check_os_.str());                     \
-    }                                                                                    \
+#define PERSEUS_CHECK(cond, ...)                                                                \
+  do {                                                                                          \
+    if (__builtin_expect(!(cond), 0)) {                                                         \
+      std::ostringstream perseus_check_os_;                                                     \
+      perseus_check_os_ << "" __VA_ARGS__;                                                      \
+      ::perseus::detail::throwCheckFailure(__FILE__, __LINE__, #cond, perseus_check_os_.str()); \
+    }                                                                                           \
   } while (0)
 
 // Builds a message with stream syntax: PERSEUS_STR("rank " << r << " lost").
 // (A lambda: `std::ostringstream() << "text"` is an rvalue stream in C++11 and later.)
-#define PERSEUS_STR(stream_expr)       \
-  ([&]() {                             \
+#define PERSEUS_STR(stream_expr)        \
+  ([&]() {                              \
     std::ostringstream perseus_str_os_; \
-    perseus_str_os_ << stream_expr;    \
-    return perseus_str_os_.str();      \
+    perseus_str_os_ << stream_expr;     \
+    return perseus_str_os_.str();       \
   }())

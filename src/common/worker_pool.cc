@@ -42,8 +42,8 @@ inline void cpuRelax() {
 // Process-private futex: the words live in this process's heap.
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   struct timespec ts = {0, kSleepNs};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, &ts,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr,
+          0);
 }
 
 void futexWake(std::atomic<uint32_t>* word) {
@@ -103,7 +103,7 @@ struct WorkerPool::State {
   alignas(64) std::atomic<uint32_t> remaining{0};
   std::atomic<uint32_t> caller_sleeping{0};
   std::atomic<bool> failed{false};
-  std::exception_ptr error;  // written by the part that set `failed` first
+  std::exception_ptr error;    // written by the part that set `failed` first
   State* abandoned = nullptr;  // the parent's state in a forked child (kept reachable)
 
   void fail() {

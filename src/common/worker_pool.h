@@ -41,8 +41,8 @@ class WorkerPool {
       if (parts == 1) body(0);
       return;
     }
-    runParts(parts, [](void* ctx, int part) { (*static_cast<Body*>(ctx))(part); }, &body,
-             spin_us);
+    runParts(
+        parts, [](void* ctx, int part) { (*static_cast<Body*>(ctx))(part); }, &body, spin_us);
   }
 
   // Joins the workers (waits for a run() in progress to finish first).

@@ -92,11 +92,13 @@ void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank)
     in_flight_.clear();
   }
   auto describe = [&](const Entry& e) {
-    return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "' failed: " << message);
+    return PERSEUS_STR(opTypeName(e.request.op)
+                       << " '" << e.request.name << "' failed: " << message);
   };
   for (auto& e : queued) e->handle->complete(code, describe(*e));
   for (auto& [kind, h] : posted_.close()) {
-    h->complete(code, PERSEUS_STR(opTypeName(kind) << " '" << h->name() << "' failed: " << message));
+    h->complete(code,
+                PERSEUS_STR(opTypeName(kind) << " '" << h->name() << "' failed: " << message));
   }
   if (gpu_) {
     // Fails the backend's pending work and aborts its communicators, so no NCCL call waits

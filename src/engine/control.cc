@@ -18,9 +18,7 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
   const size_t bytes = count * sizeof(uint64_t);
   std::vector<uint64_t> tmp(count);
   // Communicator::exchange in set ranks; an empty side is simply left out.
-  auto send = [&](int peer, const void* data) {
-    comm.exchange({{peer, data, bytes}}, {});
-  };
+  auto send = [&](int peer, const void* data) { comm.exchange({{peer, data, bytes}}, {}); };
   auto recv = [&](int peer, void* data) { comm.exchange({}, {{peer, data, bytes}}); };
   auto absorb = [&] {
     for (size_t i = 0; i < count; ++i) words[i] &= tmp[i];

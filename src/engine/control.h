@@ -45,9 +45,7 @@ class ControlVector {
  private:
   void setBit(size_t word0, int bit) { words_[word0 + bit / 64] |= uint64_t{1} << (bit % 64); }
   void clearBit(size_t word0, int bit) { words_[word0 + bit / 64] &= ~(uint64_t{1} << (bit % 64)); }
-  bool testBit(size_t word0, int bit) const {
-    return (words_[word0 + bit / 64] >> (bit % 64)) & 1;
-  }
+  bool testBit(size_t word0, int bit) const { return (words_[word0 + bit / 64] >> (bit % 64)) & 1; }
 
   int num_bits_ = 0;
   size_t ready_words_ = 0;

@@ -58,7 +58,8 @@ class PhaseTimer {
   void end(const char* phase) {
     if (!tl_) return;
     auto now = Clock::now();
-    for (const FusionItem& it : group_.items) tl_->span(responses_[it.response].name, phase, start_, now);
+    for (const FusionItem& it : group_.items)
+      tl_->span(responses_[it.response].name, phase, start_, now);
   }
 
  private:
@@ -77,7 +78,6 @@ void copyScaled(void* dst, const void* src, size_t count, DataType t, double fac
   }
 }
 
-
 OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
   auto& outs = e->handle->outputs();
   if (outs.size() < count) outs.resize(count);
@@ -93,10 +93,14 @@ class CpuExecutor final : public Executor {
            FusionBuffer& buffer, Timeline* timeline) override {
     PhaseTimer timer(timeline, group, responses);
     switch (group.op) {
-      case OpType::kAllreduce: return allreduce(group, responses, entries, comm, buffer, timer);
-      case OpType::kAllgather: return allgather(group, responses, entries, comm, buffer, timer);
-      case OpType::kBroadcast: return broadcast(group, responses, entries, comm, buffer, timer);
-      case OpType::kAlltoall: return alltoall(group, responses, entries, comm, timer);
+      case OpType::kAllreduce:
+        return allreduce(group, responses, entries, comm, buffer, timer);
+      case OpType::kAllgather:
+        return allgather(group, responses, entries, comm, buffer, timer);
+      case OpType::kBroadcast:
+        return broadcast(group, responses, entries, comm, buffer, timer);
+      case OpType::kAlltoall:
+        return alltoall(group, responses, entries, comm, timer);
       case OpType::kReducescatter:
         return reducescatter(group, responses, entries, comm, buffer, timer);
       default:

@@ -37,10 +37,11 @@ std::vector<Request> Engine::checkCrossSet(ProcessSet& set, int set_rank,
                                            std::vector<Request> list) {
   if (set.group_id != kGlobalGroup) return list;
   if (!set_conflicts_) {
-    set_conflicts_ = std::make_unique<SetConflictCheck>([this](int32_t id) -> const std::vector<int>* {
-      const ProcessSet* s = setById(id);
-      return s == nullptr ? nullptr : &s->members;
-    });
+    set_conflicts_ =
+        std::make_unique<SetConflictCheck>([this](int32_t id) -> const std::vector<int>* {
+          const ProcessSet* s = setById(id);
+          return s == nullptr ? nullptr : &s->members;
+        });
   }
   std::vector<Request> own;
   for (Request& q : list) {
@@ -65,20 +66,23 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
       if (found == set->entries.end()) continue;
       Entry* e = found->second.get();
       in_flight = true;
-      auto drop = [e](std::vector<Entry*>& v) { v.erase(std::remove(v.begin(), v.end(), e), v.end()); };
+      auto drop = [e](std::vector<Entry*>& v) {
+        v.erase(std::remove(v.begin(), v.end(), e), v.end());
+      };
       drop(set->fresh);
       drop(set->uncached);
       finish(*set, e, StatusCode::kMismatch, crossSetFailure(e->request, set->id, r.error_message));
     }
-    if (!in_flight && std::find(r.set_ranks.begin(), r.set_ranks.end(), topology_.rank) !=
-                          r.set_ranks.end()) {
+    if (!in_flight &&
+        std::find(r.set_ranks.begin(), r.set_ranks.end(), topology_.rank) != r.set_ranks.end()) {
       conflicted_names_[r.name] = r.error_message;
     }
   }
   responses->erase(first, responses->end());
 }
 
-std::string Engine::crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const {
+std::string Engine::crossSetFailure(const Request& q, int32_t set_id,
+                                    const std::string& cause) const {
   return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "' in process set " << set_id
                                       << " on rank " << topology_.rank << ": " << cause);
 }

@@ -76,8 +76,8 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   ControlVector cv(set.cache.numBits());
   std::vector<Request> announced;  // other sets' new requests, for the cross-set check
   if (global) announced = announceNewRequests();
-  bool stall_check_due = set.coordinator && set.coordinator->numWaiting() > 0 &&
-                         now >= set.next_stall_check;
+  bool stall_check_due =
+      set.coordinator && set.coordinator->numWaiting() > 0 && now >= set.next_stall_check;
   if (!set.uncached.empty() || stall_check_due || !announced.empty()) {
     cv.setFlag(ControlFlag::kUncached);
   }
@@ -106,8 +106,8 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   allreduceAnd(*set.comm, cv.data(), cv.numWords());
   control_exchanges_.fetch_add(1, std::memory_order_relaxed);
   control_bytes_.fetch_add(cv.numWords() * sizeof(uint64_t), std::memory_order_relaxed);
-  PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control done, uncached="
-                              << cv.anyFlag(ControlFlag::kUncached);
+  PERSEUS_LOG(TRACE, kEngine) << "set " << set.id
+                              << ": control done, uncached=" << cv.anyFlag(ControlFlag::kUncached);
 
   set.any_joined = cv.anyFlag(ControlFlag::kJoined);
   if (global && cv.anyFlag(ControlFlag::kNoPosts)) set.posts_refused = true;
@@ -172,9 +172,10 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
       const Request* own = it == set.entries.end() ? nullptr : &it->second->request;
       int evicted = set.cache.put(r, own);
       if (evicted >= 0) {
-        PERSEUS_LOG(INFO, kEngine) << "response cache full (PERSEUS_CACHE_CAPACITY="
-                                   << params_.cache_capacity << "): evicted a tensor; raise the "
-                                   "capacity if this repeats every step";
+        PERSEUS_LOG(INFO, kEngine)
+            << "response cache full (PERSEUS_CACHE_CAPACITY=" << params_.cache_capacity
+            << "): evicted a tensor; raise the "
+               "capacity if this repeats every step";
         for (auto& [name, e] : set.entries) {
           if (e->cache_bit == evicted) toUncached(e.get());
         }
@@ -184,13 +185,15 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   }
   if (!set.uncached.empty()) more_work_ = true;
   cached_responses_.fetch_add(cached, std::memory_order_relaxed);
-  negotiation_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                Clock::now() - now).count()),
-                            std::memory_order_relaxed);
+  negotiation_ns_.fetch_add(
+      static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()),
+      std::memory_order_relaxed);
   if (timeline_) {
     for (const Response& r : responses) {
       auto it = set.entries.find(r.name);
-      if (it != set.entries.end()) timeline_->span(r.name, "NEGOTIATE", it->second->submitted, Clock::now());
+      if (it != set.entries.end())
+        timeline_->span(r.name, "NEGOTIATE", it->second->submitted, Clock::now());
     }
   }
   return responses;
@@ -251,12 +254,14 @@ void Engine::inspectStalls(ProcessSet& set, std::vector<Response>* responses) {
   Coordinator& coord = *set.coordinator;
   const auto now = Clock::now();
   const double warn_s = params_.stall_warning_s;
-  set.next_stall_check = now + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(std::clamp(warn_s / 4, 0.01, 1.0)));
+  set.next_stall_check =
+      now + std::chrono::duration_cast<Clock::duration>(
+                std::chrono::duration<double>(std::clamp(warn_s / 4, 0.01, 1.0)));
   if (params_.stall_shutdown_s > 0) {
     std::vector<Response> failed = coord.failStalled(
         now, params_.stall_shutdown_s, StatusCode::kTimeout,
-        PERSEUS_STR("PERSEUS_STALL_SHUTDOWN=" << params_.stall_shutdown_s
+        PERSEUS_STR("PERSEUS_STALL_SHUTDOWN="
+                    << params_.stall_shutdown_s
                     << " s passed, so the job stops; check that every rank submits this tensor"));
     responses->insert(responses->end(), failed.begin(), failed.end());
   }

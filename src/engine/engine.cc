@@ -38,9 +38,9 @@ std::string rankVector(const std::vector<int>& ranks) {
 // One process drives one device per call: a grouped call's tensors share it.
 void addTensor(Entry& e, const TensorArg& t) {
   if (!e.inputs.empty() && t.device != e.device) {
-    throw InvalidArgumentError(PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name
-                                           << "': tensors on devices " << e.device << " and "
-                                           << t.device << " in one call; submit them separately"));
+    throw InvalidArgumentError(PERSEUS_STR(
+        opTypeName(e.request.op) << " '" << e.request.name << "': tensors on devices " << e.device
+                                 << " and " << t.device << " in one call; submit them separately"));
   }
   e.request.tensors.push_back({t.dtype, t.shape});
   e.inputs.push_back(t.data);
@@ -83,7 +83,8 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
   std::iota(all.begin(), all.end(), 0);
   // Without rendezvous information (tests, one host) every rank is local.
   std::vector<int> local = topology.local_ranks.empty() ? all : topology.local_ranks;
-  std::vector<int> cross = topology.cross_ranks.empty() ? std::vector<int>{rank} : topology.cross_ranks;
+  std::vector<int> cross =
+      topology.cross_ranks.empty() ? std::vector<int>{rank} : topology.cross_ranks;
   const size_t capacity = static_cast<size_t>(std::max<int64_t>(params.cache_capacity, 0));
   auto add = [&](int32_t id, int group, std::vector<int> members) {
     auto set = std::make_unique<ProcessSet>(id, group, members, rank, capacity);
@@ -98,7 +99,8 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
   if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get());
   // DYNAMIC (Horovod's value) arms the timeline for startTimeline() only.
   if (!params.timeline.empty() && params.timeline != "DYNAMIC") {
-    timeline_ = std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
+    timeline_ =
+        std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
     mark_cycles_ = params.timeline_mark_cycles;
   }
   thread_ = std::thread([this] { loop(); });
@@ -107,20 +109,19 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
 Engine::~Engine() { shutdown(); }
 
 std::unique_ptr<collectives::Communicator> Engine::makeComm(const ProcessSet& set) {
-  return std::make_unique<collectives::Communicator>(transport_, arena_, set.members,
-                                                     set.group_id, params_);
+  return std::make_unique<collectives::Communicator>(transport_, arena_, set.members, set.group_id,
+                                                     params_);
 }
 
 // --- submission ------------------------------------------------------------------------
 
-std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
-                                          const std::vector<TensorArg>& in,
+std::shared_ptr<Handle> Engine::allreduce(const std::string& name, const std::vector<TensorArg>& in,
                                           const std::vector<void*>& out, ReduceOp op,
                                           double prescale, double postscale, int32_t set) {
   if (in.empty() || in.size() != out.size()) {
-    throw InvalidArgumentError(PERSEUS_STR("allreduce '" << name << "': " << in.size()
-                                           << " inputs and " << out.size()
-                                           << " outputs; give one output per input (>= 1)"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("allreduce '" << name << "': " << in.size() << " inputs and " << out.size()
+                                  << " outputs; give one output per input (>= 1)"));
   }
   if (in.size() == 1 && out[0] != nullptr) {
     if (auto a = postable(OpType::kAllreduce, name, in[0], set)) {
@@ -138,7 +139,8 @@ std::shared_ptr<Handle> Engine::allreduce(const std::string& name,
   e->request.postscale = postscale;
   for (size_t i = 0; i < in.size(); ++i) {
     if (out[i] == nullptr) {
-      throw InvalidArgumentError(PERSEUS_STR("allreduce '" << name << "': output " << i
+      throw InvalidArgumentError(PERSEUS_STR("allreduce '"
+                                             << name << "': output " << i
                                              << " is null; pass a buffer (it may be the input)"));
     }
     e->outputs.push_back(out[i]);
@@ -164,8 +166,8 @@ std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set
 }
 }  // namespace
 
-std::shared_ptr<Handle> Engine::allgather(const std::string& name,
-                                          const std::vector<TensorArg>& in, int32_t set) {
+std::shared_ptr<Handle> Engine::allgather(const std::string& name, const std::vector<TensorArg>& in,
+                                          int32_t set) {
   if (in.empty()) throw InvalidArgumentError("allgather '" + name + "': no tensors");
   if (in.size() == 1) {
     if (auto a = postable(OpType::kAllgather, name, in[0], set)) {
@@ -175,10 +177,11 @@ std::shared_ptr<Handle> Engine::allgather(const std::string& name,
   return submit(makeEntry(OpType::kAllgather, name, set, in));
 }
 
-std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorArg& in,
-                                          void* out, int32_t root, int32_t set) {
+std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorArg& in, void* out,
+                                          int32_t root, int32_t set) {
   if (out == nullptr) {
-    throw InvalidArgumentError("broadcast '" + name + "': null output; pass a buffer (it may be the input)");
+    throw InvalidArgumentError("broadcast '" + name +
+                               "': null output; pass a buffer (it may be the input)");
   }
   if (auto a = postable(OpType::kBroadcast, name, in, set)) {
     a->output = out;
@@ -239,22 +242,24 @@ std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
   if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
       sorted.front() < 0 || sorted.back() >= transport_->size()) {
     throw InvalidArgumentError(PERSEUS_STR("add_process_set(" << rankVector(ranks)
-                                           << "): give distinct ranks in [0, "
-                                           << transport_->size() << ")"));
+                                                              << "): give distinct ranks in [0, "
+                                                              << transport_->size() << ")"));
   }
   int n;
   {
     std::lock_guard<std::mutex> lock(mu_);
     n = add_set_calls_++;
   }
-  auto e = makeEntry(OpType::kAddProcessSet, "__add_process_set." + std::to_string(n), kGlobalSet, {});
+  auto e =
+      makeEntry(OpType::kAddProcessSet, "__add_process_set." + std::to_string(n), kGlobalSet, {});
   e->request.set_ranks.assign(sorted.begin(), sorted.end());
   return submit(std::move(e));
 }
 
 std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
   if (id < 1 || !processSet(id)) {
-    throw InvalidArgumentError(PERSEUS_STR("remove_process_set(" << id
+    throw InvalidArgumentError(PERSEUS_STR("remove_process_set("
+                                           << id
                                            << "): no such set; only sets made by "
                                               "add_process_set (ids >= 1) can be removed"));
   }
@@ -280,48 +285,55 @@ void Engine::validateSet(Entry& e) const {
   const Request& q = e.request;
   // Built only for an error message: this runs under mu_ for every submission.
   auto what = [&q] { return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "'"); };
-  if (q.name.empty()) throw InvalidArgumentError(std::string(opTypeName(q.op)) + ": empty name; give every collective a name");
+  if (q.name.empty())
+    throw InvalidArgumentError(std::string(opTypeName(q.op)) +
+                               ": empty name; give every collective a name");
   auto it = set_info_.find(q.process_set);
   if (it == set_info_.end()) {
-    throw InvalidArgumentError(PERSEUS_STR(what() << ": process set " << q.process_set
+    throw InvalidArgumentError(PERSEUS_STR(what()
+                                           << ": process set " << q.process_set
                                            << " does not exist; create it with add_process_set"));
   }
   const ProcessSetInfo* info = &it->second;  // no copy: mu_ is held
   if (info->rank < 0) {
-    throw InvalidArgumentError(PERSEUS_STR(what() << ": rank " << transport_->rank()
-                                           << " is not a member of process set " << q.process_set
-                                           << " (members " << rankVector(info->members) << ")"));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what() << ": rank " << transport_->rank() << " is not a member of process set "
+                           << q.process_set << " (members " << rankVector(info->members) << ")"));
   }
   const int n = static_cast<int>(info->members.size());
   for (size_t i = 0; i < q.tensors.size(); ++i) {
     const TensorMeta& t = q.tensors[i];
     for (int64_t d : t.shape) {
-      if (d < 0) throw InvalidArgumentError(PERSEUS_STR(what() << ": negative dimension in shape " << shapeString(t.shape)));
+      if (d < 0)
+        throw InvalidArgumentError(
+            PERSEUS_STR(what() << ": negative dimension in shape " << shapeString(t.shape)));
     }
     if (e.inputs[i] == nullptr && t.numElements() > 0) {
       throw InvalidArgumentError(PERSEUS_STR(what() << ": input " << i << " is null"));
     }
-    bool needs_dim0 = q.op == OpType::kAllgather || q.op == OpType::kAlltoall ||
-                      q.op == OpType::kReducescatter;
+    bool needs_dim0 =
+        q.op == OpType::kAllgather || q.op == OpType::kAlltoall || q.op == OpType::kReducescatter;
     if (needs_dim0 && t.shape.empty()) {
       throw InvalidArgumentError(PERSEUS_STR(what() << ": a scalar has no first dimension to "
-                                                     "split or concatenate; reshape it to [1]"));
+                                                       "split or concatenate; reshape it to [1]"));
     }
   }
   if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= n)) {
-    throw InvalidArgumentError(PERSEUS_STR(what() << ": root rank " << q.root << " is outside the process set of size " << n));
+    throw InvalidArgumentError(PERSEUS_STR(what() << ": root rank " << q.root
+                                                  << " is outside the process set of size " << n));
   }
   if (q.op == OpType::kAlltoall) {
     const int64_t rows = q.tensors[0].shape[0];
     if (e.splits.empty()) {
       if (rows % n != 0) {
         throw InvalidArgumentError(PERSEUS_STR(what() << ": first dimension " << rows
-                                               << " does not divide by the set size " << n
-                                               << "; pass splits"));
+                                                      << " does not divide by the set size " << n
+                                                      << "; pass splits"));
       }
     } else {
       if (static_cast<int>(e.splits.size()) != n) {
-        throw InvalidArgumentError(PERSEUS_STR(what() << ": " << e.splits.size() << " splits for a set of " << n << " ranks"));
+        throw InvalidArgumentError(PERSEUS_STR(what() << ": " << e.splits.size()
+                                                      << " splits for a set of " << n << " ranks"));
       }
       int64_t sum = 0;
       for (int64_t s : e.splits) {
@@ -329,7 +341,8 @@ void Engine::validateSet(Entry& e) const {
         sum += s;
       }
       if (sum != rows) {
-        throw InvalidArgumentError(PERSEUS_STR(what() << ": splits sum to " << sum << " but the first dimension is " << rows));
+        throw InvalidArgumentError(PERSEUS_STR(what() << ": splits sum to " << sum
+                                                      << " but the first dimension is " << rows));
       }
     }
   }
@@ -339,14 +352,16 @@ void Engine::prepareDevice(Entry& e) {
   if (e.device < 0) return;
   const std::string what = PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "'");
   if (!gpu_) {
-    throw UnsupportedError(PERSEUS_STR(what << ": tensors on CUDA device " << e.device
-                                       << " need a build with CUDA and NCCL (PERSEUS_WITH_CUDA=ON); "
-                                          "this build is CPU-only: copy the tensor to the CPU or "
-                                          "install a CUDA build"));
+    throw UnsupportedError(
+        PERSEUS_STR(what << ": tensors on CUDA device " << e.device
+                         << " need a build with CUDA and NCCL (PERSEUS_WITH_CUDA=ON); "
+                            "this build is CPU-only: copy the tensor to the CPU or "
+                            "install a CUDA build"));
   }
   int expected = -1;
   if (!gpu_device_.compare_exchange_strong(expected, e.device) && expected != e.device) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": tensor on CUDA device " << e.device
+    throw InvalidArgumentError(PERSEUS_STR(what
+                                           << ": tensor on CUDA device " << e.device
                                            << ", but this process already used device " << expected
                                            << "; one process drives one GPU (select it per local "
                                               "rank, e.g. torch.cuda.set_device(local_rank))"));
@@ -364,8 +379,8 @@ std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
     case PostedCollectives::Outcome::kClosed: {
       // stopAll() recorded why before it closed the post board.
       std::lock_guard<std::mutex> lock(mu_);
-      throw Error(stop_code_, PERSEUS_STR(opTypeName(a.kind) << " '" << a.name
-                                                             << "' failed: " << stop_message_));
+      throw Error(stop_code_, PERSEUS_STR(opTypeName(a.kind)
+                                          << " '" << a.name << "' failed: " << stop_message_));
     }
     case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
@@ -379,10 +394,12 @@ std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
 }
 
 DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int32_t set) const {
-  return DuplicateNameError(PERSEUS_STR(
-      opTypeName(op) << " '" << name << "': a collective with this name is still in flight in "
-      "process set " << set << " on rank " << transport_->rank()
-      << "; wait for it or give this one another name"));
+  return DuplicateNameError(PERSEUS_STR(opTypeName(op)
+                                        << " '" << name
+                                        << "': a collective with this name is still in flight in "
+                                           "process set "
+                                        << set << " on rank " << transport_->rank()
+                                        << "; wait for it or give this one another name"));
 }
 
 std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
@@ -397,7 +414,8 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     if (stop_code == StatusCode::kOk) {
       validateSet(*e);
       auto key = std::make_pair(e->request.process_set, e->request.name);
-      if (in_flight_.count(key)) throw duplicateName(e->request.op, e->request.name, e->request.process_set);
+      if (in_flight_.count(key))
+        throw duplicateName(e->request.op, e->request.name, e->request.process_set);
       in_flight_.insert(key);
       e->handle = Handle::create(e->request.name);
       if (!posted_.enabled() || e->request.process_set != kGlobalSet) {
@@ -423,8 +441,9 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     return handle;
   }
   auto handle = Handle::create(e->request.name);
-  handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
-                                          << "' was not run: " << stop_message));
+  handle->complete(stop_code,
+                   PERSEUS_STR(opTypeName(e->request.op)
+                               << " '" << e->request.name << "' was not run: " << stop_message));
   return handle;
 }
 
@@ -449,8 +468,9 @@ void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
       if (!from_post) in_flight_.erase(key);
     }
   }
-  e->handle->complete(stop_code, PERSEUS_STR(opTypeName(e->request.op) << " '" << e->request.name
-                                             << "' failed: " << stop_message));
+  e->handle->complete(stop_code,
+                      PERSEUS_STR(opTypeName(e->request.op)
+                                  << " '" << e->request.name << "' failed: " << stop_message));
 }
 
 Engine::Stats Engine::stats() const {
@@ -494,9 +514,10 @@ bool Engine::drainQueue() {
     // fails a removed set's queue entries below.
     ProcessSet* set = setById(raw->request.process_set);
     if (set == nullptr) {
-      failQueued(raw, StatusCode::kInvalidArgument,
-                 PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name
-                             << "': process set " << raw->request.process_set << " was removed"));
+      failQueued(
+          raw, StatusCode::kInvalidArgument,
+          PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name << "': process set "
+                                                  << raw->request.process_set << " was removed"));
       continue;
     }
     if (std::optional<std::string> failure = takeConflict(*set, raw->request)) {
@@ -534,10 +555,12 @@ void Engine::idleWait(bool pending, bool spin) {
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
   // Pending posts ring this rank when they complete; the bound is for their patience.
-  auto timeout = std::chrono::microseconds(!gpu_pending_.empty() ? 50
-                                           : posted_.hasPending() ? 2000 : 100000);
+  auto timeout = std::chrono::microseconds(!gpu_pending_.empty()  ? 50
+                                           : posted_.hasPending() ? 2000
+                                                                  : 100000);
   if (pending) {
-    auto until_retry = std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
+    auto until_retry =
+        std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
   }
   // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
@@ -579,8 +602,7 @@ bool Engine::step(bool* pending) {
   }
   for (auto& [group, set] : sets_) *pending = *pending || set->hasWork();
   bool due = *pending && Clock::now() >= next_retry_;
-  if (!fresh && !more_work_ && !due && !shutdown_requested_.load() &&
-      !transport_->hasIncoming()) {
+  if (!fresh && !more_work_ && !due && !shutdown_requested_.load() && !transport_->hasIncoming()) {
     return false;
   }
   more_work_ = false;
@@ -598,7 +620,8 @@ bool Engine::step(bool* pending) {
 
 bool Engine::drivenRecently() const {
   const int64_t t = last_drive_ns_.load(std::memory_order_relaxed);
-  return t != 0 && nowNs() - t < std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
+  return t != 0 &&
+         nowNs() - t < std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
 }
 
 void Engine::park() {

@@ -35,10 +35,11 @@
 // listens as before. A caller drives only while its handle is pending and cycles make progress,
 // at most PERSEUS_SPIN_US idle; then it falls back to a blocking wait and ends the window, so
 // the engine thread listens again. Polling a pending handle ends the window too, and yields
-// the core once: a busy poller would otherwise keep its core from the engine thread. Once the process submitted a CUDA tensor, every cycle stays
-// on the engine thread (the GPU backend sets the calling thread's CUDA device, which must not
-// change under a framework thread): a driver that drains one stops before running a cycle.
-// A caller never drives from inside a completion callback of the cycle it runs.
+// the core once: a busy poller would otherwise keep its core from the engine thread. Once the
+// process submitted a CUDA tensor, every cycle stays on the engine thread (the GPU backend sets the
+// calling thread's CUDA device, which must not change under a framework thread): a driver that
+// drains one stops before running a cycle. A caller never drives from inside a completion callback
+// of the cycle it runs.
 #pragma once
 
 #include <atomic>
@@ -119,9 +120,8 @@ class Engine {
                                     int32_t root, int32_t set = kGlobalSet);
   std::shared_ptr<Handle> alltoall(const std::string& name, const TensorArg& in,
                                    const std::vector<int64_t>& splits, int32_t set = kGlobalSet);
-  std::shared_ptr<Handle> reducescatter(const std::string& name,
-                                        const std::vector<TensorArg>& in, ReduceOp op,
-                                        double prescale = 1.0, double postscale = 1.0,
+  std::shared_ptr<Handle> reducescatter(const std::string& name, const std::vector<TensorArg>& in,
+                                        ReduceOp op, double prescale = 1.0, double postscale = 1.0,
                                         int32_t set = kGlobalSet);
   std::shared_ptr<Handle> barrier(int32_t set = kGlobalSet);
   // Horovod's join on the global set; the handle's intResult() is the last rank to join.
@@ -178,7 +178,7 @@ class Engine {
   // negotiation). Any thread.
   void settlePosted(std::vector<PostedCollectives::Settled>& settled);
   void settle(PostedCollectives::Settled& settled);
-  void progressPosted();                // every pending post
+  void progressPosted();  // every pending post
   // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
   // per kPostedSweep otherwise. Holder of the cycle lock.
   void sweepPosted();
@@ -299,7 +299,7 @@ class Engine {
   int next_group_ = kFirstUserGroup;
   std::set<int> removed_groups_;
   bool more_work_ = false;
-  bool set_work_[kMaxGroups] = {};  // from the last global negotiation
+  bool set_work_[kMaxGroups] = {};                   // from the last global negotiation
   std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
   // Names failed by the cross-set check before this rank submitted them (a member of either
   // set): the next submission of the name fails with this message instead of waiting.

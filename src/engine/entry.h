@@ -30,7 +30,7 @@ struct Entry {
   bool sent = false;       // sent to the coordinator, waiting for its response
   bool announced = false;  // non-global set: reported to the global cross-set check
   bool stall_reported = false;
-  size_t tensors_left = 0; // tensors of this cycle's response still to run
+  size_t tensors_left = 0;  // tensors of this cycle's response still to run
   StatusCode error = StatusCode::kOk;
   std::string error_message;
   // CUDA: the enqueued GPU work of every group that held one of this entry's tensors.

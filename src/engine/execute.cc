@@ -35,19 +35,20 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
     }
   }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
-  std::vector<FusionGroup> plan =
-      planFusion(responses, set.comm->size(), params_.fusion_threshold);
+  std::vector<FusionGroup> plan = planFusion(responses, set.comm->size(), params_.fusion_threshold);
   std::string stop_message;  // set by a stall-shutdown response: the job stops after this list
   for (const FusionGroup& g : plan) {
     const Response& first = responses[g.items[0].response];
     if (first.is_error || !isData(first.op)) {
       Entry* e = entries[g.items[0].response];
-      if (first.is_error && first.error_code == StatusCode::kTimeout) stop_message = first.error_message;
+      if (first.is_error && first.error_code == StatusCode::kTimeout)
+        stop_message = first.error_message;
       executeControl(set, first, e);
       continue;
     }
     if (timeline_) {
-      for (const FusionItem& it : g.items) timeline_->span(responses[it.response].name, "QUEUE", negotiated, Clock::now());
+      for (const FusionItem& it : g.items)
+        timeline_->span(responses[it.response].name, "QUEUE", negotiated, Clock::now());
     }
     try {
       Executor* executor = cpu_executor_.get();
@@ -66,8 +67,9 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
         for (size_t i = 0; i < g.items.size() && i < 4; ++i) {
           names += PERSEUS_STR((i ? ", '" : "'") << responses[g.items[i].response].name << "'");
         }
-        std::string what = PERSEUS_STR(e.what() << " [while running " << opTypeName(first.op) << " of "
-                                       << names << " in process set " << set.id << "]");
+        std::string what =
+            PERSEUS_STR(e.what() << " [while running " << opTypeName(first.op) << " of " << names
+                                 << " in process set " << set.id << "]");
         if (e.code() == StatusCode::kPeerLost) {
           throw PeerLostError(static_cast<const PeerLostError&>(e).rank(), what);
         }
@@ -78,7 +80,8 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
       for (const FusionItem& it : g.items) {
         if (Entry* en = entries[it.response]) {
           en->error = e.code();
-          en->error_message = PERSEUS_STR(opTypeName(first.op) << " '" << en->request.name << "': " << e.what());
+          en->error_message =
+              PERSEUS_STR(opTypeName(first.op) << " '" << en->request.name << "': " << e.what());
         }
       }
     }
@@ -114,9 +117,12 @@ void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
         finish(set, e, StatusCode::kOk, "");
       }
       return;
-    case OpType::kAddProcessSet: return addSet(r, e);
-    case OpType::kRemoveProcessSet: return removeSet(r, e);
-    default: PERSEUS_CHECK(false, "unexpected control response " << opTypeName(r.op));
+    case OpType::kAddProcessSet:
+      return addSet(r, e);
+    case OpType::kRemoveProcessSet:
+      return removeSet(r, e);
+    default:
+      PERSEUS_CHECK(false, "unexpected control response " << opTypeName(r.op));
   }
 }
 
@@ -133,7 +139,8 @@ void Engine::addSet(const Response& r, Entry* e) {
   } else {
     if (e) {
       finish(global, e, StatusCode::kInvalidArgument,
-             PERSEUS_STR("add_process_set: " << kMaxGroups - kFirstUserGroup
+             PERSEUS_STR("add_process_set: "
+                         << kMaxGroups - kFirstUserGroup
                          << " process sets exist already, the most a job can have at once; "
                             "remove one it no longer needs (remove_process_set) first"));
     }
@@ -141,8 +148,9 @@ void Engine::addSet(const Response& r, Entry* e) {
   }
   const int32_t id = next_set_id_++;
   std::vector<int> members(r.set_ranks.begin(), r.set_ranks.end());
-  auto set = std::make_unique<ProcessSet>(id, group, members, transport_->rank(),
-                                          static_cast<size_t>(std::max<int64_t>(params_.cache_capacity, 0)));
+  auto set = std::make_unique<ProcessSet>(
+      id, group, members, transport_->rank(),
+      static_cast<size_t>(std::max<int64_t>(params_.cache_capacity, 0)));
   if (set->member()) set->comm = makeComm(*set);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -163,8 +171,9 @@ void Engine::removeSet(const Response& r, Entry* e) {
     while (!set.entries.empty()) {
       Entry* pending = set.entries.begin()->second.get();
       finish(set, pending, StatusCode::kInvalidArgument,
-             PERSEUS_STR(opTypeName(pending->request.op) << " '" << pending->request.name
-                         << "': process set " << set.id << " was removed while it was pending"));
+             PERSEUS_STR(opTypeName(pending->request.op)
+                         << " '" << pending->request.name << "': process set " << set.id
+                         << " was removed while it was pending"));
     }
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -21,8 +21,13 @@ Key keyOf(const Response& r, size_t tensor) {
   switch (r.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      return {static_cast<int>(r.op), static_cast<int>(r.tensors[tensor].dtype),
-              static_cast<int>(r.reduce_op), r.prescale, r.postscale, 0, dev};
+      return {static_cast<int>(r.op),
+              static_cast<int>(r.tensors[tensor].dtype),
+              static_cast<int>(r.reduce_op),
+              r.prescale,
+              r.postscale,
+              0,
+              dev};
     case OpType::kBroadcast:
       return {static_cast<int>(r.op), 0, 0, 1.0, 1.0, r.root, dev};
     default:

@@ -18,36 +18,46 @@
 namespace perseus::engine {
 namespace {
 
-
-
 class GpuExecutor final : public Executor {
  public:
   explicit GpuExecutor(backends::GpuBackend* backend) : backend_(backend) {}
 
-  void run(const FusionGroup& g, const std::vector<Response>& rs,
-           const std::vector<Entry*>& es, collectives::Communicator& comm, FusionBuffer&,
-           Timeline* timeline) override {
+  void run(const FusionGroup& g, const std::vector<Response>& rs, const std::vector<Entry*>& es,
+           collectives::Communicator& comm, FusionBuffer&, Timeline* timeline) override {
     for (const FusionItem& it : g.items) {
       if (es[it.response] == nullptr) {
         // A joined rank would have to contribute device zeros; not supported on the GPU path.
-        throw UnsupportedError(PERSEUS_STR(opTypeName(g.op) << " '" << rs[it.response].name
+        throw UnsupportedError(PERSEUS_STR(opTypeName(g.op)
+                                           << " '" << rs[it.response].name
                                            << "': CUDA collectives cannot run while this rank "
                                               "has joined; finish GPU collectives before join()"));
       }
     }
     const auto start = timeline ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     switch (g.op) {
-      case OpType::kAllreduce: allreduce(g, rs, es, comm); break;
-      case OpType::kAllgather: allgather(g, rs, es, comm); break;
-      case OpType::kBroadcast: broadcast(g, rs, es, comm); break;
-      case OpType::kAlltoall: alltoall(g, rs, es, comm); break;
-      case OpType::kReducescatter: reducescatter(g, rs, es, comm); break;
-      default: PERSEUS_CHECK(false, "GPU executor got " << opTypeName(g.op));
+      case OpType::kAllreduce:
+        allreduce(g, rs, es, comm);
+        break;
+      case OpType::kAllgather:
+        allgather(g, rs, es, comm);
+        break;
+      case OpType::kBroadcast:
+        broadcast(g, rs, es, comm);
+        break;
+      case OpType::kAlltoall:
+        alltoall(g, rs, es, comm);
+        break;
+      case OpType::kReducescatter:
+        reducescatter(g, rs, es, comm);
+        break;
+      default:
+        PERSEUS_CHECK(false, "GPU executor got " << opTypeName(g.op));
     }
     // Enqueueing on the device; the GPU's part is the COMMUNICATE span that completion records.
     if (timeline) {
       const auto end = Timeline::Clock::now();
-      for (const FusionItem& it : g.items) timeline->span(rs[it.response].name, "LAUNCH", start, end);
+      for (const FusionItem& it : g.items)
+        timeline->span(rs[it.response].name, "LAUNCH", start, end);
     }
   }
 
@@ -99,7 +109,8 @@ class GpuExecutor final : public Executor {
     batch.device = es[g.items[0].response]->device;
     batch.dtype = r0.tensors[g.items[0].tensor].dtype;
     for (const FusionItem& it : g.items) {
-      batch.tensors.push_back(tensorOf(*es[it.response], it.tensor, rs[it.response].tensors[it.tensor]));
+      batch.tensors.push_back(
+          tensorOf(*es[it.response], it.tensor, rs[it.response].tensors[it.tensor]));
     }
     attach(g, es, backend_->allreduce(comm, batch, red.op, red.prescale, red.postscale));
   }
@@ -146,8 +157,8 @@ class GpuExecutor final : public Executor {
     Entry* e = es[it.response];
     const TensorMeta& m = e->request.tensors[it.tensor];
     AlltoallPlan plan = planAlltoall(comm, *e, it.tensor);
-    void* out = allocateOutput(e, it.tensor, rs[it.response].tensors.size(), m.dtype,
-                               plan.out_shape);
+    void* out =
+        allocateOutput(e, it.tensor, rs[it.response].tensors.size(), m.dtype, plan.out_shape);
     e->gpu_works.push_back(backend_->alltoallv(comm, e->device, tensorOf(*e, it.tensor, m),
                                                plan.send_bytes, out, plan.recv_bytes));
     e->handle->receivedSplits() = std::move(plan.recv_rows);

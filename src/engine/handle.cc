@@ -40,7 +40,8 @@ std::shared_ptr<Handle> Handle::create(std::string name) {
 
 std::shared_ptr<Handle> Handle::create(Name name, bool timed) {
   static std::atomic<int64_t> next_id{1};
-  auto h = std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
+  auto h =
+      std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
   h->timed_ = timed;
   h->submitted_ns_ = timed ? steadyNs() : coarseSteadyNs();
   return h;
@@ -65,8 +66,8 @@ bool Handle::wait(double timeout_s, int64_t spin_us) const {
     cv_.wait(lock, [&] { return done(); });
     return true;
   }
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(timeout_s));
+  auto deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   return cv_.wait_until(lock, deadline, [&] { return done(); });
 }
 

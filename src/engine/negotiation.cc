@@ -59,8 +59,8 @@ std::string findMismatch(const Check& check, const std::string& name, OpType op,
   }
   if (differing.empty()) return "";
   std::ostringstream os;
-  os << "Mismatched " << check.what << " for " << opTypeName(op) << " '" << name
-     << "': set rank " << ref << " has " << expected;
+  os << "Mismatched " << check.what << " for " << opTypeName(op) << " '" << name << "': set rank "
+     << ref << " has " << expected;
   for (const auto& d : differing) os << ", " << rankList(d.second) << " " << d.first;
   os << ". Every rank must submit the same " << check.what << " under one name.";
   return os.str();
@@ -109,9 +109,9 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   const Request& first = *by_rank[ref];
   const OpType op = first.op;
 
-  const Check same_op = {
-      "operations", [](const Request& x, const Request& y) { return x.op == y.op; },
-      [](const Request& q) { return std::string(opTypeName(q.op)); }};
+  const Check same_op = {"operations",
+                         [](const Request& x, const Request& y) { return x.op == y.op; },
+                         [](const Request& q) { return std::string(opTypeName(q.op)); }};
   std::string msg = findMismatch(same_op, name, op, by_rank, ref);
   if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
 
@@ -156,7 +156,8 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
        },
        [](const Request& q) {
          std::string s;
-         for (const auto& t : q.tensors) s += std::string(s.empty() ? "" : ",") + dataTypeName(t.dtype);
+         for (const auto& t : q.tensors)
+           s += std::string(s.empty() ? "" : ",") + dataTypeName(t.dtype);
          return s;
        }},
       {"tensor shapes",
@@ -165,7 +166,8 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
        },
        [varying_first](const Request& q) {
          std::string s;
-         for (const auto& t : q.tensors) s += (s.empty() ? "" : ", ") + showShape(t.shape, varying_first);
+         for (const auto& t : q.tensors)
+           s += (s.empty() ? "" : ", ") + showShape(t.shape, varying_first);
          return s;
        }},
   };
@@ -173,20 +175,23 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
     checks.push_back({"reduction operations",
                       [](const Request& x, const Request& y) { return x.reduce_op == y.reduce_op; },
                       [](const Request& q) { return std::string(reduceOpName(q.reduce_op)); }});
-    checks.push_back({"prescale/postscale factors",
-                      [](const Request& x, const Request& y) {
-                        return x.prescale == y.prescale && x.postscale == y.postscale;
-                      },
-                      [](const Request& q) { return PERSEUS_STR(q.prescale << "/" << q.postscale); }});
+    checks.push_back(
+        {"prescale/postscale factors",
+         [](const Request& x, const Request& y) {
+           return x.prescale == y.prescale && x.postscale == y.postscale;
+         },
+         [](const Request& q) { return PERSEUS_STR(q.prescale << "/" << q.postscale); }});
   }
   if (op == OpType::kBroadcast) {
-    checks.push_back({"root ranks", [](const Request& x, const Request& y) { return x.root == y.root; },
+    checks.push_back({"root ranks",
+                      [](const Request& x, const Request& y) { return x.root == y.root; },
                       [](const Request& q) { return std::to_string(q.root); }});
   }
   if (op == OpType::kAlltoall) {
-    checks.push_back({"splits counts",
-                      [](const Request& x, const Request& y) { return x.num_splits == y.num_splits; },
-                      [](const Request& q) { return std::to_string(q.num_splits); }});
+    checks.push_back(
+        {"splits counts",
+         [](const Request& x, const Request& y) { return x.num_splits == y.num_splits; },
+         [](const Request& q) { return std::to_string(q.num_splits); }});
   }
   if (op == OpType::kAddProcessSet) {
     checks.push_back({"process set ranks",
@@ -291,7 +296,7 @@ std::vector<Response> Coordinator::takeReady() {
 }
 
 std::vector<Coordinator::Stall> Coordinator::stalls(Clock::time_point now,
-                                                     double older_than_s) const {
+                                                    double older_than_s) const {
   std::vector<std::pair<uint64_t, Stall>> found;
   for (const auto& [name, w] : table_) {
     double waited = std::chrono::duration<double>(now - w.first_seen).count();
@@ -321,8 +326,8 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now, double old
     ref.op = s.op;
     out.push_back(errorResponse(
         ref, s.name, code,
-        PERSEUS_STR(opTypeName(s.op) << " '" << s.name << "' waited " << s.waited_s
-                                     << " s for " << rankList(s.missing_ranks) << ": " << why)));
+        PERSEUS_STR(opTypeName(s.op) << " '" << s.name << "' waited " << s.waited_s << " s for "
+                                     << rankList(s.missing_ranks) << ": " << why)));
     table_.erase(s.name);
   }
   return out;

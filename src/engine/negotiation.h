@@ -50,8 +50,8 @@ class Coordinator {
   std::vector<Stall> stalls(Clock::time_point now, double older_than_s) const;
   // Error responses (code `code`) for every waiting name older than `older_than_s`; they
   // leave the table.
-  std::vector<Response> failStalled(Clock::time_point now, double older_than_s,
-                                    StatusCode code, const std::string& why);
+  std::vector<Response> failStalled(Clock::time_point now, double older_than_s, StatusCode code,
+                                    const std::string& why);
 
   // Forgets `name` (the global check failed it on every rank); false if it was not waiting.
   bool erase(const std::string& name) { return table_.erase(name) > 0; }

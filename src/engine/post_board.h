@@ -35,8 +35,8 @@ class PostBoard {
   // the owner writes the count on every post, others read the flag on every completing post).
   PostBoard(std::atomic<uint64_t>* states, size_t num_states,
             std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
-            std::vector<std::atomic<uint64_t>*> listening, std::vector<std::atomic<uint64_t>*> posts,
-            int rank);
+            std::vector<std::atomic<uint64_t>*> listening,
+            std::vector<std::atomic<uint64_t>*> posts, int rank);
 
   int size() const { return static_cast<int>(pools_.size()); }
   int rank() const { return rank_; }
@@ -59,8 +59,12 @@ class PostBoard {
 
   // seq_cst on both sides (Dekker): a listener sets its flag, then reads the states; a poster
   // counts its post, then reads the flags.
-  void setListening(bool on) { listening_[static_cast<size_t>(rank_)]->store(on ? 1 : 0, std::memory_order_seq_cst); }
-  bool listening(int r) const { return listening_[static_cast<size_t>(r)]->load(std::memory_order_seq_cst) != 0; }
+  void setListening(bool on) {
+    listening_[static_cast<size_t>(rank_)]->store(on ? 1 : 0, std::memory_order_seq_cst);
+  }
+  bool listening(int r) const {
+    return listening_[static_cast<size_t>(r)]->load(std::memory_order_seq_cst) != 0;
+  }
   // The posts the other ranks made so far: a waiter keeps watching while this moves.
   uint64_t othersPosts() const;
 

@@ -27,15 +27,18 @@ Clock::time_point submittedAt(const Handle& h) {
 }  // namespace
 
 PostedCollectives::PostedCollectives(transport::ShmArena* arena, int rank, int size,
-                                 const Params& params)
+                                     const Params& params)
     : arena_(arena), size_(size) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
-  patience_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
-  if (!params.posted_allreduce || arena == nullptr || size < 2 || arena->localSize() != size) return;
+  patience_ =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
+  if (!params.posted_allreduce || arena == nullptr || size < 2 || arena->localSize() != size)
+    return;
   // Set rank r of the global set is the local rank whose global rank is r.
   const std::vector<int>& globals = arena->globalRanks();
   std::vector<std::array<unsigned char*, 2>> pools(static_cast<size_t>(size));
-  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size)), posts(static_cast<size_t>(size));
+  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size)),
+      posts(static_cast<size_t>(size));
   local_rank_of_.assign(static_cast<size_t>(size), -1);
   size_t pool_bytes = 0;
   for (int lr = 0; lr < size; ++lr) {
@@ -92,7 +95,8 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   }
   // Slots are never reused: a name whose posts keep falling back (a rank that is regularly
   // late past the patience, say while it writes a checkpoint) stays negotiated after a few.
-  if (auto gone = retired_.find(r.name); gone != retired_.end() && gone->second >= kMaxSlotsPerName) {
+  if (auto gone = retired_.find(r.name);
+      gone != retired_.end() && gone->second >= kMaxSlotsPerName) {
     return;
   }
   Slot s;
@@ -132,7 +136,8 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
     if (!full_reported_) {
       full_reported_ = true;
       PERSEUS_LOG(INFO, kEngine) << "the post board is full (" << slots_.size() << " slots, "
-                                 << next_offset_ << " pool bytes): collectives of names not "
+                                 << next_offset_
+                                 << " pool bytes): collectives of names not "
                                     "posted so far are negotiated every time";
     }
     return;
@@ -172,7 +177,8 @@ bool PostedCollectives::secondSightingLocked(const std::string& name) {
   return false;
 }
 
-PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::shared_ptr<Handle>* handle) {
+PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a,
+                                                   std::shared_ptr<Handle>* handle) {
   if (!enabled()) return Outcome::kNotPosted;
   // The lookup key without an allocation per call (the buffer keeps its capacity).
   thread_local std::string key;
@@ -221,8 +227,8 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a, std::share
 }
 
 PostedCollectives::Outcome PostedCollectives::watchBlocking(const PostArgs& a, size_t index,
-                                                             uint64_t gen,
-                                                             std::unique_lock<std::mutex>& lock) {
+                                                            uint64_t gen,
+                                                            std::unique_lock<std::mutex>& lock) {
   // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
   // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
   const Slot& s = slots_[index];
@@ -284,7 +290,8 @@ bool PostedCollectives::screen(const std::string& name) {
 
 void PostedCollectives::ringPeers() const {
   for (int r = 0; r < size_; ++r) {
-    if (r != board_->rank() && board_->listening(r)) arena_->notify(local_rank_of_[static_cast<size_t>(r)]);
+    if (r != board_->rank() && board_->listening(r))
+      arena_->notify(local_rank_of_[static_cast<size_t>(r)]);
   }
 }
 
@@ -333,8 +340,8 @@ void PostedCollectives::dropPendingLocked(Slot& s) {
   pending_count_.fetch_sub(1, std::memory_order_release);
 }
 
-std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(size_t index,
-                                                                   const Clock::time_point* now) {
+std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
+    size_t index, const Clock::time_point* now) {
   Slot& s = slots_[index];
   if (!s.pending) return std::nullopt;
   PostBoard::State st = board_->state(index, s.gen);
@@ -409,8 +416,10 @@ void PostedCollectives::finish(const Slot& s, uint64_t gen, const void* input, v
       }
       for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, gen, from);
       kernels::reduceN(out, srcs, n, count, s.meta.dtype, s.reduction.op);
-      if (s.reduction.postscale != 1.0) kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
-      if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+      if (s.reduction.postscale != 1.0)
+        kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
+      if (s.kind == OpType::kAllreduce)
+        completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
       break;
     }
     case OpType::kBroadcast: {
@@ -458,7 +467,8 @@ bool PostedCollectives::progress(Handle& handle, Settled* out) {
   std::optional<Claim> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<size_t>(slot) >= slots_.size() || slots_[static_cast<size_t>(slot)].pending.get() != &handle) {
+    if (static_cast<size_t>(slot) >= slots_.size() ||
+        slots_[static_cast<size_t>(slot)].pending.get() != &handle) {
       return false;
     }
     c = claimLocked(static_cast<size_t>(slot), nullptr);
@@ -506,7 +516,8 @@ std::vector<std::pair<OpType, std::shared_ptr<Handle>>> PostedCollectives::close
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   std::vector<std::pair<OpType, std::shared_ptr<Handle>>> left;
-  for (size_t index : pending_slots_) left.emplace_back(slots_[index].kind, std::move(slots_[index].pending));
+  for (size_t index : pending_slots_)
+    left.emplace_back(slots_[index].kind, std::move(slots_[index].pending));
   pending_slots_.clear();
   pending_count_.store(0, std::memory_order_release);
   return left;

@@ -82,7 +82,7 @@ struct PostArgs {
   const int64_t* shape = nullptr;  // this rank's input
   size_t ndim = 0;
   const void* input = nullptr;
-  void* output = nullptr;  // allreduce, broadcast; the other outputs are the library's
+  void* output = nullptr;               // allreduce, broadcast; the other outputs are the library's
   ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;  // broadcast: the root's set rank
@@ -189,7 +189,9 @@ class PostedCollectives {
   std::vector<std::pair<OpType, std::shared_ptr<Handle>>> close();
 
   // Posts completed from the board: allreduces, and every kind.
-  uint64_t completedAllreducePosts() const { return completed_allreduces_.load(std::memory_order_relaxed); }
+  uint64_t completedAllreducePosts() const {
+    return completed_allreduces_.load(std::memory_order_relaxed);
+  }
   uint64_t completedPosts() const { return completed_.load(std::memory_order_relaxed); }
   // The other ranks' posts so far (0 when disabled): moving means they are still submitting.
   uint64_t othersPosts() const { return enabled() ? board_->othersPosts() : 0; }
@@ -211,8 +213,8 @@ class PostedCollectives {
     size_t block_offset = 0;         // reducescatter: this rank's block in a post, in bytes
     size_t offset = 0;
     // Guarded by mu_:
-    uint64_t gen = 0;   // this rank's last posted generation
-    bool dead = false;  // revoked (seen by this rank) or replaced
+    uint64_t gen = 0;                    // this rank's last posted generation
+    bool dead = false;                   // revoked (seen by this rank) or replaced
     std::shared_ptr<Handle> negotiated;  // until it completed: no posts yet
     // The pending post, if any (non-null handle).
     std::shared_ptr<Handle> pending;

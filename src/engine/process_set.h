@@ -42,7 +42,7 @@ struct ProcessSet {
 
   std::unique_ptr<collectives::Communicator> comm;  // members only
   ResponseCache cache;
-  std::unique_ptr<Coordinator> coordinator;         // set rank 0 only
+  std::unique_ptr<Coordinator> coordinator;  // set rank 0 only
   FusionBuffer fusion;
 
   std::unordered_map<std::string, std::unique_ptr<Entry>> entries;  // by name, in flight

@@ -6,22 +6,29 @@ namespace perseus::engine {
 
 const char* opTypeName(OpType op) {
   switch (op) {
-    case OpType::kAllreduce: return "ALLREDUCE";
-    case OpType::kAllgather: return "ALLGATHER";
-    case OpType::kBroadcast: return "BROADCAST";
-    case OpType::kAlltoall: return "ALLTOALL";
-    case OpType::kReducescatter: return "REDUCESCATTER";
-    case OpType::kBarrier: return "BARRIER";
-    case OpType::kJoin: return "JOIN";
-    case OpType::kAddProcessSet: return "ADD_PROCESS_SET";
-    case OpType::kRemoveProcessSet: return "REMOVE_PROCESS_SET";
+    case OpType::kAllreduce:
+      return "ALLREDUCE";
+    case OpType::kAllgather:
+      return "ALLGATHER";
+    case OpType::kBroadcast:
+      return "BROADCAST";
+    case OpType::kAlltoall:
+      return "ALLTOALL";
+    case OpType::kReducescatter:
+      return "REDUCESCATTER";
+    case OpType::kBarrier:
+      return "BARRIER";
+    case OpType::kJoin:
+      return "JOIN";
+    case OpType::kAddProcessSet:
+      return "ADD_PROCESS_SET";
+    case OpType::kRemoveProcessSet:
+      return "REMOVE_PROCESS_SET";
   }
   return "UNKNOWN";
 }
 
-const char* deviceKindName(DeviceKind kind) {
-  return kind == DeviceKind::kCuda ? "CUDA" : "CPU";
-}
+const char* deviceKindName(DeviceKind kind) { return kind == DeviceKind::kCuda ? "CUDA" : "CPU"; }
 
 bool isCacheable(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast ||
@@ -49,10 +56,9 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 }
 
 bool Request::sameMetadata(const Request& o) const {
-  return op == o.op && tensors == o.tensors && reduce_op == o.reduce_op &&
-         prescale == o.prescale && postscale == o.postscale && root == o.root &&
-         num_splits == o.num_splits && set_ranks == o.set_ranks && set_id == o.set_id &&
-         device_kind == o.device_kind;
+  return op == o.op && tensors == o.tensors && reduce_op == o.reduce_op && prescale == o.prescale &&
+         postscale == o.postscale && root == o.root && num_splits == o.num_splits &&
+         set_ranks == o.set_ranks && set_id == o.set_id && device_kind == o.device_kind;
 }
 
 }  // namespace perseus::engine

@@ -65,8 +65,9 @@ void SetConflictCheck::add(int rank, const Request& request) {
     }
     r.set_ranks.assign(members.begin(), members.end());
     r.error_message = PERSEUS_STR(
-        "Mismatched process sets for " << opTypeName(request.op) << " '" << name << "': "
-        << describe(set_id, mine.ranks) << ", but " << describe(other_id, other.ranks)
+        "Mismatched process sets for "
+        << opTypeName(request.op) << " '" << name << "': " << describe(set_id, mine.ranks)
+        << ", but " << describe(other_id, other.ranks)
         << "; each set waits for a rank that submitted the name on the other set, so neither "
            "can complete. Submit a name on the same process set on every rank (or give the "
            "two collectives different names).");

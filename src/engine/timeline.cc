@@ -65,19 +65,17 @@ int Timeline::trackOf(const std::string& tensor) {
   if (it != tracks_.end()) return it->second;
   int id = static_cast<int>(tracks_.size()) + 1;
   tracks_.emplace(tensor, id);
-  pending_ += PERSEUS_STR((pending_.empty() && !any_written_ ? "" : ",\n")
-                          << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << rank_
-                          << ",\"tid\":" << id << ",\"args\":{\"name\":\"" << jsonEscape(tensor)
-                          << "\"}}");
+  pending_ +=
+      PERSEUS_STR((pending_.empty() && !any_written_ ? "" : ",\n")
+                  << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << rank_ << ",\"tid\":" << id
+                  << ",\"args\":{\"name\":\"" << jsonEscape(tensor) << "\"}}");
   return id;
 }
 
 void Timeline::span(const std::string& tensor, const char* phase, Clock::time_point start,
                     Clock::time_point end) {
   int tid = trackOf(tensor);
-  auto us = [&](Clock::duration d) {
-    return std::chrono::duration<double, std::micro>(d).count();
-  };
+  auto us = [&](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "%s{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}",

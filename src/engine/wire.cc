@@ -87,8 +87,8 @@ class Reader {
 
  private:
   void need(size_t n) const {
-    PERSEUS_CHECK(pos_ + n <= in_.size(), "truncated negotiation message (" << in_.size()
-                                              << " bytes, need " << pos_ + n << ")");
+    PERSEUS_CHECK(pos_ + n <= in_.size(), "truncated negotiation message ("
+                                              << in_.size() << " bytes, need " << pos_ + n << ")");
   }
   const std::vector<uint8_t>& in_;
   size_t pos_ = 0;

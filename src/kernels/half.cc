@@ -26,7 +26,7 @@ float bitsFloat(uint32_t u) {
 }
 
 __attribute__((target("avx2,f16c"))) void halfToFloatF16c(float* dst, const uint16_t* src,
-                                                            size_t count) {
+                                                          size_t count) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -36,7 +36,7 @@ __attribute__((target("avx2,f16c"))) void halfToFloatF16c(float* dst, const uint
 }
 
 __attribute__((target("avx2,f16c"))) void floatToHalfF16c(uint16_t* dst, const float* src,
-                                                            size_t count) {
+                                                          size_t count) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -75,10 +75,11 @@ uint16_t floatToHalf(float f) {
   uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
   if (u >= 0x7f800000u) {  // Inf or NaN; NaN stays NaN (quiet bit set) as F16C does
-    return static_cast<uint16_t>(sign | (u > 0x7f800000u ? 0x7e00u | ((u >> 13) & 0x3ffu) : 0x7c00u));
+    return static_cast<uint16_t>(sign |
+                                 (u > 0x7f800000u ? 0x7e00u | ((u >> 13) & 0x3ffu) : 0x7c00u));
   }
   if (u >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
-  if (u >= 0x38800000u) {  // normal half
+  if (u >= 0x38800000u) {                                              // normal half
     u += 0xfffu + ((u >> 13) & 1u);
     return static_cast<uint16_t>(sign | ((u >> 13) - (112u << 10)));
   }
@@ -111,16 +112,16 @@ void floatToHalfArray(uint16_t* dst, const float* src, size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = floatToHalf(src[i]);
 }
 
-PERSEUS_SIMD_CLONES void bfloat16ToFloatArray(float* __restrict dst,
-                                              const uint16_t* __restrict src, size_t count) {
+PERSEUS_SIMD_CLONES void bfloat16ToFloatArray(float* __restrict dst, const uint16_t* __restrict src,
+                                              size_t count) {
   for (size_t i = 0; i < count; ++i) {
     uint32_t u = static_cast<uint32_t>(src[i]) << 16;
     std::memcpy(dst + i, &u, sizeof u);
   }
 }
 
-PERSEUS_SIMD_CLONES void floatToBfloat16Array(uint16_t* __restrict dst,
-                                              const float* __restrict src, size_t count) {
+PERSEUS_SIMD_CLONES void floatToBfloat16Array(uint16_t* __restrict dst, const float* __restrict src,
+                                              size_t count) {
   for (size_t i = 0; i < count; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, sizeof u);

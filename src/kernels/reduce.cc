@@ -1,11 +1,12 @@
 // Dispatch of the reductions on DataType and ReduceOp. Each element type has one entry point
 // compiled per instruction set (PERSEUS_SIMD_CLONES); float16/bfloat16 go through float32 in
 // cache-sized blocks.
+#include "kernels/reduce.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "common/status.h"
-#include "kernels/reduce.h"
 #include "kernels/reduce_ops.h"
 #include "kernels/simd.h"
 
@@ -22,18 +23,23 @@ constexpr size_t kBlockBytes = 8192;
 template <typename T>
 inline void dispatchArith(int shape, T* out, const T* a, const T* b, size_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ops::loop<ops::Sum>(shape, out, a, b, n);
-    case ReduceOp::kProduct: return ops::loop<ops::Product>(shape, out, a, b, n);
-    case ReduceOp::kMin: return ops::loop<ops::Min>(shape, out, a, b, n);
-    case ReduceOp::kMax: return ops::loop<ops::Max>(shape, out, a, b, n);
-    case ReduceOp::kAverage: break;
+    case ReduceOp::kSum:
+      return ops::loop<ops::Sum>(shape, out, a, b, n);
+    case ReduceOp::kProduct:
+      return ops::loop<ops::Product>(shape, out, a, b, n);
+    case ReduceOp::kMin:
+      return ops::loop<ops::Min>(shape, out, a, b, n);
+    case ReduceOp::kMax:
+      return ops::loop<ops::Max>(shape, out, a, b, n);
+    case ReduceOp::kAverage:
+      break;
   }
 }
 
-#define PERSEUS_TYPED_REDUCE(Name, T)                                                     \
-  PERSEUS_SIMD_CLONES void Name(int shape, T* out, const T* a, const T* b, size_t n,      \
-                                ReduceOp op) {                                            \
-    dispatchArith<T>(shape, out, a, b, n, op);                                            \
+#define PERSEUS_TYPED_REDUCE(Name, T)                                                \
+  PERSEUS_SIMD_CLONES void Name(int shape, T* out, const T* a, const T* b, size_t n, \
+                                ReduceOp op) {                                       \
+    dispatchArith<T>(shape, out, a, b, n, op);                                       \
   }
 PERSEUS_TYPED_REDUCE(reduceU8, uint8_t)
 PERSEUS_TYPED_REDUCE(reduceI8, int8_t)
@@ -103,8 +109,7 @@ void reduceShaped(int shape, void* out, const void* a, const void* b, size_t n, 
                         static_cast<const uint8_t*>(b), n, op);
     case DataType::kFloat16:
       return reduceWide(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
-                        static_cast<const uint16_t*>(b), n, op, halfToFloatArray,
-                        floatToHalfArray);
+                        static_cast<const uint16_t*>(b), n, op, halfToFloatArray, floatToHalfArray);
     case DataType::kBFloat16:
       return reduceWide(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
                         static_cast<const uint16_t*>(b), n, op, bfloat16ToFloatArray,
@@ -143,16 +148,14 @@ void reduceInto(void* acc, const void* src, size_t count, DataType dtype, Reduce
   reduceShaped(ops::kInto, acc, acc, src, count, dtype, op);
 }
 
-void reduce2(void* out, const void* a, const void* b, size_t count, DataType dtype,
-             ReduceOp op) {
+void reduce2(void* out, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
   checkOp(op);
   if (count == 0) return;
   int shape = out == a ? ops::kInto : out == b ? ops::kIntoRev : ops::kTwo;
   reduceShaped(shape, out, a, b, count, dtype, op);
 }
 
-void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType dtype,
-             ReduceOp op) {
+void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType dtype, ReduceOp op) {
   checkOp(op);
   PERSEUS_CHECK(n >= 1, "reduceN needs at least one source");
   size_t esize = dataTypeSize(dtype);

@@ -18,8 +18,7 @@ void reduce2(void* out, const void* a, const void* b, size_t count, DataType dty
 // out[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], combined in that order (so every
 // rank that runs it on the same inputs gets the same bits). float16/bfloat16 accumulate in
 // float32 and round once. out may alias any source. n >= 1.
-void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType dtype,
-             ReduceOp op);
+void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType dtype, ReduceOp op);
 // data[i] *= factor (integers: rounded toward zero after multiplying in double).
 void scale(void* data, size_t count, DataType dtype, double factor);
 // dst[i] = src[i] * factor, as scale() but out of place.

@@ -25,30 +25,38 @@ inline T wrapMul(T a, T b) {
 struct Sum {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) return wrapAdd(a, b);
-    else return a + b;
+    if constexpr (std::is_integral_v<T>)
+      return wrapAdd(a, b);
+    else
+      return a + b;
   }
 };
 struct Product {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) return wrapMul(a, b);
-    else return a * b;
+    if constexpr (std::is_integral_v<T>)
+      return wrapMul(a, b);
+    else
+      return a * b;
   }
 };
 // Min/Max propagate NaN (like torch.maximum), so a NaN anywhere is visible in the result.
 struct Min {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
-    else return a < b ? a : b;
+    if constexpr (std::is_floating_point_v<T>)
+      return (a < b || a != a) ? a : b;
+    else
+      return a < b ? a : b;
   }
 };
 struct Max {
   template <typename T>
   static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
-    else return a > b ? a : b;
+    if constexpr (std::is_floating_point_v<T>)
+      return (a > b || a != a) ? a : b;
+    else
+      return a > b ? a : b;
   }
 };
 // bool is one byte; any non-zero byte is true, results are 0 or 1.
@@ -56,9 +64,7 @@ struct Or {
   static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a | b) != 0); }
 };
 struct And {
-  static uint8_t apply(uint8_t a, uint8_t b) {
-    return static_cast<uint8_t>((a != 0) & (b != 0));
-  }
+  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) & (b != 0)); }
 };
 
 // The three loop shapes. Pointers are __restrict: reduce.cc routes exact aliasing
@@ -81,9 +87,12 @@ enum Shape : int { kInto = 0, kIntoRev = 1, kTwo = 2 };
 template <typename Op, typename T>
 inline void loop(int shape, T* out, const T* a, const T* b, size_t n) {
   switch (shape) {
-    case kInto: return loopInto<Op>(out, b, n);     // out == a
-    case kIntoRev: return loopIntoRev<Op>(out, a, n);  // out == b
-    default: return loopTwo<Op>(out, a, b, n);
+    case kInto:
+      return loopInto<Op>(out, b, n);  // out == a
+    case kIntoRev:
+      return loopIntoRev<Op>(out, a, n);  // out == b
+    default:
+      return loopTwo<Op>(out, a, b, n);
   }
 }
 

@@ -39,18 +39,18 @@ inline void scaleLoop(T* __restrict dst, const T* __restrict src, size_t n, doub
 
 // In place when dst == src: the loops read each element before writing it, so the aliasing
 // is harmless; the __restrict copies are only made for distinct buffers.
-#define PERSEUS_TYPED_SCALE(Name, T)                                                     \
-  PERSEUS_SIMD_CLONES void Name(T* dst, const T* src, size_t n, double factor) {         \
-    if (dst == src) {                                                                    \
-      if constexpr (std::is_floating_point_v<T>) {                                       \
-        const T f = static_cast<T>(factor);                                              \
-        for (size_t i = 0; i < n; ++i) dst[i] *= f;                                       \
-      } else {                                                                           \
-        for (size_t i = 0; i < n; ++i) dst[i] = scaleInt(dst[i], factor);                \
-      }                                                                                  \
-    } else {                                                                             \
-      scaleLoop<T>(dst, src, n, factor);                                                 \
-    }                                                                                    \
+#define PERSEUS_TYPED_SCALE(Name, T)                                             \
+  PERSEUS_SIMD_CLONES void Name(T* dst, const T* src, size_t n, double factor) { \
+    if (dst == src) {                                                            \
+      if constexpr (std::is_floating_point_v<T>) {                               \
+        const T f = static_cast<T>(factor);                                      \
+        for (size_t i = 0; i < n; ++i) dst[i] *= f;                              \
+      } else {                                                                   \
+        for (size_t i = 0; i < n; ++i) dst[i] = scaleInt(dst[i], factor);        \
+      }                                                                          \
+    } else {                                                                     \
+      scaleLoop<T>(dst, src, n, factor);                                         \
+    }                                                                            \
   }
 PERSEUS_TYPED_SCALE(scaleU8, uint8_t)
 PERSEUS_TYPED_SCALE(scaleI8, int8_t)
@@ -129,12 +129,16 @@ void scale(void* data, size_t count, DataType dtype, double factor) {
 
 bool hasNonFinite(const void* data, size_t count, DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return anyExponentAllOnes<uint32_t>(data, count, 0x7f800000u);
+    case DataType::kFloat32:
+      return anyExponentAllOnes<uint32_t>(data, count, 0x7f800000u);
     case DataType::kFloat64:
       return anyExponentAllOnes<uint64_t>(data, count, 0x7ff0000000000000ull);
-    case DataType::kFloat16: return anyExponentAllOnes<uint16_t>(data, count, 0x7c00u);
-    case DataType::kBFloat16: return anyExponentAllOnes<uint16_t>(data, count, 0x7f80u);
-    default: return false;
+    case DataType::kFloat16:
+      return anyExponentAllOnes<uint16_t>(data, count, 0x7c00u);
+    case DataType::kBFloat16:
+      return anyExponentAllOnes<uint16_t>(data, count, 0x7f80u);
+    default:
+      return false;
   }
 }
 

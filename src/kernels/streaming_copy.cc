@@ -13,7 +13,7 @@ namespace {
 constexpr size_t kMinStreamingBytes = 256 * 1024;
 
 __attribute__((target("avx2"))) void streamAvx2(unsigned char* dst, const unsigned char* src,
-                                                  size_t bytes) {
+                                                size_t bytes) {
   size_t i = 0;
   for (; i + 128 <= bytes; i += 128) {
     __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));

@@ -1,12 +1,12 @@
 #include "callbacks.h"
 
+#include <pybind11/pybind11.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
-
-#include <pybind11/pybind11.h>
 
 namespace perseus_py {
 namespace {

@@ -1,11 +1,11 @@
 // Bindings of the collectives: tensors in (DLPack capsules or buffers), a Handle out, or
 // nothing for the blocking forms. Validation beyond tensor layout is the core's job.
+#include <pybind11/stl.h>
+
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <pybind11/stl.h>
 
 #include "errors.h"
 #include "handle.h"
@@ -26,20 +26,19 @@ TensorArg& addArg(Args& args, py::handle obj, bool writable, const char* role,
 }
 
 std::vector<perseus_tensor> addArgs(Args& args, const py::list& objs, bool writable,
-                                    const char* role, const std::string& name,
-                                    uintptr_t stream) {
+                                    const char* role, const std::string& name, uintptr_t stream) {
   std::vector<perseus_tensor> tensors;
   for (size_t i = 0; i < objs.size(); ++i) {
-    tensors.push_back(addArg(args, objs[i], writable, role, name + "[" + std::to_string(i) + "]",
-                             stream).tensor());
+    tensors.push_back(
+        addArg(args, objs[i], writable, role, name + "[" + std::to_string(i) + "]", stream)
+            .tensor());
   }
   return tensors;
 }
 
 // An op's input and output; output None: in place (the output is the input).
 std::pair<perseus_tensor, perseus_tensor> inputAndOutput(Args& args, py::handle input,
-                                                         py::handle output,
-                                                         const std::string& name,
+                                                         py::handle output, const std::string& name,
                                                          uintptr_t stream) {
   const bool in_place = output.is_none();
   const perseus_tensor in = addArg(args, input, in_place, "input", name, stream).tensor();
@@ -86,8 +85,8 @@ void allreduceBlocking(const std::string& name, py::handle input, py::handle out
   Args args;
   const auto io = inputAndOutput(args, input, output, name, stream);
   runBlocking("perseus_allreduce_blocking", [&] {
-    return perseus_allreduce_blocking(name.c_str(), &io.first, &io.second, op, prescale,
-                                      postscale, process_set);
+    return perseus_allreduce_blocking(name.c_str(), &io.first, &io.second, op, prescale, postscale,
+                                      process_set);
   });
 }
 
@@ -119,8 +118,7 @@ py::object groupedAllreduce(const std::string& name, const py::list& inputs, py:
   });
 }
 
-py::object allgather(const std::string& name, py::handle input, int process_set,
-                     uintptr_t stream) {
+py::object allgather(const std::string& name, py::handle input, int process_set, uintptr_t stream) {
   Args args;
   const perseus_tensor in = addArg(args, input, false, "input", name, stream).tensor();
   return submit(std::move(args), "perseus_allgather", [&](perseus_handle* h) {
@@ -148,8 +146,7 @@ py::object broadcast(const std::string& name, py::handle input, py::handle outpu
 }
 
 py::object alltoall(const std::string& name, py::handle input,
-                    std::optional<std::vector<int64_t>> splits, int process_set,
-                    uintptr_t stream) {
+                    std::optional<std::vector<int64_t>> splits, int process_set, uintptr_t stream) {
   Args args;
   const perseus_tensor in = addArg(args, input, false, "input", name, stream).tensor();
   const int64_t* split_data = splits ? splits->data() : nullptr;
@@ -215,10 +212,13 @@ void registerCollectives(py::module_& m) {
   m.def("grouped_reducescatter", &groupedReducescatter, arg("name"), arg("inputs"),
         arg("op") = static_cast<int>(PERSEUS_AVERAGE), arg("prescale") = 1.0,
         arg("postscale") = 1.0, arg("process_set") = kGlobal, arg("stream") = 0);
-  m.def("barrier", [](int process_set) {
-    return submit(Args(), "perseus_barrier",
-                  [&](perseus_handle* h) { return perseus_barrier(process_set, h); });
-  }, arg("process_set") = kGlobal);
+  m.def(
+      "barrier",
+      [](int process_set) {
+        return submit(Args(), "perseus_barrier",
+                      [&](perseus_handle* h) { return perseus_barrier(process_set, h); });
+      },
+      arg("process_set") = kGlobal);
   m.def("join", [] {
     return submit(Args(), "perseus_join", [](perseus_handle* h) { return perseus_join(h); });
   });

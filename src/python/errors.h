@@ -1,10 +1,10 @@
 // Turns perseus_status codes into the Python exceptions of perseus.common.exceptions.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <pybind11/pybind11.h>
 
 #include "perseus/c_api.h"
 

@@ -1,10 +1,10 @@
 #include "handle.h"
 
-#include <algorithm>
-#include <chrono>
-
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
 
 #include "callbacks.h"
 #include "dlpack.h"
@@ -57,16 +57,26 @@ void destroyCapsule(PyObject* capsule) {
 
 DLDataType toDlDtype(int32_t dtype) {
   switch (dtype) {
-    case PERSEUS_UINT8: return {kDLUInt, 8, 1};
-    case PERSEUS_INT8: return {kDLInt, 8, 1};
-    case PERSEUS_INT32: return {kDLInt, 32, 1};
-    case PERSEUS_INT64: return {kDLInt, 64, 1};
-    case PERSEUS_FLOAT16: return {kDLFloat, 16, 1};
-    case PERSEUS_BFLOAT16: return {kDLBfloat, 16, 1};
-    case PERSEUS_FLOAT32: return {kDLFloat, 32, 1};
-    case PERSEUS_FLOAT64: return {kDLFloat, 64, 1};
-    case PERSEUS_BOOL: return {kDLBool, 8, 1};
-    default: throw StatusError(PERSEUS_ERR_INTERNAL, "output has unknown dtype " + std::to_string(dtype));
+    case PERSEUS_UINT8:
+      return {kDLUInt, 8, 1};
+    case PERSEUS_INT8:
+      return {kDLInt, 8, 1};
+    case PERSEUS_INT32:
+      return {kDLInt, 32, 1};
+    case PERSEUS_INT64:
+      return {kDLInt, 64, 1};
+    case PERSEUS_FLOAT16:
+      return {kDLFloat, 16, 1};
+    case PERSEUS_BFLOAT16:
+      return {kDLBfloat, 16, 1};
+    case PERSEUS_FLOAT32:
+      return {kDLFloat, 32, 1};
+    case PERSEUS_FLOAT64:
+      return {kDLFloat, 64, 1};
+    case PERSEUS_BOOL:
+      return {kDLBool, 8, 1};
+    default:
+      throw StatusError(PERSEUS_ERR_INTERNAL, "output has unknown dtype " + std::to_string(dtype));
   }
 }
 
@@ -169,8 +179,8 @@ py::object Handle::output(py::object self, int32_t index, bool as_dlpack) {
   auto* ctx = new OutputContext{shape, self.inc_ref().ptr()};
   auto* managed = new DLManagedTensor{};
   managed->dl_tensor.data = t.data;
-  managed->dl_tensor.device = t.device == PERSEUS_DEVICE_CPU ? DLDevice{kDLCPU, 0}
-                                                             : DLDevice{kDLCUDA, t.device};
+  managed->dl_tensor.device =
+      t.device == PERSEUS_DEVICE_CPU ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, t.device};
   managed->dl_tensor.ndim = t.ndim;
   managed->dl_tensor.dtype = toDlDtype(t.dtype);
   managed->dl_tensor.shape = ctx->shape.data();
@@ -205,8 +215,9 @@ int32_t Handle::joinRank() {
 py::tuple Handle::times() {
   int64_t submitted = 0, completed = 0;
   check(perseus_handle_times(state_->id, &submitted, &completed), "perseus_handle_times");
-  return py::make_tuple(static_cast<double>(submitted) * 1e-9,
-                        completed ? py::object(py::float_(static_cast<double>(completed) * 1e-9)) : py::none());
+  return py::make_tuple(
+      static_cast<double>(submitted) * 1e-9,
+      completed ? py::object(py::float_(static_cast<double>(completed) * 1e-9)) : py::none());
 }
 
 void Handle::cudaStreamWait(uintptr_t stream) {

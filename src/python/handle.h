@@ -1,11 +1,11 @@
 // The Python Handle over a perseus_handle: poll/wait, outputs, callbacks.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <pybind11/pybind11.h>
 
 #include "perseus/c_api.h"
 #include "tensor_arg.h"

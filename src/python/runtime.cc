@@ -1,8 +1,8 @@
 // Bindings of lifetime, topology, process sets, introspection and the launcher's store server.
+#include <pybind11/stl.h>
+
 #include <string>
 #include <vector>
-
-#include <pybind11/stl.h>
 
 #include "callbacks.h"
 #include "errors.h"
@@ -17,8 +17,7 @@ namespace {
 class StoreServer {
  public:
   StoreServer(const std::string& bind_address, int32_t port, const std::string& secret) {
-    check(perseus_store_server_start(bind_address.c_str(), port, secret.c_str(), &port_,
-                                     &server_),
+    check(perseus_store_server_start(bind_address.c_str(), port, secret.c_str(), &port_, &server_),
           "perseus_store_server_start");
   }
   ~StoreServer() {
@@ -67,14 +66,17 @@ std::vector<int32_t> processSetRanks(int32_t id) {
 
 void registerRuntime(py::module_& m) {
   using py::arg;
-  m.def("init", [] {
-    perseus_status s;
-    {
-      py::gil_scoped_release release;  // rendezvous waits for every rank
-      s = perseus_init();
-    }
-    check(s, "perseus_init");
-  }, "Rendezvous with the other ranks and start the engine (idempotent).");
+  m.def(
+      "init",
+      [] {
+        perseus_status s;
+        {
+          py::gil_scoped_release release;  // rendezvous waits for every rank
+          s = perseus_init();
+        }
+        check(s, "perseus_init");
+      },
+      "Rendezvous with the other ranks and start the engine (idempotent).");
   m.def("shutdown", [] {
     perseus_status s;
     {
@@ -112,44 +114,56 @@ void registerRuntime(py::module_& m) {
     }
     check(s, "perseus_stop_timeline");
   });
-  m.def("engine_stats", [] {
-    perseus_engine_stats s;
-    check(perseus_get_engine_stats(&s), "perseus_get_engine_stats");
-    py::dict d;
-    d["cycles"] = s.cycles;
-    d["control_exchanges"] = s.control_exchanges;
-    d["control_bytes"] = s.control_bytes;
-    d["coordinator_rounds"] = s.coordinator_rounds;
-    d["cached_responses"] = s.cached_responses;
-    d["coordinated_responses"] = s.coordinated_responses;
-    d["negotiation_ns"] = s.negotiation_ns;
-    d["posted_allreduces"] = s.posted_allreduces;
-    d["posted_collectives"] = s.posted_collectives;
-    return d;
-  }, "This rank's engine counters since init (perseus_engine_stats).");
-  m.def("add_process_set", [](const std::vector<int32_t>& ranks) {
-    int32_t id = -1;
-    perseus_status s;
-    {
-      py::gil_scoped_release release;  // collective over all ranks
-      s = perseus_add_process_set(ranks.data(), static_cast<int32_t>(ranks.size()), &id);
-    }
-    check(s, "perseus_add_process_set");
-    return id;
-  }, arg("ranks"));
-  m.def("remove_process_set", [](int32_t id) {
-    perseus_status s;
-    {
-      py::gil_scoped_release release;
-      s = perseus_remove_process_set(id);
-    }
-    check(s, "perseus_remove_process_set");
-  }, arg("id"));
-  m.def("process_set_info", [](int32_t id) {
-    int32_t rank = -1, size = 0;
-    check(perseus_process_set_info(id, &rank, &size), "perseus_process_set_info");
-    return py::make_tuple(rank, size);
-  }, arg("id"), "(rank_in_set or -1, size)");
+  m.def(
+      "engine_stats",
+      [] {
+        perseus_engine_stats s;
+        check(perseus_get_engine_stats(&s), "perseus_get_engine_stats");
+        py::dict d;
+        d["cycles"] = s.cycles;
+        d["control_exchanges"] = s.control_exchanges;
+        d["control_bytes"] = s.control_bytes;
+        d["coordinator_rounds"] = s.coordinator_rounds;
+        d["cached_responses"] = s.cached_responses;
+        d["coordinated_responses"] = s.coordinated_responses;
+        d["negotiation_ns"] = s.negotiation_ns;
+        d["posted_allreduces"] = s.posted_allreduces;
+        d["posted_collectives"] = s.posted_collectives;
+        return d;
+      },
+      "This rank's engine counters since init (perseus_engine_stats).");
+  m.def(
+      "add_process_set",
+      [](const std::vector<int32_t>& ranks) {
+        int32_t id = -1;
+        perseus_status s;
+        {
+          py::gil_scoped_release release;  // collective over all ranks
+          s = perseus_add_process_set(ranks.data(), static_cast<int32_t>(ranks.size()), &id);
+        }
+        check(s, "perseus_add_process_set");
+        return id;
+      },
+      arg("ranks"));
+  m.def(
+      "remove_process_set",
+      [](int32_t id) {
+        perseus_status s;
+        {
+          py::gil_scoped_release release;
+          s = perseus_remove_process_set(id);
+        }
+        check(s, "perseus_remove_process_set");
+      },
+      arg("id"));
+  m.def(
+      "process_set_info",
+      [](int32_t id) {
+        int32_t rank = -1, size = 0;
+        check(perseus_process_set_info(id, &rank, &size), "perseus_process_set_info");
+        return py::make_tuple(rank, size);
+      },
+      arg("id"), "(rank_in_set or -1, size)");
   m.def("process_set_ranks", &processSetRanks, arg("id"));
   m.def("_stop_callbacks", &stopCallbacks);
 

@@ -70,17 +70,26 @@ int32_t mapFormat(const char* format, Py_ssize_t itemsize, const std::string& wh
   if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == '<')) f = f.substr(1);
   if (f.size() == 1) {
     switch (f[0]) {
-      case 'B': return PERSEUS_UINT8;
-      case 'b': return PERSEUS_INT8;
-      case '?': return PERSEUS_BOOL;
-      case 'e': return PERSEUS_FLOAT16;
-      case 'f': return PERSEUS_FLOAT32;
-      case 'd': return PERSEUS_FLOAT64;
-      case 'i': case 'l': case 'q':
+      case 'B':
+        return PERSEUS_UINT8;
+      case 'b':
+        return PERSEUS_INT8;
+      case '?':
+        return PERSEUS_BOOL;
+      case 'e':
+        return PERSEUS_FLOAT16;
+      case 'f':
+        return PERSEUS_FLOAT32;
+      case 'd':
+        return PERSEUS_FLOAT64;
+      case 'i':
+      case 'l':
+      case 'q':
         if (itemsize == 4) return PERSEUS_INT32;
         if (itemsize == 8) return PERSEUS_INT64;
         break;
-      default: break;
+      default:
+        break;
     }
   }
   throw StatusError(PERSEUS_ERR_UNSUPPORTED,
@@ -93,26 +102,46 @@ int32_t mapFormat(const char* format, Py_ssize_t itemsize, const std::string& wh
 
 const char* dtypeName(int32_t dtype) {
   switch (dtype) {
-    case PERSEUS_UINT8: return "uint8";
-    case PERSEUS_INT8: return "int8";
-    case PERSEUS_INT32: return "int32";
-    case PERSEUS_INT64: return "int64";
-    case PERSEUS_FLOAT16: return "float16";
-    case PERSEUS_BFLOAT16: return "bfloat16";
-    case PERSEUS_FLOAT32: return "float32";
-    case PERSEUS_FLOAT64: return "float64";
-    case PERSEUS_BOOL: return "bool";
-    default: return "unknown";
+    case PERSEUS_UINT8:
+      return "uint8";
+    case PERSEUS_INT8:
+      return "int8";
+    case PERSEUS_INT32:
+      return "int32";
+    case PERSEUS_INT64:
+      return "int64";
+    case PERSEUS_FLOAT16:
+      return "float16";
+    case PERSEUS_BFLOAT16:
+      return "bfloat16";
+    case PERSEUS_FLOAT32:
+      return "float32";
+    case PERSEUS_FLOAT64:
+      return "float64";
+    case PERSEUS_BOOL:
+      return "bool";
+    default:
+      return "unknown";
   }
 }
 
 int64_t dtypeSize(int32_t dtype) {
   switch (dtype) {
-    case PERSEUS_UINT8: case PERSEUS_INT8: case PERSEUS_BOOL: return 1;
-    case PERSEUS_FLOAT16: case PERSEUS_BFLOAT16: return 2;
-    case PERSEUS_INT32: case PERSEUS_FLOAT32: return 4;
-    case PERSEUS_INT64: case PERSEUS_FLOAT64: return 8;
-    default: return 0;
+    case PERSEUS_UINT8:
+    case PERSEUS_INT8:
+    case PERSEUS_BOOL:
+      return 1;
+    case PERSEUS_FLOAT16:
+    case PERSEUS_BFLOAT16:
+      return 2;
+    case PERSEUS_INT32:
+    case PERSEUS_FLOAT32:
+      return 4;
+    case PERSEUS_INT64:
+    case PERSEUS_FLOAT64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -133,8 +162,9 @@ TensorArg::TensorArg(py::handle obj, bool writable, const char* role, const std:
       PyCapsule_SetName(o, kUsedDltensorVersioned);
       return;
     }
-    invalidArgument(where + ": the capsule is not an unused DLPack tensor (a DLPack capsule "
-                            "can be passed to one collective only)");
+    invalidArgument(where +
+                    ": the capsule is not an unused DLPack tensor (a DLPack capsule "
+                    "can be passed to one collective only)");
   }
   fromBuffer(obj, writable, where);
 }

@@ -2,11 +2,11 @@
 // buffer protocol (numpy), viewed as a perseus_tensor without copying.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <pybind11/pybind11.h>
 
 #include "dlpack.h"
 #include "perseus/c_api.h"

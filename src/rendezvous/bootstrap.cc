@@ -54,10 +54,11 @@ std::vector<std::string> gatherRecords(Store& store, const Topology& t, double t
         }
       }
       throw TimeoutError(PERSEUS_STR("rank " << t.rank << ": ranks " << missing.str()
-                                     << " did not reach the rendezvous store within "
-                                        "PERSEUS_START_TIMEOUT=" << timeout_s
-                                     << " s; check that they started and can reach "
-                                        "PERSEUS_CONTROLLER_ADDR"));
+                                             << " did not reach the rendezvous store within "
+                                                "PERSEUS_START_TIMEOUT="
+                                             << timeout_s
+                                             << " s; check that they started and can reach "
+                                                "PERSEUS_CONTROLLER_ADDR"));
     }
   }
   return records;
@@ -67,14 +68,15 @@ std::vector<std::string> gatherRecords(Store& store, const Topology& t, double t
 void bindRank(const Topology& t) {
   const std::vector<int> cpus = transport::shm::bindToShare(t.local_rank, t.local_size);
   if (cpus.empty()) {
-    PERSEUS_LOG(INFO, kRendezvous) << "PERSEUS_BIND_TO=core: not bound (" << t.local_size
-                                   << " ranks on this host, " << transport::shm::usableCpus()
-                                   << " usable cores)";
+    PERSEUS_LOG(INFO, kRendezvous)
+        << "PERSEUS_BIND_TO=core: not bound (" << t.local_size << " ranks on this host, "
+        << transport::shm::usableCpus() << " usable cores)";
     return;
   }
   std::ostringstream list;
   for (size_t i = 0; i < cpus.size(); ++i) list << (i ? "," : "") << cpus[i];
-  PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs " << list.str();
+  PERSEUS_LOG(INFO, kRendezvous) << "local rank " << t.local_rank << " bound to CPUs "
+                                 << list.str();
 }
 
 // PERSEUS_PORT_RANGE="lo-hi" (empty: any port).
@@ -85,8 +87,8 @@ void parsePortRange(const std::string& text, int* lo, int* hi) {
   std::string rest;
   if (!(in >> *lo >> dash >> *hi) || dash != '-' || (in >> rest) || *lo < 1 || *hi > 65535 ||
       *lo > *hi) {
-    throw InvalidArgumentError(PERSEUS_STR("PERSEUS_PORT_RANGE='" << text
-                                           << "' is not a port range like 30000-30100"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("PERSEUS_PORT_RANGE='" << text << "' is not a port range like 30000-30100"));
   }
 }
 
@@ -100,8 +102,7 @@ std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) 
   t.local_ranks = {0};
   t.cross_ranks = {0};
   std::vector<std::unique_ptr<transport::Channel>> channels(1);
-  world->transport =
-      std::make_unique<transport::ChannelTransport>(0, std::move(channels), params);
+  world->transport = std::make_unique<transport::ChannelTransport>(0, std::move(channels), params);
   return world;
 }
 
@@ -149,15 +150,16 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   }
   if (store.add("perseus/claim/" + std::to_string(t.rank), 1) != 1) {
     throw InvalidArgumentError(PERSEUS_STR(
-        "another process already joined this job as rank " << t.rank << "; every process needs "
-        "its own PERSEUS_RANK (or OMPI_COMM_WORLD_RANK), and a job's store cannot be reused"));
+        "another process already joined this job as rank "
+        << t.rank
+        << "; every process needs "
+           "its own PERSEUS_RANK (or OMPI_COMM_WORLD_RANK), and a job's store cannot be reused"));
   }
-  store.set(rankKey(t.rank), toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" +
-                                     listener.address().str()));
+  store.set(rankKey(t.rank),
+            toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" + listener.address().str()));
   std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
-  const std::string job_id = job_id_given
-                                 ? params.job_id
-                                 : fromBytes(store.get("perseus/job_id", until(deadline)));
+  const std::string job_id =
+      job_id_given ? params.job_id : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
 
   std::vector<std::string> addresses(t.size);
@@ -167,14 +169,17 @@ std::unique_ptr<World> bootstrap(const Params& params) {
     std::string size_text;
     if (!std::getline(record, size_text) || !std::getline(record, t.hostnames[r]) ||
         !std::getline(record, addresses[r])) {
-      throw MismatchError(PERSEUS_STR("rank " << r << " published a malformed record in the "
-                                      "rendezvous store; are all ranks running the same Perseus?"));
+      throw MismatchError(
+          PERSEUS_STR("rank " << r
+                              << " published a malformed record in the "
+                                 "rendezvous store; are all ranks running the same Perseus?"));
     }
     if (size_text != std::to_string(t.size)) {
       throw InvalidArgumentError(PERSEUS_STR("rank " << r << " was started with job size "
-                                             << size_text << " but rank " << t.rank << " with "
-                                             << t.size << "; PERSEUS_SIZE (OMPI_COMM_WORLD_SIZE) "
-                                                "must be the same on every rank"));
+                                                     << size_text << " but rank " << t.rank
+                                                     << " with " << t.size
+                                                     << "; PERSEUS_SIZE (OMPI_COMM_WORLD_SIZE) "
+                                                        "must be the same on every rank"));
     }
   }
   derivePlacement(&t);
@@ -205,15 +210,16 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   std::map<int, transport::tcp::SockAddr> tcp_peers;
   for (int r = 0; r < t.size; ++r) {
     if (r == t.rank || channels[r]) continue;
-    tcp_peers[r] = transport::tcp::SockAddr::parse(addresses[r], "address of rank " + std::to_string(r));
+    tcp_peers[r] =
+        transport::tcp::SockAddr::parse(addresses[r], "address of rank " + std::to_string(r));
   }
   if (!tcp_peers.empty()) {
     transport::tcp::MeshOptions options;
     options.connections = static_cast<int>(params.tcp_connections);
     options.deadline = deadline;
     if (options.connections < 1 || options.connections > 64) {
-      throw InvalidArgumentError(PERSEUS_STR("PERSEUS_TCP_CONNECTIONS=" << params.tcp_connections
-                                             << " must be between 1 and 64"));
+      throw InvalidArgumentError(PERSEUS_STR(
+          "PERSEUS_TCP_CONNECTIONS=" << params.tcp_connections << " must be between 1 and 64"));
     }
     auto tcp = transport::tcp::connectTcpPeers(t.rank, listener, tcp_peers, secret, options);
     for (auto& [peer, channel] : tcp) channels[peer] = std::move(channel);
@@ -223,8 +229,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
                                  << t.cross_rank << "/" << t.cross_size << ", "
                                  << (use_shm ? t.local_size - 1 : 0) << " shm and "
                                  << tcp_peers.size() << " TCP peers" << (use_mpi ? ", MPI" : "");
-  world->transport = std::make_unique<transport::ChannelTransport>(t.rank, std::move(channels),
-                                                                   params, doorbell);
+  world->transport =
+      std::make_unique<transport::ChannelTransport>(t.rank, std::move(channels), params, doorbell);
   world->store = std::move(conn.store);
   return world;
 }

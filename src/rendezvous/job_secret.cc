@@ -42,8 +42,9 @@ bool readPrivateFile(const std::string& path, bool must_exist, const LaunchInfo&
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT && !must_exist) return false;
-    throw InvalidArgumentError(PERSEUS_STR("cannot read the secret file " << path << ": "
-                                           << std::strerror(errno) << "; " << howToProvide(info)));
+    throw InvalidArgumentError(PERSEUS_STR("cannot read the secret file "
+                                           << path << ": " << std::strerror(errno) << "; "
+                                           << howToProvide(info)));
   }
   struct stat st;
   const bool ok = ::fstat(fd, &st) == 0;
@@ -58,8 +59,8 @@ bool readPrivateFile(const std::string& path, bool must_exist, const LaunchInfo&
   ssize_t n = ::read(fd, buf, sizeof(buf));
   ::close(fd);
   if (n < 0) {
-    throw InvalidArgumentError(PERSEUS_STR("cannot read the secret file " << path << ": "
-                                           << std::strerror(errno)));
+    throw InvalidArgumentError(
+        PERSEUS_STR("cannot read the secret file " << path << ": " << std::strerror(errno)));
   }
   *text = trimmed(std::string(buf, static_cast<size_t>(n)));
   return true;
@@ -84,7 +85,8 @@ std::string userSecretHex(const LaunchInfo& info, const std::string& secret_file
   }
   if (text.size() < kMinSecretChars) {
     throw InvalidArgumentError(PERSEUS_STR("the secret from " << source << " has " << text.size()
-                                           << " characters; " << howToProvide(info)));
+                                                              << " characters; "
+                                                              << howToProvide(info)));
   }
   const auto mac = transport::tcp::hmacSha256(text.data(), text.size(), info.launch_id.data(),
                                               info.launch_id.size());

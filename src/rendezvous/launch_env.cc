@@ -43,15 +43,41 @@ const char* lookupNonEmpty(const EnvLookup& lookup, const char* name) {
 }
 
 // Every variable of every launcher, so that a message can show what this process was given.
-const char* const kLauncherVariables[] = {
-    "PERSEUS_RANK", "PERSEUS_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMI_FD",
-    "PMI_PORT", "PMI_JOBID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMIX_RANK", "PMIX_NAMESPACE",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID",
-    "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID",
-    "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
-    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"};
+const char* const kLauncherVariables[] = {"PERSEUS_RANK",
+                                          "PERSEUS_SIZE",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          "PMI_RANK",
+                                          "PMI_SIZE",
+                                          "PMI_FD",
+                                          "PMI_PORT",
+                                          "PMI_JOBID",
+                                          "MPI_LOCALRANKID",
+                                          "MPI_LOCALNRANKS",
+                                          "PMIX_RANK",
+                                          "PMIX_NAMESPACE",
+                                          "RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_RANK",
+                                          "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "SLURM_JOB_ID",
+                                          "SLURM_STEP_ID",
+                                          "SLURM_PROCID",
+                                          "SLURM_STEP_NUM_TASKS",
+                                          "SLURM_NTASKS",
+                                          "SLURM_LOCALID",
+                                          "SLURM_NODEID",
+                                          "SLURM_STEP_TASKS_PER_NODE",
+                                          "SLURM_TASKS_PER_NODE",
+                                          "SLURM_NTASKS_PER_NODE",
+                                          "SLURM_STEP_NODELIST",
+                                          "SLURM_JOB_NODELIST"};
 
 std::string seenVariables(const EnvLookup& lookup) {
   std::ostringstream out;
@@ -144,16 +170,18 @@ bool readHydra(const Reader& env, LaunchInfo* info) {
   if (env.get("MPI_LOCALRANKID") == nullptr && env.get("MPI_LOCALNRANKS") == nullptr) return false;
   Topology& t = info->topology;
   if (!env.readPair("PMI_RANK", "PMI_SIZE", &t.rank, &t.size)) {
-    env.fail("MPI_LOCALRANKID/MPI_LOCALNRANKS are set but PMI_RANK/PMI_SIZE are not; start "
-             "the job with mpiexec (Hydra) unchanged, or with perseusrun");
+    env.fail(
+        "MPI_LOCALRANKID/MPI_LOCALNRANKS are set but PMI_RANK/PMI_SIZE are not; start "
+        "the job with mpiexec (Hydra) unchanged, or with perseusrun");
   }
   env.readLocal(info, "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
   if (t.size > 1) {
     const char* fd = env.get("PMI_FD");
     if (fd == nullptr) {
-      env.fail("PMI_FD is not set (a PMI_PORT server or a PMI library of another launcher), so "
-               "the ranks cannot share the rendezvous store's address; use Hydra's default "
-               "(no -pmi-port), or start the job with perseusrun");
+      env.fail(
+          "PMI_FD is not set (a PMI_PORT server or a PMI library of another launcher), so "
+          "the ranks cannot share the rendezvous store's address; use Hydra's default "
+          "(no -pmi-port), or start the job with perseusrun");
     }
     info->pmi_fd = env.parseInt("PMI_FD", fd, 0, INT_MAX);
   }
@@ -164,8 +192,9 @@ bool readTorchrun(const Reader& env, LaunchInfo* info) {
   Topology& t = info->topology;
   if (!env.readPair("RANK", "WORLD_SIZE", &t.rank, &t.size)) {
     if (env.get("LOCAL_RANK") != nullptr && env.get("LOCAL_WORLD_SIZE") != nullptr) {
-      env.fail("LOCAL_RANK/LOCAL_WORLD_SIZE are set but RANK/WORLD_SIZE are not; start the "
-               "job with torchrun, or set RANK and WORLD_SIZE too");
+      env.fail(
+          "LOCAL_RANK/LOCAL_WORLD_SIZE are set but RANK/WORLD_SIZE are not; start the "
+          "job with torchrun, or set RANK and WORLD_SIZE too");
     }
     return false;
   }
@@ -174,9 +203,10 @@ bool readTorchrun(const Reader& env, LaunchInfo* info) {
   const char* addr = env.get("MASTER_ADDR");
   const char* port = env.get("MASTER_PORT");
   if (addr == nullptr || port == nullptr) {
-    env.fail("WORLD_SIZE > 1 but MASTER_ADDR/MASTER_PORT are not both set, so the ranks "
-             "cannot find rank 0; set them (torchrun and a PyTorchJob do), or start the job "
-             "with perseusrun");
+    env.fail(
+        "WORLD_SIZE > 1 but MASTER_ADDR/MASTER_PORT are not both set, so the ranks "
+        "cannot find rank 0; set them (torchrun and a PyTorchJob do), or start the job "
+        "with perseusrun");
   }
   info->store_host = addr;
   const int master_port = env.parseInt("MASTER_PORT", port, 1, 65535);
@@ -219,7 +249,8 @@ bool readSlurm(const Reader& env, LaunchInfo* info) {
     info->local_rank_var = "SLURM_LOCALID";
     info->local_size_var = per_node_var;
     if (t.rank == 0 && node != 0) {
-      env.fail("task 0 runs on node " + std::to_string(node) + " of the step, not on its first "
+      env.fail("task 0 runs on node " + std::to_string(node) +
+               " of the step, not on its first "
                "node where the ranks look for the store; use srun's default (block) "
                "distribution, or set PERSEUS_CONTROLLER_ADDR");
     }
@@ -232,8 +263,9 @@ bool readSlurm(const Reader& env, LaunchInfo* info) {
     nodes_var = "SLURM_JOB_NODELIST";
   }
   if (nodes == nullptr) {
-    env.fail("SLURM_STEP_NUM_TASKS > 1 but SLURM_STEP_NODELIST is not set, so the ranks cannot "
-             "find the first node; run the job with srun");
+    env.fail(
+        "SLURM_STEP_NUM_TASKS > 1 but SLURM_STEP_NODELIST is not set, so the ranks cannot "
+        "find the first node; run the job with srun");
   }
   info->store_host = expandHostList(nodes, nodes_var).front();
   const char* job = env.get("SLURM_JOB_ID");
@@ -250,12 +282,18 @@ bool readSlurm(const Reader& env, LaunchInfo* info) {
 
 const char* launcherName(Launcher launcher) {
   switch (launcher) {
-    case Launcher::kSingle: return "no launcher";
-    case Launcher::kPerseus: return "perseusrun";
-    case Launcher::kOpenMpi: return "Open MPI's mpirun";
-    case Launcher::kHydra: return "MPICH's (or Intel MPI's) mpiexec";
-    case Launcher::kTorchrun: return "torchrun";
-    case Launcher::kSlurm: return "Slurm's srun";
+    case Launcher::kSingle:
+      return "no launcher";
+    case Launcher::kPerseus:
+      return "perseusrun";
+    case Launcher::kOpenMpi:
+      return "Open MPI's mpirun";
+    case Launcher::kHydra:
+      return "MPICH's (or Intel MPI's) mpiexec";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kSlurm:
+      return "Slurm's srun";
   }
   return "an unknown launcher";
 }
@@ -281,8 +319,8 @@ LaunchInfo readLaunchInfo(const EnvLookup& lookup) {
     i->has_cross = e.readPair("PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE", &i->topology.cross_rank,
                               &i->topology.cross_size);
     if (i->has_cross && i->topology.cross_size > i->topology.size) {
-      e.fail(PERSEUS_STR("PERSEUS_CROSS_SIZE=" << i->topology.cross_size
-                                               << " exceeds the job size " << i->topology.size));
+      e.fail(PERSEUS_STR("PERSEUS_CROSS_SIZE=" << i->topology.cross_size << " exceeds the job size "
+                                               << i->topology.size));
     }
     return true;
   };
@@ -304,10 +342,11 @@ LaunchInfo readLaunchInfo(const EnvLookup& lookup) {
   if (host != nullptr) t.hostname = host;  // PERSEUS_HOSTNAME wins over SLURMD_NODENAME
 
   if (info.launcher == Launcher::kSingle && env.get("PMIX_RANK") != nullptr) {
-    env.fail("this process was started by a PMIx launcher (PMIX_RANK is set) that gives no job "
-             "size Perseus can read, so it would run alone; start it with perseusrun, mpirun, "
-             "srun (without --mpi=pmix if that is what set it) or torchrun, or set "
-             "PERSEUS_RANK/PERSEUS_SIZE, PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET");
+    env.fail(
+        "this process was started by a PMIx launcher (PMIX_RANK is set) that gives no job "
+        "size Perseus can read, so it would run alone; start it with perseusrun, mpirun, "
+        "srun (without --mpi=pmix if that is what set it) or torchrun, or set "
+        "PERSEUS_RANK/PERSEUS_SIZE, PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET");
   }
 
   if (const char* addr = env.get("PERSEUS_CONTROLLER_ADDR")) {
@@ -321,12 +360,14 @@ LaunchInfo readLaunchInfo(const EnvLookup& lookup) {
   if (const char* secret = env.get("PERSEUS_SECRET")) info.secret_hex = secret;
 
   if (info.launcher == Launcher::kPerseus && t.size > 1 && info.controller_host.empty()) {
-    env.fail("PERSEUS_SIZE > 1 but PERSEUS_CONTROLLER_ADDR is not set; start the job with "
-             "perseusrun, or set PERSEUS_CONTROLLER_ADDR/_PORT to a running store server");
+    env.fail(
+        "PERSEUS_SIZE > 1 but PERSEUS_CONTROLLER_ADDR is not set; start the job with "
+        "perseusrun, or set PERSEUS_CONTROLLER_ADDR/_PORT to a running store server");
   }
   if (!info.controller_host.empty() && info.secret_hex.empty()) {
-    env.fail("PERSEUS_SECRET is not set; every connection is authenticated with the job secret "
-             "(hex), which perseusrun sets for each rank");
+    env.fail(
+        "PERSEUS_SECRET is not set; every connection is authenticated with the job secret "
+        "(hex), which perseusrun sets for each rank");
   }
   return info;
 }

@@ -12,7 +12,8 @@ namespace perseus::rendezvous {
 
 enum class Launcher { kSingle, kPerseus, kOpenMpi, kHydra, kTorchrun, kSlurm };
 
-// "perseusrun", "Open MPI's mpirun", "MPICH's (or Intel MPI's) mpiexec", "torchrun", "Slurm's srun".
+// "perseusrun", "Open MPI's mpirun", "MPICH's (or Intel MPI's) mpiexec", "torchrun", "Slurm's
+// srun".
 const char* launcherName(Launcher launcher);
 
 struct LaunchInfo {
@@ -22,7 +23,7 @@ struct LaunchInfo {
   bool has_local = false;
   bool has_cross = false;
   std::string local_rank_var, local_size_var;  // the variables has_local came from
-  std::string controller_host;  // empty: no controller given
+  std::string controller_host;                 // empty: no controller given
   int controller_port = 0;
   std::string secret_hex;
   std::string ompi_job_id;  // Open MPI only: OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE

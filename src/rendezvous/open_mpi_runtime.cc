@@ -36,7 +36,9 @@ void* openLibmpi() {
   throw InvalidArgumentError(
       "this Open MPI job spans several hosts (or OMPI_COMM_WORLD_LOCAL_SIZE is not set), so "
       "the ranks share the rendezvous store's address through MPI, but Open MPI's libmpi "
-      "could not be loaded (" + errors + "); put Open MPI's lib directory on "
+      "could not be loaded (" +
+      errors +
+      "); put Open MPI's lib directory on "
       "LD_LIBRARY_PATH (mpirun -x LD_LIBRARY_PATH), launch with perseusrun or perseusrun --mpi, "
       "or set PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to a store started with "
       "perseus_store_server_start");
@@ -46,7 +48,8 @@ template <typename T>
 T symbol(void* lib, const char* name) {
   void* p = ::dlsym(lib, name);
   if (p == nullptr) {
-    throw InvalidArgumentError(PERSEUS_STR("libmpi has no " << name << " (" << ::dlerror()
+    throw InvalidArgumentError(PERSEUS_STR("libmpi has no "
+                                           << name << " (" << ::dlerror()
                                            << "); is it Open MPI's? Launch with perseusrun"));
   }
   return reinterpret_cast<T>(p);

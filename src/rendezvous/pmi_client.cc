@@ -40,7 +40,8 @@ std::map<std::string, std::string> PmiClient::call(const std::string& request,
     ssize_t n = ::write(fd_, request.data() + sent, request.size() - sent);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      throw InternalError(PERSEUS_STR("cannot write to " << what << ": " << std::strerror(errno)
+      throw InternalError(PERSEUS_STR("cannot write to "
+                                      << what << ": " << std::strerror(errno)
                                       << "; was this process started by mpiexec?"));
     }
     sent += static_cast<size_t>(n);
@@ -53,12 +54,12 @@ std::map<std::string, std::string> PmiClient::call(const std::string& request,
       auto fields = parseLine(line);
       if (fields["cmd"] != reply) {
         throw InternalError(PERSEUS_STR(what << " answered '" << line << "' to '"
-                                        << request.substr(0, request.size() - 1) << "'"));
+                                             << request.substr(0, request.size() - 1) << "'"));
       }
       auto rc = fields.find("rc");
       if (rc != fields.end() && rc->second != "0") {
         throw InternalError(PERSEUS_STR(what << " failed '" << request.substr(0, request.size() - 1)
-                                        << "': " << line));
+                                             << "': " << line));
       }
       return fields;
     }
@@ -68,15 +69,16 @@ std::map<std::string, std::string> PmiClient::call(const std::string& request,
     const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
-      throw TimeoutError(PERSEUS_STR(what << " did not answer '"
-                                     << request.substr(0, request.size() - 1)
+      throw TimeoutError(PERSEUS_STR(what
+                                     << " did not answer '" << request.substr(0, request.size() - 1)
                                      << "' within PERSEUS_START_TIMEOUT; did every rank start?"));
     }
     char buf[4096];
     ssize_t n = ::read(fd_, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      throw InternalError(PERSEUS_STR(what << " closed the connection"
+      throw InternalError(PERSEUS_STR(what
+                                      << " closed the connection"
                                       << (n < 0 ? std::string(": ") + std::strerror(errno) : "")));
     }
     pending_.append(buf, static_cast<size_t>(n));

@@ -45,14 +45,14 @@ void expandRange(const std::string& range, const std::string& what, const std::s
   const std::string lo = range.substr(0, dash);
   const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
   if (!allDigits(lo) || !allDigits(hi) || lo.size() > 9 || hi.size() > 9) {
-    throw InvalidArgumentError(PERSEUS_STR(what << "='" << text << "': '" << range
-                                                << "' is not a range like 01-04"));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what << "='" << text << "': '" << range << "' is not a range like 01-04"));
   }
   const long first = std::strtol(lo.c_str(), nullptr, 10);
   const long last = std::strtol(hi.c_str(), nullptr, 10);
   if (last < first || last - first > 100000) {
-    throw InvalidArgumentError(PERSEUS_STR(what << "='" << text << "': range '" << range
-                                                << "' is empty or too long"));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what << "='" << text << "': range '" << range << "' is empty or too long"));
   }
   for (long v = first; v <= last; ++v) {
     std::string digits = std::to_string(v);
@@ -111,14 +111,14 @@ std::vector<int> expandTasksPerNode(const std::string& text, const std::string& 
     std::string repeat = "1";
     if (paren != std::string::npos) {
       if (item.size() < paren + 4 || item.compare(paren, 2, "(x") != 0 || item.back() != ')') {
-        throw InvalidArgumentError(PERSEUS_STR(what << "='" << text << "': '" << item
-                                                    << "' is not N or N(xM)"));
+        throw InvalidArgumentError(
+            PERSEUS_STR(what << "='" << text << "': '" << item << "' is not N or N(xM)"));
       }
       repeat = item.substr(paren + 2, item.size() - paren - 3);
     }
     if (!allDigits(count) || !allDigits(repeat) || count.size() > 6 || repeat.size() > 6) {
-      throw InvalidArgumentError(PERSEUS_STR(what << "='" << text << "': '" << item
-                                                  << "' is not N or N(xM)"));
+      throw InvalidArgumentError(
+          PERSEUS_STR(what << "='" << text << "': '" << item << "' is not N or N(xM)"));
     }
     const int n = std::atoi(count.c_str()), m = std::atoi(repeat.c_str());
     counts.insert(counts.end(), m, n);

@@ -22,7 +22,6 @@
 #include "transport/tcp/auth.h"
 #include "transport/tcp/iface.h"
 
-
 // Note [Store discovery]
 // perseusrun starts the store and passes PERSEUS_CONTROLLER_ADDR/_PORT and PERSEUS_SECRET to
 // every rank; those always win. Under a bare `mpirun` nothing names a store, so:
@@ -89,8 +88,7 @@ StoreConnection startLocalServer(const std::string& host, const Params& params, 
   out.secret_hex = secret_hex.empty() ? transport::tcp::Secret::random().hex() : secret_hex;
   auto server = TcpStoreServer::start(host, *port, out.secret_hex);
   *port = server->port();
-  auto client =
-      std::make_unique<TcpStoreClient>(host, *port, out.secret_hex, startTimeout(params));
+  auto client = std::make_unique<TcpStoreClient>(host, *port, out.secret_hex, startTimeout(params));
   out.store = std::make_unique<ServerBackedStore>(std::move(server), std::move(client));
   return out;
 }
@@ -106,8 +104,8 @@ void writeDiscoveryFile(const std::string& path, int port, const std::string& se
   ok = (::close(fd) == 0) && ok;
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    throw InternalError(PERSEUS_STR("cannot publish the store address in " << path << ": "
-                                    << std::strerror(errno)));
+    throw InternalError(PERSEUS_STR("cannot publish the store address in "
+                                    << path << ": " << std::strerror(errno)));
   }
 }
 
@@ -122,8 +120,7 @@ bool readDiscoveryFile(const std::string& path, int* port, std::string* secret_h
   ssize_t n = trusted ? ::read(fd, buf, sizeof(buf) - 1) : -1;
   ::close(fd);
   if (!trusted) {
-    PERSEUS_LOG(WARNING, kRendezvous) << "ignoring " << path
-                                      << ": not a private file of this user";
+    PERSEUS_LOG(WARNING, kRendezvous) << "ignoring " << path << ": not a private file of this user";
     return false;
   }
   if (n <= 0) return false;
@@ -152,8 +149,8 @@ StoreConnection singleHostOpenMpi(const LaunchInfo& info, const Params& params) 
   while (!readDiscoveryFile(path, &port, &secret)) {
     if (Clock::now() >= deadline) {
       throw TimeoutError(PERSEUS_STR("rank " << info.topology.rank << ": rank 0 did not publish "
-                                     << path << " within PERSEUS_START_TIMEOUT="
-                                     << params.start_timeout_s << " s; did rank 0 start?"));
+                                             << path << " within PERSEUS_START_TIMEOUT="
+                                             << params.start_timeout_s << " s; did rank 0 start?"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -188,7 +185,8 @@ StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
     std::string host;
     int port = 0;
     if (!(in >> host >> port >> out.secret_hex)) {
-      throw InternalError("rank 0 published '" + value + "' as the store in PMI; are all "
+      throw InternalError("rank 0 published '" + value +
+                          "' as the store in PMI; are all "
                           "ranks running the same Perseus?");
     }
     out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
@@ -205,8 +203,8 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   const std::string origin =
       given ? std::string("PERSEUS_PORT")
             : std::string(info.launcher == Launcher::kTorchrun ? "MASTER_PORT+1"
-                                                                : "derived from SLURM_JOB_ID/"
-                                                                  "SLURM_STEP_ID");
+                                                               : "derived from SLURM_JOB_ID/"
+                                                                 "SLURM_STEP_ID");
   const std::string where = PERSEUS_STR(info.store_host << ":" << port << " (" << origin << ")");
   if (info.topology.rank == 0) {
     const std::string bind = params.iface.empty()
@@ -225,8 +223,8 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   StoreConnection out;
   out.secret_hex = secret;
   try {
-    out.store = std::make_unique<TcpStoreClient>(info.store_host, port, secret,
-                                                 startTimeout(params));
+    out.store =
+        std::make_unique<TcpStoreClient>(info.store_host, port, secret, startTimeout(params));
   } catch (const AuthError& e) {
     throw AuthError(PERSEUS_STR(
         "rank " << info.topology.rank << " reached a store at " << where
@@ -237,8 +235,8 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   } catch (const TimeoutError& e) {
     throw TimeoutError(PERSEUS_STR(
         "rank " << info.topology.rank << " (" << launcherName(info.launcher)
-                << ") found no rendezvous store at " << where << " within PERSEUS_START_TIMEOUT="
-                << params.start_timeout_s << " s (" << e.what()
+                << ") found no rendezvous store at " << where
+                << " within PERSEUS_START_TIMEOUT=" << params.start_timeout_s << " s (" << e.what()
                 << "); rank 0 opens it there: did rank 0 start, is " << info.store_host
                 << " its address as seen from here, and does a firewall let the port through?"));
   }
@@ -261,7 +259,8 @@ StoreConnection multiHostOpenMpi(const LaunchInfo& info, const Params& params) {
   std::string host;
   int port = 0;
   if (!(in >> host >> port >> out.secret_hex)) {
-    throw InternalError("rank 0 broadcast '" + message + "' as the store's address; are all "
+    throw InternalError("rank 0 broadcast '" + message +
+                        "' as the store's address; are all "
                         "ranks running the same Perseus?");
   }
   out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));

@@ -21,8 +21,8 @@ DecodeResult frame(const uint8_t* data, size_t bytes, const uint8_t** body, size
   if (bytes < 4) return DecodeResult::kNeedMore;
   size_t len = readBe(data, 4);
   if (len == 0 || len > kMaxFrameBytes) {
-    *error = "frame length " + std::to_string(len) + " is outside 1.." +
-             std::to_string(kMaxFrameBytes);
+    *error =
+        "frame length " + std::to_string(len) + " is outside 1.." + std::to_string(kMaxFrameBytes);
     return DecodeResult::kBad;
   }
   if (bytes - 4 < len) return DecodeResult::kNeedMore;
@@ -116,9 +116,14 @@ void encodeRequest(const Request& request, std::vector<uint8_t>* out) {
       writeBe(out, request.value.size(), 4);
       out->insert(out->end(), request.value.begin(), request.value.end());
       break;
-    case Op::kGet: writeBe(out, request.timeout_ms, 4); break;
-    case Op::kAdd: writeBe(out, static_cast<uint64_t>(request.delta), 8); break;
-    case Op::kCheck: break;
+    case Op::kGet:
+      writeBe(out, request.timeout_ms, 4);
+      break;
+    case Op::kAdd:
+      writeBe(out, static_cast<uint64_t>(request.delta), 8);
+      break;
+    case Op::kCheck:
+      break;
   }
   endFrame(out, at);
 }
@@ -138,7 +143,8 @@ std::vector<uint8_t> encodeInt64(int64_t value) {
 
 int64_t decodeInt64(const std::vector<uint8_t>& bytes) {
   if (bytes.size() != 8) {
-    throw MismatchError(PERSEUS_STR("store counter holds " << bytes.size()
+    throw MismatchError(PERSEUS_STR("store counter holds "
+                                    << bytes.size()
                                     << " bytes, not an 8-byte integer; a key used with add() "
                                        "was also set() to something else"));
   }

@@ -50,7 +50,7 @@ DecodeResult decodeRequest(const uint8_t* data, size_t bytes, Request* out, size
 DecodeResult decodeResponse(const uint8_t* data, size_t bytes, Response* out, size_t* consumed,
                             std::string* error);
 
-void encodeRequest(const Request& request, std::vector<uint8_t>* out);   // appends
+void encodeRequest(const Request& request, std::vector<uint8_t>* out);     // appends
 void encodeResponse(const Response& response, std::vector<uint8_t>* out);  // appends
 
 std::vector<uint8_t> encodeInt64(int64_t value);

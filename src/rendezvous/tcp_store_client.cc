@@ -46,7 +46,8 @@ proto::Response TcpStoreClient::call(const proto::Request& request,
       size_t consumed = 0;
       std::string error;
       auto r = proto::decodeResponse(in_.data(), in_.size(), &response, &consumed, &error);
-      if (r == proto::DecodeResult::kBad) throw PeerLostError(-1, what_ + " sent garbage: " + error);
+      if (r == proto::DecodeResult::kBad)
+        throw PeerLostError(-1, what_ + " sent garbage: " + error);
       if (r == proto::DecodeResult::kOk) {
         in_.erase(in_.begin(), in_.begin() + static_cast<long>(consumed));
         return response;
@@ -63,8 +64,7 @@ proto::Response TcpStoreClient::call(const proto::Request& request,
         throw PeerLostError(-1, what_ + ": " + std::strerror(errno));
       }
       pollfd p{fd_.get(), POLLIN, 0};
-      if (::poll(&p, 1, transport::tcp::pollTimeoutMs(deadline)) == 0 &&
-          Clock::now() >= deadline) {
+      if (::poll(&p, 1, transport::tcp::pollTimeoutMs(deadline)) == 0 && Clock::now() >= deadline) {
         throw TimeoutError(PERSEUS_STR(what_ << " did not answer for key '" << request.key << "'"));
       }
     }
@@ -78,7 +78,8 @@ proto::Response TcpStoreClient::call(const proto::Request& request,
 void TcpStoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
   if (value.size() > proto::kMaxValueBytes) {
     throw InvalidArgumentError(PERSEUS_STR("store value for '" << key << "' has " << value.size()
-                                           << " bytes; the limit is " << proto::kMaxValueBytes));
+                                                               << " bytes; the limit is "
+                                                               << proto::kMaxValueBytes));
   }
   proto::Request r;
   r.op = proto::Op::kSet;
@@ -97,7 +98,7 @@ std::vector<uint8_t> TcpStoreClient::get(const std::string& key,
   proto::Response response = call(r, std::chrono::milliseconds(ms) + kReplyGrace);
   if (response.status == proto::Status::kTimeout) {
     throw TimeoutError(PERSEUS_STR("key '" << key << "' did not appear in the " << what_
-                                   << " within " << timeout.count() << " ms"));
+                                           << " within " << timeout.count() << " ms"));
   }
   return response.payload;
 }
@@ -119,8 +120,8 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   r.delta = delta;
   proto::Response response = call(r, kRequestTimeout);
   if (response.status != proto::Status::kOk) {
-    throw InvalidArgumentError(PERSEUS_STR("store key '" << key
-                                           << "' holds a value that is not a counter"));
+    throw InvalidArgumentError(
+        PERSEUS_STR("store key '" << key << "' holds a value that is not a counter"));
   }
   return proto::decodeInt64(response.payload);
 }

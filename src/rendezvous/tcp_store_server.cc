@@ -27,7 +27,10 @@ class TcpStoreServer::Loop {
  public:
   Loop(Fd listener, int wake_fd, const transport::tcp::Secret& secret, Options options,
        const std::atomic<bool>& stopping)
-      : listener_(std::move(listener)), wake_fd_(wake_fd), secret_(secret), options_(options),
+      : listener_(std::move(listener)),
+        wake_fd_(wake_fd),
+        secret_(secret),
+        options_(options),
         stopping_(stopping) {}
 
   void run();
@@ -180,8 +183,10 @@ void TcpStoreServer::Loop::handle(uint64_t id, Client& c, const proto::Request& 
       wakeWaiters(request.key);
       break;
     case proto::Op::kCheck:
-      if (it == data_.end()) response.status = proto::Status::kMissing;
-      else response.payload = it->second;
+      if (it == data_.end())
+        response.status = proto::Status::kMissing;
+      else
+        response.payload = it->second;
       break;
     case proto::Op::kGet:
       if (it != data_.end()) {
@@ -201,8 +206,8 @@ void TcpStoreServer::Loop::handle(uint64_t id, Client& c, const proto::Request& 
         value = proto::decodeInt64(it->second);
       }
       // Wrap like the two's-complement counter it is, rather than overflow (UB).
-      value = static_cast<int64_t>(static_cast<uint64_t>(value) +
-                                   static_cast<uint64_t>(request.delta));
+      value =
+          static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(request.delta));
       data_[request.key] = proto::encodeInt64(value);
       response.payload = proto::encodeInt64(value);
       wakeWaiters(request.key);
@@ -245,8 +250,8 @@ void TcpStoreServer::Loop::drop(uint64_t id, const std::string& why) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   if (!why.empty()) {
-    PERSEUS_LOG(WARNING, kRendezvous) << "store: dropped connection from " << it->second.peer
-                                      << ": " << why;
+    PERSEUS_LOG(WARNING, kRendezvous)
+        << "store: dropped connection from " << it->second.peer << ": " << why;
   }
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     w = (w->second.client == id) ? waiters_.erase(w) : std::next(w);
@@ -266,8 +271,8 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& bind_ho
   if (!server->wake_.valid()) {
     throw InternalError(PERSEUS_STR("eventfd: " << std::strerror(errno)));
   }
-  server->loop_ = std::make_unique<Loop>(std::move(listener), server->wake_.get(), secret,
-                                         options, server->stopping_);
+  server->loop_ = std::make_unique<Loop>(std::move(listener), server->wake_.get(), secret, options,
+                                         server->stopping_);
   server->thread_ = std::thread([loop = server->loop_.get()] {
     try {
       loop->run();

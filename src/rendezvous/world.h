@@ -27,9 +27,9 @@ struct Topology {
 
 struct World {
   Topology topology;
-  std::unique_ptr<Store> store;                  // nullptr for a single rank
+  std::unique_ptr<Store> store;                     // nullptr for a single rank
   std::unique_ptr<transport::Transport> transport;  // reaches every global rank
-  std::unique_ptr<transport::ShmArena> arena;    // the ranks of this host; nullptr if alone
+  std::unique_ptr<transport::ShmArena> arena;       // the ranks of this host; nullptr if alone
 };
 
 // Reads the topology from the environment (PERSEUS_* as set by perseusrun, or another

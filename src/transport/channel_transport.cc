@@ -63,8 +63,9 @@ ChannelTransport::ChannelTransport(int rank, std::vector<std::unique_ptr<Channel
       doorbell_(doorbell ? std::move(doorbell) : std::make_shared<LocalDoorbell>()),
       yield_when_idle_(doorbell_->oversubscribed()) {
   if (rank_ < 0 || rank_ >= size()) {
-    throw InvalidArgumentError(PERSEUS_STR("ChannelTransport: rank " << rank_ << " is outside 0.."
-                                           << size() - 1 << " (one channel slot per rank)"));
+    throw InvalidArgumentError(PERSEUS_STR("ChannelTransport: rank "
+                                           << rank_ << " is outside 0.." << size() - 1
+                                           << " (one channel slot per rank)"));
   }
   for (int r = 0; r < size(); ++r) {
     if (!channels_[r]) continue;
@@ -89,16 +90,18 @@ ChannelTransport::~ChannelTransport() {
 
 void ChannelTransport::validate(int peer, size_t bytes, const void* data, const char* what) const {
   if (peer < 0 || peer >= size()) {
-    throw InvalidArgumentError(PERSEUS_STR("rank " << rank_ << ": " << what << " names rank " << peer
-                                           << ", but the job has ranks 0.." << size() - 1));
+    throw InvalidArgumentError(PERSEUS_STR("rank " << rank_ << ": " << what << " names rank "
+                                                   << peer << ", but the job has ranks 0.."
+                                                   << size() - 1));
   }
   if (peer != rank_ && !channels_[peer]) {
     throw InvalidArgumentError(PERSEUS_STR("rank " << rank_ << ": " << what << " with rank " << peer
-                                           << ", which this transport has no channel to"));
+                                                   << ", which this transport has no channel to"));
   }
   if (bytes > 0 && data == nullptr) {
     throw InvalidArgumentError(PERSEUS_STR("rank " << rank_ << ": " << what << " of " << bytes
-                                           << " bytes with rank " << peer << " has a null buffer"));
+                                                   << " bytes with rank " << peer
+                                                   << " has a null buffer"));
   }
 }
 
@@ -108,7 +111,8 @@ void ChannelTransport::checkAborted() const {
   throw ShutDownError(PERSEUS_STR("rank " << rank_ << ": transport aborted: " << abort_reason_));
 }
 
-void ChannelTransport::exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) {
+void ChannelTransport::exchange(const std::vector<SendOp>& sends,
+                                const std::vector<RecvOp>& recvs) {
   checkAborted();
   ops_.clear();
   bool any_self = false;
@@ -126,8 +130,8 @@ void ChannelTransport::exchange(const std::vector<SendOp>& sends, const std::vec
     if (r.peer == rank_) {
       any_self = true;
     } else if (r.bytes > 0) {
-      ops_.push_back({channels_[r.peer].get(), static_cast<char*>(r.data), r.bytes, r.bytes,
-                      r.peer, false});
+      ops_.push_back(
+          {channels_[r.peer].get(), static_cast<char*>(r.data), r.bytes, r.bytes, r.peer, false});
     }
   }
   if (any_self) copySelf(sends, recvs);
@@ -181,8 +185,8 @@ bool ChannelTransport::progressPass() {
     // Ops with one peer in one direction form a FIFO: only the first unfinished one may move.
     uint64_t& busy = peer_busy_pass_[2 * op.peer + (op.is_send ? 1 : 0)];
     if (busy == pass_) continue;
-    const size_t n = op.is_send ? op.channel->trySend(op.data, op.left)
-                                : op.channel->tryRecv(op.data, op.left);
+    const size_t n =
+        op.is_send ? op.channel->trySend(op.data, op.left) : op.channel->tryRecv(op.data, op.left);
     if (n > 0) {
       op.data += n;
       op.left -= n;
@@ -197,7 +201,8 @@ bool ChannelTransport::progressPass() {
   return moved;
 }
 
-void ChannelTransport::copySelf(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) {
+void ChannelTransport::copySelf(const std::vector<SendOp>& sends,
+                                const std::vector<RecvOp>& recvs) {
   // Self-sends append to one FIFO; self-receives take from its front. Bytes go straight from
   // a send to a receive of the same exchange when the FIFO is empty, and are buffered only when
   // sent ahead of their receive.
@@ -256,8 +261,8 @@ void ChannelTransport::throwTimeout(double idle_s) const {
   const char* sep = "";
   for (const PendingOp& op : ops_) {
     if (op.left == 0) continue;
-    os << sep << (op.is_send ? "send to rank " : "receive from rank ") << op.peer << " ("
-       << op.left << " of " << op.bytes << " bytes outstanding)";
+    os << sep << (op.is_send ? "send to rank " : "receive from rank ") << op.peer << " (" << op.left
+       << " of " << op.bytes << " bytes outstanding)";
     sep = ", ";
   }
   os << ". The peer may be stuck, dead without notice, or running a different collective; "
@@ -303,7 +308,8 @@ bool ChannelTransport::blockOnce(bool for_exchange, std::chrono::microseconds li
     fds.push_back({event_fd_, POLLIN, 0});
     const int rc = ::poll(fds.data(), fds.size(), toPollMs(slice));
     if (rc < 0 && errno != EINTR) {
-      throw InternalError(PERSEUS_STR("rank " << rank_ << ": poll() failed: " << std::strerror(errno)));
+      throw InternalError(
+          PERSEUS_STR("rank " << rank_ << ": poll() failed: " << std::strerror(errno)));
     }
     if (rc > 0 && (fds.back().revents & POLLIN)) drainEventFd();
     return false;

@@ -69,7 +69,9 @@ class Transport {
   // Convenience over exchange(); a peer of -1 skips that side.
   void sendRecv(int send_peer, const void* send_data, size_t send_bytes, int recv_peer,
                 void* recv_data, size_t recv_bytes);
-  void send(int peer, const void* data, size_t bytes) { sendRecv(peer, data, bytes, -1, nullptr, 0); }
+  void send(int peer, const void* data, size_t bytes) {
+    sendRecv(peer, data, bytes, -1, nullptr, 0);
+  }
   void recv(int peer, void* data, size_t bytes) { sendRecv(-1, nullptr, 0, peer, data, bytes); }
 };
 

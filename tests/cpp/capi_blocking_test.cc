@@ -3,7 +3,6 @@
 // first runs, large tensors, process sets) and on the post lane, where the rank that posts
 // last finishes with no handle and the others wait on an untimed one.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <stdlib.h>
 
@@ -38,18 +37,22 @@ TEST(CapiBlocking, ResultsMatchTheAsynchronousCallsOnEveryPath) {
         // Rank 1 mixes in the asynchronous call: both kinds post into the same slots.
         if (r == 1 && it % 3 == 0) {
           perseus_handle h;
-          CHILD_CHECK(perseus_allreduce(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
+          CHILD_CHECK(perseus_allreduce(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0, &h) ==
+                      PERSEUS_OK);
           CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK && perseus_release(h) == PERSEUS_OK);
         } else {
-          CHILD_CHECK(perseus_allreduce_blocking(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0) == PERSEUS_OK);
+          CHILD_CHECK(perseus_allreduce_blocking(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0) ==
+                      PERSEUS_OK);
         }
         for (size_t i = 0; i < in.size(); ++i) {
           CHILD_CHECK(out[i] == 6.0f * (it + 1) + 3.0f * i);  // (1 + 2 + 3)(it + 1) + n i
         }
         // In place, with an average and both scales: (sum * 2 / n) * 0.5 = sum / n.
         std::vector<float> copy = in;
-        CHILD_CHECK(perseus_allreduce_blocking(avg.c_str(), &ti, &ti, PERSEUS_AVERAGE, 2.0, 0.5, 0) == PERSEUS_OK);
-        for (size_t i = 0; i < in.size(); ++i) CHILD_CHECK(in[i] == (6.0f * (it + 1) + 3.0f * i) / 3.0f);
+        CHILD_CHECK(perseus_allreduce_blocking(avg.c_str(), &ti, &ti, PERSEUS_AVERAGE, 2.0, 0.5,
+                                               0) == PERSEUS_OK);
+        for (size_t i = 0; i < in.size(); ++i)
+          CHILD_CHECK(in[i] == (6.0f * (it + 1) + 3.0f * i) / 3.0f);
         in = copy;
         for (size_t i = 0; i < bc.size(); ++i) bc[i] = r == 2 ? it + 0.5f * i : -1.0f;
         CHILD_CHECK(perseus_broadcast_blocking(root.c_str(), &tb, &tb, 2, 0) == PERSEUS_OK);
@@ -76,16 +79,22 @@ TEST(CapiBlocking, ErrorsAreTheAsynchronousCallsErrors) {
     int64_t count = 4;
     std::vector<float> v(4, 1.0f);
     perseus_tensor t = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &count);
-    CHILD_CHECK(perseus_allreduce_blocking("early", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_NOT_INITIALIZED);
+    CHILD_CHECK(perseus_allreduce_blocking("early", &t, &t, PERSEUS_SUM, 1, 1, 0) ==
+                PERSEUS_ERR_NOT_INITIALIZED);
     CHILD_CHECK(std::string(perseus_last_error()).find("perseus_init") != std::string::npos);
     CHILD_CHECK(perseus_init() == PERSEUS_OK);
-    CHILD_CHECK(perseus_allreduce_blocking(nullptr, &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(perseus_allreduce_blocking("x", nullptr, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(perseus_allreduce_blocking("x", &t, nullptr, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, 42, 1, 1, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking(nullptr, &t, &t, PERSEUS_SUM, 1, 1, 0) ==
+                PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", nullptr, &t, PERSEUS_SUM, 1, 1, 0) ==
+                PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, nullptr, PERSEUS_SUM, 1, 1, 0) ==
+                PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, 42, 1, 1, 0) ==
+                PERSEUS_ERR_INVALID_ARGUMENT);
     CHILD_CHECK(std::string(perseus_last_error()).find("'x'") != std::string::npos);
     CHILD_CHECK(perseus_broadcast_blocking("", &t, &t, 0, 0) == PERSEUS_ERR_INVALID_ARGUMENT);
-    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, PERSEUS_SUM, 1, 1, 7) == PERSEUS_ERR_INVALID_ARGUMENT);
+    CHILD_CHECK(perseus_allreduce_blocking("x", &t, &t, PERSEUS_SUM, 1, 1, 7) ==
+                PERSEUS_ERR_INVALID_ARGUMENT);
     // A name posted for a while, then a shape that differs on one rank: the post falls back
     // to negotiation, which reports the mismatch on every rank; the job goes on.
     for (int it = 0; it < 20; ++it) {
@@ -93,7 +102,8 @@ TEST(CapiBlocking, ErrorsAreTheAsynchronousCallsErrors) {
     }
     int64_t other = r == 0 ? 3 : 4;
     perseus_tensor odd = cpuTensor(v.data(), PERSEUS_FLOAT32, 1, &other);
-    CHILD_CHECK(perseus_allreduce_blocking("grad", &odd, &odd, PERSEUS_MAX, 1, 1, 0) == PERSEUS_ERR_MISMATCH);
+    CHILD_CHECK(perseus_allreduce_blocking("grad", &odd, &odd, PERSEUS_MAX, 1, 1, 0) ==
+                PERSEUS_ERR_MISMATCH);
     const std::string msg = perseus_last_error();
     CHILD_CHECK(msg.find("'grad'") != std::string::npos && msg.find("shape") != std::string::npos);
     // A root that differs: the same.
@@ -104,7 +114,8 @@ TEST(CapiBlocking, ErrorsAreTheAsynchronousCallsErrors) {
       CHILD_CHECK(v[3] == 1.0f);
     }
     CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
-    CHILD_CHECK(perseus_allreduce_blocking("late", &t, &t, PERSEUS_SUM, 1, 1, 0) == PERSEUS_ERR_SHUT_DOWN);
+    CHILD_CHECK(perseus_allreduce_blocking("late", &t, &t, PERSEUS_SUM, 1, 1, 0) ==
+                PERSEUS_ERR_SHUT_DOWN);
     return 0;
   });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
@@ -133,22 +144,26 @@ TEST(CapiBlocking, ADuplicateWhileACallWatchesItsPostFailsLocally) {
         perseus_tensor tw = cpuTensor(w.data(), PERSEUS_FLOAT32, 1, &count);
         perseus_tensor odd = cpuTensor(w.data(), PERSEUS_FLOAT32, 1, &other);
         perseus_handle h;
-        if (perseus_allreduce("dup", &tw, &tw, PERSEUS_MAX, 1, 1, 0, &h) == PERSEUS_ERR_DUPLICATE_NAME &&
+        if (perseus_allreduce("dup", &tw, &tw, PERSEUS_MAX, 1, 1, 0, &h) ==
+                PERSEUS_ERR_DUPLICATE_NAME &&
             std::string(perseus_last_error()).find("'dup'") != std::string::npos) {
           ++seen;
         }
-        if (perseus_allreduce_blocking("dup", &odd, &odd, PERSEUS_MAX, 1, 1, 0) == PERSEUS_ERR_DUPLICATE_NAME) {
+        if (perseus_allreduce_blocking("dup", &odd, &odd, PERSEUS_MAX, 1, 1, 0) ==
+            PERSEUS_ERR_DUPLICATE_NAME) {
           ++seen;
         }
       });
       const auto start = std::chrono::steady_clock::now();
       std::fill(v.begin(), v.end(), 2.0f);
       CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       other_thread.join();
       CHILD_CHECK(seen == 2 && took > 0.2 && v[0] == 2.0f);
     }
-    if (r == 1) CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
+    if (r == 1)
+      CHILD_CHECK(perseus_allreduce_blocking("dup", &t, &t, PERSEUS_MAX, 1, 1, 0) == PERSEUS_OK);
     CHILD_CHECK(v[0] == 2.0f);
     perseus_engine_stats stats;
     CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK && stats.posted_allreduces >= 8);
@@ -173,7 +188,8 @@ TEST(CapiBlocking, ASigkilledRankFailsTheOthersBlockedOnItsPost) {
           const auto start = std::chrono::steady_clock::now();
           perseus_status s = perseus_allreduce_blocking("small", &t, &t, PERSEUS_MAX, 1, 1, 0);
           if (s == PERSEUS_OK) continue;
-          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          const double took =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           if (checkLostRank2(r, s, "'small'", took, 10) != 0) return 1;
           CHILD_CHECK(i == 50);
           perseus_shutdown();

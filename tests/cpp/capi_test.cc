@@ -2,13 +2,12 @@
 // (perseus_store_server_start/stop), and jobs of forked processes that bootstrap through a store
 // server exactly as under perseusrun (PERSEUS_* variables).
 #include <gtest/gtest.h>
-
-#include <ctime>
 #include <signal.h>
 #include <stdlib.h>
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,9 +17,9 @@
 
 namespace {
 
-using perseus::testing::kCapiJobSecret;
-using perseus::testing::cpuTensor;
 using perseus::testing::checkLostRank2;
+using perseus::testing::cpuTensor;
+using perseus::testing::kCapiJobSecret;
 using perseus::testing::runCapiJob;
 
 TEST(CapiTest, StoreServerStartsOnAFreePortAndStops) {
@@ -40,7 +39,8 @@ TEST(CapiTest, ErrorsBeforeInitAndBasics) {
   float x = 1;
   int64_t shape[1] = {1};
   perseus_tensor tx = cpuTensor(&x, PERSEUS_FLOAT32, 1, shape);
-  EXPECT_EQ(perseus_allreduce("x", &tx, &tx, PERSEUS_SUM, 1, 1, 0, &h), PERSEUS_ERR_NOT_INITIALIZED);
+  EXPECT_EQ(perseus_allreduce("x", &tx, &tx, PERSEUS_SUM, 1, 1, 0, &h),
+            PERSEUS_ERR_NOT_INITIALIZED);
   EXPECT_EQ(perseus_is_initialized(), 0);
   EXPECT_NE(std::string(perseus_build_info()).find("cpu=1"), std::string::npos);
   std::string dump = perseus_params_dump();
@@ -64,7 +64,8 @@ TEST(CapiTest, SingleRankInThisProcess) {
         int64_t shape[1] = {3};
         perseus_tensor tv = cpuTensor(v, PERSEUS_FLOAT32, 1, shape);
         perseus_handle h;
-        CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_AVERAGE, 2.0, 1.0, 0, &h) == PERSEUS_OK);
+        CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_AVERAGE, 2.0, 1.0, 0, &h) ==
+                    PERSEUS_OK);
         CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK);
         CHILD_CHECK(v[2] == 6.0f);
         // The engine's stamps, on the monotonic clock, in order.
@@ -76,20 +77,27 @@ TEST(CapiTest, SingleRankInThisProcess) {
                     completed <= int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
         CHILD_CHECK(perseus_handle_times(h, nullptr, nullptr) == PERSEUS_OK);
         CHILD_CHECK(perseus_release(h) == PERSEUS_OK);
-        CHILD_CHECK(perseus_handle_times(h, &submitted, &completed) == PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_handle_times(h, &submitted, &completed) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
         CHILD_CHECK(perseus_release(h) == PERSEUS_ERR_INVALID_ARGUMENT);
         // Validation.
         perseus_tensor bad = tv;
         bad.dtype = 42;
-        CHILD_CHECK(perseus_allreduce("b", &bad, &bad, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce("b", &bad, &bad, PERSEUS_SUM, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
         CHILD_CHECK(std::string(perseus_last_error()).find("'b'") != std::string::npos);
         bad = tv;
         bad.ndim = 17;
-        CHILD_CHECK(perseus_allreduce("b", &bad, &bad, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(perseus_allreduce(nullptr, &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(perseus_allreduce("b", nullptr, &tv, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(perseus_allreduce("b", &tv, &tv, 9, 1, 1, 0, &h) == PERSEUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(perseus_allreduce("b", &tv, &tv, PERSEUS_SUM, 1, 1, 0, nullptr) == PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce("b", &bad, &bad, PERSEUS_SUM, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce(nullptr, &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce("b", nullptr, &tv, PERSEUS_SUM, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce("b", &tv, &tv, 9, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(perseus_allreduce("b", &tv, &tv, PERSEUS_SUM, 1, 1, 0, nullptr) ==
+                    PERSEUS_ERR_INVALID_ARGUMENT);
         bad = tv;
         bad.device = 0;
         perseus_status s = perseus_allreduce("gpu", &bad, &bad, PERSEUS_SUM, 1, 1, 0, &h);
@@ -111,7 +119,8 @@ TEST(CapiTest, SingleRankInThisProcess) {
         CHILD_CHECK(perseus_handle_output(h, 1, &out) == PERSEUS_ERR_INVALID_ARGUMENT);
         perseus_release(h);
         CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
-        CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_ERR_SHUT_DOWN);
+        CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) ==
+                    PERSEUS_ERR_SHUT_DOWN);
         CHILD_CHECK(perseus_get_topology(&t) == PERSEUS_ERR_SHUT_DOWN);
         return 0;
       },
@@ -145,15 +154,18 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     CHILD_CHECK(perseus_allreduce("v", &tv, &tv, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_set_callback(h, onDone, &cs) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
-    for (int i = 0; i < 200 && cs.calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 200 && cs.calls == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CHILD_CHECK(cs.calls == 1 && cs.status == PERSEUS_OK);
     CHILD_CHECK(v[0] == 3.0 && v[3] == 9.0);
     perseus_release(h);
     // grouped allreduce
     float a[2] = {1, 1}, b[3] = {2, 2, 2};
     int64_t s2[1] = {2}, s3[1] = {3};
-    perseus_tensor ins[2] = {cpuTensor(a, PERSEUS_FLOAT32, 1, s2), cpuTensor(b, PERSEUS_FLOAT32, 1, s3)};
-    CHILD_CHECK(perseus_grouped_allreduce("grp", 2, ins, ins, PERSEUS_AVERAGE, 1, 1, 0, &h) == PERSEUS_OK);
+    perseus_tensor ins[2] = {cpuTensor(a, PERSEUS_FLOAT32, 1, s2),
+                             cpuTensor(b, PERSEUS_FLOAT32, 1, s3)};
+    CHILD_CHECK(perseus_grouped_allreduce("grp", 2, ins, ins, PERSEUS_AVERAGE, 1, 1, 0, &h) ==
+                PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK && a[1] == 1.0f && b[2] == 2.0f);
     perseus_release(h);
     // broadcast
@@ -171,7 +183,8 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
     const int64_t* recv = nullptr;
     int32_t nrecv = 0;
-    CHILD_CHECK(perseus_handle_received_splits(h, &recv, &nrecv) == PERSEUS_OK && nrecv == 3 && recv[2] == r + 1);
+    CHILD_CHECK(perseus_handle_received_splits(h, &recv, &nrecv) == PERSEUS_OK && nrecv == 3 &&
+                recv[2] == r + 1);
     perseus_tensor out;
     CHILD_CHECK(perseus_handle_output(h, 0, &out) == PERSEUS_OK && out.shape[0] == 3 * (r + 1));
     perseus_release(h);
@@ -181,7 +194,8 @@ TEST(CapiTest, ThreeRanksEveryCollective) {
     perseus_tensor trs = cpuTensor(rs.data(), PERSEUS_INT32, 1, s7);
     CHILD_CHECK(perseus_reducescatter("rs", &trs, PERSEUS_SUM, 1, 1, 0, &h) == PERSEUS_OK);
     CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
-    CHILD_CHECK(perseus_handle_output(h, 0, &out) == PERSEUS_OK && out.shape[0] == (r == 0 ? 3 : 2));
+    CHILD_CHECK(perseus_handle_output(h, 0, &out) == PERSEUS_OK &&
+                out.shape[0] == (r == 0 ? 3 : 2));
     CHILD_CHECK(static_cast<int32_t*>(out.data)[0] == 3);
     perseus_release(h);
     // mismatch: every rank gets the error, the job continues
@@ -238,11 +252,13 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWithItsRank) {
           }
           perseus_status s = perseus_wait(h, 60);
           if (s != PERSEUS_OK) {
-            double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            double took =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             if (checkLostRank2(r, s, "'big'", took, 30) != 0) return 1;
             // Later requests fail at once with the same cause.
             perseus_handle h2;
-            CHILD_CHECK(perseus_allreduce("next", &tb, &tb, PERSEUS_SUM, 1, 1, 0, &h2) == PERSEUS_OK);
+            CHILD_CHECK(perseus_allreduce("next", &tb, &tb, PERSEUS_SUM, 1, 1, 0, &h2) ==
+                        PERSEUS_OK);
             CHILD_CHECK(perseus_wait(h2, 1) == s);
             // Exit at once: a slower survivor may see this rank go before rank 2 (the cascade).
             perseus_shutdown();
@@ -276,11 +292,13 @@ TEST(CapiTest, SigkilledRankFailsTheOthersWhileTheyWaitForItsPost) {
           const auto start = std::chrono::steady_clock::now();
           perseus_status s = perseus_wait(h, 60);
           if (s != PERSEUS_OK) {
-            double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            double took =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             if (checkLostRank2(r, s, "'small'", took, 10) != 0) return 1;
             CHILD_CHECK(i == 50);
             perseus_engine_stats stats;
-            CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK && stats.posted_allreduces >= 40);
+            CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK &&
+                        stats.posted_allreduces >= 40);
             perseus_shutdown();
             return 0;
           }

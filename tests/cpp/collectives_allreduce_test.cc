@@ -72,12 +72,12 @@ TEST_P(CollectivesAllreduce, EveryAlgorithmTypeOpAndCount) {
               runCollective(*comm, args, name);
             }
             Bytes got = in_place ? in : out;
-            long bad = testing::firstDifference(got, testing::referenceReduce(size, count, t, op), t);
+            long bad =
+                testing::firstDifference(got, testing::referenceReduce(size, count, t, op), t);
             if (bad >= 0) {
-              throw std::runtime_error(PERSEUS_STR(name << " " << dataTypeName(t) << " "
-                                                   << reduceOpName(op) << " count " << count
-                                                   << (in_place ? " in place" : "")
-                                                   << ": first wrong element " << bad));
+              throw std::runtime_error(PERSEUS_STR(
+                  name << " " << dataTypeName(t) << " " << reduceOpName(op) << " count " << count
+                       << (in_place ? " in place" : "") << ": first wrong element " << bad));
             }
           }
         }
@@ -92,7 +92,10 @@ TEST_P(CollectivesAllreduce, EveryAlgorithmTypeOpAndCount) {
       Bytes in = testing::testVector(rank, big, DataType::kFloat32, 1), out(in.size());
       probe.in = in.data();
       probe.out = out.data();
-      if (algo) runCollective(*comm, probe, name); else allreduce(*comm, in.data(), out.data(), big, DataType::kFloat32, ReduceOp::kSum);
+      if (algo)
+        runCollective(*comm, probe, name);
+      else
+        allreduce(*comm, in.data(), out.data(), big, DataType::kFloat32, ReduceOp::kSum);
       if (out != testing::referenceReduce(size, big, DataType::kFloat32, ReduceOp::kSum, 1)) {
         throw std::runtime_error(name + ": wrong result for 1000003 float32");
       }
@@ -118,21 +121,22 @@ TEST_P(CollectivesAllreduce, PostscaleEqualsReduceThenScale) {
         kernels::scale(want.data(), count, t, factor);
         long bad = testing::firstDifference(out, want, t);
         if (bad >= 0) {
-          throw std::runtime_error(PERSEUS_STR("postscale " << dataTypeName(t) << " count "
-                                               << count << ": first wrong element " << bad));
+          throw std::runtime_error(PERSEUS_STR("postscale " << dataTypeName(t) << " count " << count
+                                                            << ": first wrong element " << bad));
         }
       }
     }
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    SizesAndTopologies, CollectivesAllreduce,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
-                       ::testing::Values(Topo::kArena, Topo::kTransportOnly, Topo::kTwoHosts)),
-    [](const auto& info) {
-      return std::to_string(std::get<0>(info.param)) + "_ranks_" + topoName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(SizesAndTopologies, CollectivesAllreduce,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
+                                            ::testing::Values(Topo::kArena, Topo::kTransportOnly,
+                                                              Topo::kTwoHosts)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "_ranks_" +
+                                  topoName(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace perseus::collectives

@@ -2,7 +2,6 @@
 // forcing and its errors, and the collectives over the real shared-memory transport and arena.
 #include <gtest/gtest.h>
 
-
 #include "collectives/collectives.h"
 #include "collectives/registry.h"
 #include "common/status.h"
@@ -19,9 +18,10 @@ void checkAllreduce(Communicator& comm, size_t count, uint32_t seed, const char*
   // Rank values are keyed by the communicator rank, so the reference is over comm.size().
   Bytes in = testing::testVector(comm.rank(), count, DataType::kFloat32, seed), out(in.size());
   allreduce(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
-  if (out != testing::referenceReduce(comm.size(), count, DataType::kFloat32, ReduceOp::kSum, seed)) {
-    throw std::runtime_error(PERSEUS_STR(what << ": wrong allreduce of " << count << " on rank "
-                                         << comm.rank()));
+  if (out !=
+      testing::referenceReduce(comm.size(), count, DataType::kFloat32, ReduceOp::kSum, seed)) {
+    throw std::runtime_error(
+        PERSEUS_STR(what << ": wrong allreduce of " << count << " on rank " << comm.rank()));
   }
 }
 
@@ -71,7 +71,8 @@ TEST(CollectivesGroups, HierarchicalUnevenHosts) {
   testing::InProcWorld world(o);
   world.runOk([&](int r) {
     auto comm = world.makeWorldComm(r);
-    for (size_t count : {size_t{1}, size_t{1001}, size_t{70001}}) checkAllreduce(*comm, count, 4, "hierarchical");
+    for (size_t count : {size_t{1}, size_t{1001}, size_t{70001}})
+      checkAllreduce(*comm, count, 4, "hierarchical");
   });
 }
 

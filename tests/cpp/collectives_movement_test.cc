@@ -71,8 +71,10 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
         a.in = in.data();
         a.out = out.data();
         a.sizes = &sizes;
-        if (name == "auto") allgatherv(*comm, in.data(), out.data(), sizes);
-        else if (p == 1 || !runNamed(*comm, a, name)) continue;
+        if (name == "auto")
+          allgatherv(*comm, in.data(), out.data(), sizes);
+        else if (p == 1 || !runNamed(*comm, a, name))
+          continue;
         if (out != want) fail("allgatherv " + name + " scale " + std::to_string(scale));
       }
 
@@ -85,8 +87,10 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
           a.in = a.out = data.data();
           a.bytes = bytes;
           a.root = root;
-          if (name == "auto") broadcast(*comm, data.data(), bytes, root);
-          else if (p == 1 || !runNamed(*comm, a, name)) continue;
+          if (name == "auto")
+            broadcast(*comm, data.data(), bytes, root);
+          else if (p == 1 || !runNamed(*comm, a, name))
+            continue;
           if (data != testing::testBytes(root, bytes, 9)) {
             fail("broadcast " + name + " root " + std::to_string(root));
           }
@@ -107,7 +111,9 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
 
       // alltoallv: rank r sends (r + q) % 3 * scale + q bytes to q.
       {
-        auto amount = [&](int from, int to) { return ((from + to) % 3) * scale + static_cast<size_t>(to); };
+        auto amount = [&](int from, int to) {
+          return ((from + to) % 3) * scale + static_cast<size_t>(to);
+        };
         std::vector<size_t> send(p), recv(p);
         for (int q = 0; q < p; ++q) {
           send[q] = amount(r, q);
@@ -116,7 +122,14 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
         Bytes in = testing::testBytes(r, std::accumulate(send.begin(), send.end(), size_t{0}), 5);
         Bytes out(std::accumulate(recv.begin(), recv.end(), size_t{0}), 0), want;
         for (int q = 0; q < p; ++q) {
-          Bytes full = testing::testBytes(q, [&] { size_t s = 0; for (int k = 0; k < p; ++k) s += amount(q, k); return s; }(), 5);
+          Bytes full = testing::testBytes(
+              q,
+              [&] {
+                size_t s = 0;
+                for (int k = 0; k < p; ++k) s += amount(q, k);
+                return s;
+              }(),
+              5);
           size_t start = 0;
           for (int k = 0; k < r; ++k) start += amount(q, k);
           want.insert(want.end(), full.begin() + start, full.begin() + start + amount(q, r));
@@ -126,7 +139,8 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
       }
 
       for (const auto& name : algorithmsOf(Collective::kReducescatterv)) {
-        for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kBFloat16, DataType::kFloat64}) {
+        for (DataType t :
+             {DataType::kFloat32, DataType::kInt8, DataType::kBFloat16, DataType::kFloat64}) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
             size_t total = off[p];
             Bytes in = testing::testVector(r, total, t, 2);
@@ -142,13 +156,16 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
             a.sizes = &sizes;
             a.dtype = t;
             a.op = op;
-            if (name == "auto") reducescatterv(*comm, in.data(), dst, sizes, t, op);
-            else if (p == 1 || !runNamed(*comm, a, name)) continue;
-            Bytes got(static_cast<unsigned char*>(dst), static_cast<unsigned char*>(dst) + sizes[r] * es);
+            if (name == "auto")
+              reducescatterv(*comm, in.data(), dst, sizes, t, op);
+            else if (p == 1 || !runNamed(*comm, a, name))
+              continue;
+            Bytes got(static_cast<unsigned char*>(dst),
+                      static_cast<unsigned char*>(dst) + sizes[r] * es);
             Bytes mine(want.begin() + off[r] * es, want.begin() + (off[r] + sizes[r]) * es);
             if (got != mine) {
-              fail("reducescatterv " + name + " " + dataTypeName(t) + " scale " + std::to_string(scale) +
-                   (in_place ? " in place" : ""));
+              fail("reducescatterv " + name + " " + dataTypeName(t) + " scale " +
+                   std::to_string(scale) + (in_place ? " in place" : ""));
             }
           }
         }
@@ -157,8 +174,10 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
       for (const auto& name : algorithmsOf(Collective::kBarrier)) {
         CollectiveArgs a;
         a.kind = Collective::kBarrier;
-        if (name == "auto") barrier(*comm);
-        else if (p > 1) runNamed(*comm, a, name);
+        if (name == "auto")
+          barrier(*comm);
+        else if (p > 1)
+          runNamed(*comm, a, name);
       }
     }
   });

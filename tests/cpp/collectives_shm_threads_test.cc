@@ -3,7 +3,6 @@
 // 2, 3 for 2 and 3 ranks (as threads), odd counts over several segments, in and out of place,
 // bit for bit against the reference.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <map>
@@ -12,8 +11,8 @@
 #include <tuple>
 
 #include "collectives/collectives.h"
-#include "common/reduce_threads.h"
 #include "collectives/registry.h"
+#include "common/reduce_threads.h"
 #include "common/status.h"
 #include "common/worker_pool.h"
 #include "support/inproc_values.h"
@@ -26,11 +25,12 @@ namespace {
 using testing::Bytes;
 
 TEST(ReduceThreads, AutoSplitsTheCpusAmongTheLocalRanks) {
-  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 2, 2), 1);   // 2 CPUs, 2 ranks: unchanged
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 2, 2), 1);  // 2 CPUs, 2 ranks: unchanged
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 1, 3), 1);
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 16, 2), 8);  // the GPU host: 8 per rank
   EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 12, 4), 3);
-  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 192, 2), reduce_threads::kAutoMaxReduceThreads);
+  EXPECT_EQ(reduce_threads::requestedReduceThreads(0, 192, 2),
+            reduce_threads::kAutoMaxReduceThreads);
   EXPECT_EQ(reduce_threads::requestedReduceThreads(3, 2, 2), 3);  // forced
 }
 
@@ -110,11 +110,10 @@ TEST_P(ShmThreads, EveryTypeAndOpMatchesTheReference) {
         runCollective(*comm, args, "shm");
         long bad = testing::firstDifference(in_place ? in : out, reference(size, t, op), t);
         if (bad >= 0) {
-          throw std::runtime_error(PERSEUS_STR(threads << " threads, " << stores << " stores, "
-                                               << dataTypeName(t) << " "
-                                               << reduceOpName(op) << " count " << count
-                                               << (in_place ? " in place" : "")
-                                               << ": first wrong element " << bad));
+          throw std::runtime_error(PERSEUS_STR(
+              threads << " threads, " << stores << " stores, " << dataTypeName(t) << " "
+                      << reduceOpName(op) << " count " << count << (in_place ? " in place" : "")
+                      << ": first wrong element " << bad));
         }
       }
     }
@@ -140,7 +139,8 @@ void expectShmSums(size_t count, int threads, int seed) {
   o.size = 2;
   o.slot_bytes = kSlotBytes;
   o.params.reduce_threads = threads;
-  const Bytes expected = testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, seed);
+  const Bytes expected =
+      testing::referenceReduce(2, count, DataType::kFloat32, ReduceOp::kSum, seed);
   testing::InProcWorld world(o);
   world.runOk([&](int rank) {
     auto comm = world.makeWorldComm(rank);
@@ -152,18 +152,24 @@ void expectShmSums(size_t count, int threads, int seed) {
     args.count = count;
     args.dtype = DataType::kFloat32;
     runCollective(*comm, args, "shm");
-    if (out != expected) throw std::runtime_error("wrong float32 sum out of place, " + std::to_string(count));
+    if (out != expected)
+      throw std::runtime_error("wrong float32 sum out of place, " + std::to_string(count));
     args.out = in.data();
     runCollective(*comm, args, "shm");
-    if (in != expected) throw std::runtime_error("wrong float32 sum in place, " + std::to_string(count));
+    if (in != expected)
+      throw std::runtime_error("wrong float32 sum in place, " + std::to_string(count));
   });
 }
 
 // Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
-TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) { expectShmSums((size_t{16} << 20) / 4 + 3, 2, 5); }
+TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
+  expectShmSums((size_t{16} << 20) / 4 + 3, 2, 5);
+}
 
 // Out of place, outputs are streamed from 4 MiB; in place only from 16 MiB. Both give the sum.
-TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) { expectShmSums((size_t{4} << 20) / 4 + 5, 1, 6); }
+TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) {
+  expectShmSums((size_t{4} << 20) / 4 + 5, 1, 6);
+}
 
 // The real shared-memory arena (futex barriers, the segments' slots), ranks as threads: every
 // barrier is bounded by PERSEUS_TIMEOUT, so a hang fails the test.

@@ -47,11 +47,14 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
             bool expect_fallback) {
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[i] = i;
-  auto group = transport::shm::createShmLocalGroup(job, r, members, params, [&] { barrier.wait(); });
+  auto group =
+      transport::shm::createShmLocalGroup(job, r, members, params, [&] { barrier.wait(); });
   auto t = perseus::testing::makeShmTransport(*group, r, n, params);
   Communicator comm(t.get(), group->arena.get(), members, 0, params);
   // Once the members fell back, single-copy is no longer offered on this communicator.
-  auto algorithm = [&] { return comm.singleCopyFailed() ? std::string() : std::string("single-copy"); };
+  auto algorithm = [&] {
+    return comm.singleCopyFailed() ? std::string() : std::string("single-copy");
+  };
 
   for (size_t scale : {size_t{1}, size_t{4099}, size_t{300007}}) {
     std::vector<size_t> sizes(n);
@@ -95,7 +98,8 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
   b.bytes = 768 << 10;
   if (expect_fallback) {
     if (singleCopyFallbacks() == 0) return 42;
-    if (singleCopyFallbacks() != 1 || std::string(selectAlgorithm(comm, b, "").name) != "shm") return 44;
+    if (singleCopyFallbacks() != 1 || std::string(selectAlgorithm(comm, b, "").name) != "shm")
+      return 44;
     return 0;
   }
   if (crossMemoryPermitted() && singleCopyFallbacks() != 0) return 41;
@@ -122,15 +126,19 @@ void expectRanksOk(int n, const std::function<Params(int)>& params_of, bool expe
 }
 
 TEST(SingleCopy, BroadcastsAndAllgathersBetweenProcesses) {
-  expectRanksOk(3, [](int) { return withDefaultSlots(shmTestParams()); }, false);
+  expectRanksOk(
+      3, [](int) { return withDefaultSlots(shmTestParams()); }, false);
 }
 
 TEST(SingleCopy, ARankThatDoesNotReadSendsEveryRankThroughTheSlots) {
-  expectRanksOk(3, [](int r) {
-    Params p = withDefaultSlots(shmTestParams());
-    p.shm_single_copy = r != 1;
-    return p;
-  }, true);
+  expectRanksOk(
+      3,
+      [](int r) {
+        Params p = withDefaultSlots(shmTestParams());
+        p.shm_single_copy = r != 1;
+        return p;
+      },
+      true);
 }
 
 }  // namespace

@@ -118,8 +118,8 @@ TEST(SlotStores, MembersOfACommunicatorChooseAlike) {
           if (out[count - 1] != 3.f) throw std::runtime_error("wrong sum");
           SlotStoreChooser::Figures f =
               comm.storeChooser().figures(Collective::kAllreduce, count * sizeof(float));
-          seen[r].insert(seen[r].end(), {f.ns_per_byte[0], f.ns_per_byte[1],
-                                         static_cast<double>(f.best)});
+          seen[r].insert(seen[r].end(),
+                         {f.ns_per_byte[0], f.ns_per_byte[1], static_cast<double>(f.best)});
         }
       });
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;

@@ -1,7 +1,6 @@
 // WorkerPool: every part runs exactly once, errors reach the caller, concurrent callers take
 // turns, shutdown() restarts cleanly, and a forked child gets a working pool of its own.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -23,7 +23,8 @@ TEST(CudaErrorText, NoKernelImageNamesTheBuiltArchitecturesAndTheFix) {
 }
 
 TEST(CudaErrorText, OtherErrorsStayPlain) {
-  const std::string text = perseus::kernels::cuda::cudaErrorText(cudaErrorMemoryAllocation, "cudaMalloc");
+  const std::string text =
+      perseus::kernels::cuda::cudaErrorText(cudaErrorMemoryAllocation, "cudaMalloc");
   EXPECT_EQ(text.find("CMAKE_CUDA_ARCHITECTURES"), std::string::npos) << text;
   EXPECT_NE(text.find("cudaMalloc"), std::string::npos) << text;
 }

@@ -46,9 +46,9 @@ TEST(EngineResponseCache, LruEvictionIsDeterministicAndBitsAreReused) {
     Request a = req("a", {1}), b = req("b", {1}), d = req("d", {1});
     c->put(resp(a), &a);
     c->put(resp(b), &b);
-    c->touch(0);                       // a is now the most recent
+    c->touch(0);                        // a is now the most recent
     EXPECT_EQ(c->put(resp(d), &d), 1);  // evicts b
-    EXPECT_EQ(c->lookup(d).bit, 1);    // d reuses b's bit
+    EXPECT_EQ(c->lookup(d).bit, 1);     // d reuses b's bit
     EXPECT_EQ(c->lookup(b).state, ResponseCache::Lookup::kMiss);
   }
   EXPECT_EQ(x.numBits(), 2);

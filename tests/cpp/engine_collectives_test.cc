@@ -38,7 +38,8 @@ TEST_P(EngineCollectives, AllreduceSumAverageScalesAndInPlace) {
       expectOk(e.allreduce("sum", {arg(in.data(), {37})}, {out.data()}, ReduceOp::kSum));
       float base = float(n * (n - 1)) / 2;
       for (int i = 0; i < 37; ++i) ASSERT_FLOAT_EQ(out[i], base + n * i);
-      expectOk(e.allreduce("avg", {arg(in.data(), {37})}, {in.data()}, ReduceOp::kAverage, 2.0, 0.5));
+      expectOk(
+          e.allreduce("avg", {arg(in.data(), {37})}, {in.data()}, ReduceOp::kAverage, 2.0, 0.5));
       for (int i = 0; i < 37; ++i) ASSERT_FLOAT_EQ(in[i], (base + n * i) / n);
       int64_t x = r + 1, y = 0;
       expectOk(e.allreduce("max", {arg(&x, {}, DataType::kInt64)}, {&y}, ReduceOp::kMax));
@@ -56,7 +57,8 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
       std::vector<std::shared_ptr<Handle>> hs;
       for (int t = 0; t < 20; ++t) {
         bufs[t].assign(t + 1, r + t);
-        hs.push_back(e.allreduce("t" + std::to_string(t), {arg(bufs[t].data(), {t + 1}, DataType::kFloat64)},
+        hs.push_back(e.allreduce("t" + std::to_string(t),
+                                 {arg(bufs[t].data(), {t + 1}, DataType::kFloat64)},
                                  {bufs[t].data()}, ReduceOp::kSum));
       }
       for (auto& h : hs) expectOk(h);
@@ -65,8 +67,9 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
       }
       std::vector<float> a(5, 1.0f), b(3, 2.0f);
       std::vector<int32_t> c(2, r);
-      expectOk(e.allreduce("group", {arg(a.data(), {5}), arg(b.data(), {3}), arg(c.data(), {2}, DataType::kInt32)},
-                           {a.data(), b.data(), c.data()}, ReduceOp::kSum));
+      expectOk(e.allreduce(
+          "group", {arg(a.data(), {5}), arg(b.data(), {3}), arg(c.data(), {2}, DataType::kInt32)},
+          {a.data(), b.data(), c.data()}, ReduceOp::kSum));
       ASSERT_FLOAT_EQ(a[4], float(n));
       ASSERT_FLOAT_EQ(b[0], 2.0f * n);
       ASSERT_EQ(c[1], n * (n - 1) / 2);
@@ -79,8 +82,8 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
 // and small ones between them, with prescale and Average's postscale.
 TEST_P(EngineCollectives, LargeFusedGroupRunsInPieces) {
   const int n = GetParam();
-  const std::vector<int64_t> sizes = {300000, 1200001, 5, 10000, 12000, 9000, 700000,
-                                     2100000, 17, 16384, 16385};
+  const std::vector<int64_t> sizes = {300000, 1200001, 5,  10000, 12000, 9000,
+                                      700000, 2100000, 17, 16384, 16385};
   EngineRanks ranks(n, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     for (int iter = 0; iter < 2; ++iter) {
@@ -111,7 +114,8 @@ TEST_P(EngineCollectives, AllgatherWithDifferentFirstDims) {
     for (int iter = 0; iter < 2; ++iter) {
       std::vector<int32_t> in((r + 1) * 2, r);
       std::vector<float> other(3, float(r));
-      auto h = e.allgather("ag", {arg(in.data(), {r + 1, 2}, DataType::kInt32), arg(other.data(), {1, 3})});
+      auto h = e.allgather(
+          "ag", {arg(in.data(), {r + 1, 2}, DataType::kInt32), arg(other.data(), {1, 3})});
       expectOk(h);
       const auto& outs = h->outputs();
       ASSERT_EQ(outs.size(), 2u);
@@ -136,8 +140,10 @@ TEST_P(EngineCollectives, BroadcastFromEveryRoot) {
     for (int root = 0; root < n; ++root) {
       std::vector<int64_t> in(10, r == root ? 42 + root : -1), out(10, 0);
       std::vector<int64_t> small(2, r == root ? 7 : 0);
-      auto h1 = e.broadcast("b" + std::to_string(root), arg(in.data(), {10}, DataType::kInt64), out.data(), root);
-      auto h2 = e.broadcast("s" + std::to_string(root), arg(small.data(), {2}, DataType::kInt64), small.data(), root);
+      auto h1 = e.broadcast("b" + std::to_string(root), arg(in.data(), {10}, DataType::kInt64),
+                            out.data(), root);
+      auto h2 = e.broadcast("s" + std::to_string(root), arg(small.data(), {2}, DataType::kInt64),
+                            small.data(), root);
       expectOk(h1);
       expectOk(h2);
       for (int64_t v : out) ASSERT_EQ(v, 42 + root);
@@ -178,7 +184,8 @@ TEST_P(EngineCollectives, ReducescatterUnevenAndFused) {
       const int64_t rows = 2 * n + 1;  // the first rank gets one more row
       std::vector<float> a(rows * 2), b(n * 3, 1.0f);
       for (int64_t i = 0; i < rows * 2; ++i) a[i] = float(i);
-      auto h = e.reducescatter("rs", {arg(a.data(), {rows, 2}), arg(b.data(), {n, 3})}, ReduceOp::kAverage, 1.0, 3.0);
+      auto h = e.reducescatter("rs", {arg(a.data(), {rows, 2}), arg(b.data(), {n, 3})},
+                               ReduceOp::kAverage, 1.0, 3.0);
       expectOk(h);
       const auto& outs = h->outputs();
       int64_t mine = rows / n + (r < rows % n ? 1 : 0);
@@ -204,7 +211,8 @@ TEST_P(EngineCollectives, BarrierAndDifferentSubmissionOrders) {
     if (r % 2 == 1) std::reverse(order.begin(), order.end());
     std::vector<std::shared_ptr<Handle>> hs(8);
     for (int t : order) {
-      hs[t] = e.allreduce("o" + std::to_string(t), {arg(bufs[t].data(), {4})}, {bufs[t].data()}, ReduceOp::kSum);
+      hs[t] = e.allreduce("o" + std::to_string(t), {arg(bufs[t].data(), {4})}, {bufs[t].data()},
+                          ReduceOp::kSum);
     }
     for (auto& h : hs) expectOk(h);
     for (auto& b : bufs) ASSERT_FLOAT_EQ(b[3], float(n));

@@ -118,7 +118,8 @@ TEST(EngineGpuRouting, WorldSizeOneThroughTheCApi) {
   int64_t shape[1] = {4};
   perseus_tensor t{d, PERSEUS_FLOAT32, 1, shape, 0, nullptr};
   perseus_handle h;
-  ASSERT_EQ(perseus_allreduce("ar", &t, &t, PERSEUS_SUM, 2.0, 1.0, 0, &h), PERSEUS_OK) << perseus_last_error();
+  ASSERT_EQ(perseus_allreduce("ar", &t, &t, PERSEUS_SUM, 2.0, 1.0, 0, &h), PERSEUS_OK)
+      << perseus_last_error();
   ASSERT_EQ(perseus_handle_cuda_stream_wait(h, nullptr), PERSEUS_OK) << perseus_last_error();
   ASSERT_EQ(perseus_wait(h, 30), PERSEUS_OK) << perseus_last_error();
   EXPECT_EQ(toHost(d, 4), (std::vector<float>{2, 4, 6, 8}));
@@ -148,14 +149,17 @@ TEST(EngineGpuRouting, BlockingCallsOnCudaTensorsThroughTheCApi) {
   perseus_tensor t{d, PERSEUS_FLOAT32, 1, shape, 0, nullptr};
   perseus_tensor out{o, PERSEUS_FLOAT32, 1, shape, 0, nullptr};
   for (int k = 0; k < 3; ++k) {  // first runs negotiated, the later ones from the cache
-    ASSERT_EQ(perseus_allreduce_blocking("ar.blocking", &t, &out, PERSEUS_SUM, 2.0, 1.0, 0), PERSEUS_OK)
+    ASSERT_EQ(perseus_allreduce_blocking("ar.blocking", &t, &out, PERSEUS_SUM, 2.0, 1.0, 0),
+              PERSEUS_OK)
         << perseus_last_error();
     EXPECT_EQ(toHost(o, 4), (std::vector<float>{2, 4, 6, 8})) << "run " << k;
   }
-  ASSERT_EQ(perseus_allreduce_blocking("ar.blocking.inplace", &t, &t, PERSEUS_SUM, 1.0, 0.5, 0), PERSEUS_OK)
+  ASSERT_EQ(perseus_allreduce_blocking("ar.blocking.inplace", &t, &t, PERSEUS_SUM, 1.0, 0.5, 0),
+            PERSEUS_OK)
       << perseus_last_error();
   EXPECT_EQ(toHost(d, 4), (std::vector<float>{0.5f, 1, 1.5f, 2}));
-  ASSERT_EQ(perseus_broadcast_blocking("bc.blocking", &t, &out, 0, 0), PERSEUS_OK) << perseus_last_error();
+  ASSERT_EQ(perseus_broadcast_blocking("bc.blocking", &t, &out, 0, 0), PERSEUS_OK)
+      << perseus_last_error();
   EXPECT_EQ(toHost(o, 4), (std::vector<float>{0.5f, 1, 1.5f, 2}));
   cudaFree(o);
   cudaFree(d);
@@ -170,16 +174,22 @@ TEST(EngineGpuRouting, TwoRanksOnOneGpuHostStaged) {
     float* d = toDevice({1.0f + r, 2.0f + r});
     TensorArg t{d, DataType::kFloat32, {2}, 0, nullptr};
     auto h = e.allreduce("ar", {t}, {d}, ReduceOp::kSum);
-    if (!h->wait(60) || h->status() != StatusCode::kOk) throw std::runtime_error("allreduce: " + h->message());
-    if (toHost(d, 2) != std::vector<float>{3, 5}) throw std::runtime_error("allreduce: wrong result");
+    if (!h->wait(60) || h->status() != StatusCode::kOk)
+      throw std::runtime_error("allreduce: " + h->message());
+    if (toHost(d, 2) != std::vector<float>{3, 5})
+      throw std::runtime_error("allreduce: wrong result");
     auto g = e.allgather("ag", {t});
-    if (!g->wait(60) || g->status() != StatusCode::kOk) throw std::runtime_error("allgather: " + g->message());
-    if (toHost(g->outputs()[0].ptr(), 4) != std::vector<float>{3, 5, 3, 5}) throw std::runtime_error("allgather: wrong result");
+    if (!g->wait(60) || g->status() != StatusCode::kOk)
+      throw std::runtime_error("allgather: " + g->message());
+    if (toHost(g->outputs()[0].ptr(), 4) != std::vector<float>{3, 5, 3, 5})
+      throw std::runtime_error("allgather: wrong result");
     float* b = toDevice({10.0f * r, 1});
     TensorArg bt{b, DataType::kFloat32, {2}, 0, nullptr};
     auto bh = e.broadcast("bc", bt, b, 1);
-    if (!bh->wait(60) || bh->status() != StatusCode::kOk) throw std::runtime_error("broadcast: " + bh->message());
-    if (toHost(b, 2) != std::vector<float>{10, 1}) throw std::runtime_error("broadcast: wrong result");
+    if (!bh->wait(60) || bh->status() != StatusCode::kOk)
+      throw std::runtime_error("broadcast: " + bh->message());
+    if (toHost(b, 2) != std::vector<float>{10, 1})
+      throw std::runtime_error("broadcast: wrong result");
     cudaFree(b);
     cudaFree(d);
   });

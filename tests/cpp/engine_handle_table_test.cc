@@ -13,7 +13,8 @@ namespace perseus::engine {
 namespace {
 
 std::shared_ptr<Handle> handleWithId(int64_t id) {
-  return std::make_shared<Handle>(id, std::make_shared<const std::string>("t" + std::to_string(id)));
+  return std::make_shared<Handle>(id,
+                                  std::make_shared<const std::string>("t" + std::to_string(id)));
 }
 
 TEST(HandleTable, FindsWhatWasInsertedUntilReleased) {
@@ -34,7 +35,8 @@ TEST(HandleTable, IdsSharingARingPlaceAreAllKept) {
   HandleTable table;
   // 4096 places: these ids share one, and a window of 10000 live ids wraps the ring twice.
   std::vector<std::shared_ptr<Handle>> hs;
-  for (int64_t id : {int64_t{7}, int64_t{7} + 4096, int64_t{7} + 2 * 4096}) hs.push_back(handleWithId(id));
+  for (int64_t id : {int64_t{7}, int64_t{7} + 4096, int64_t{7} + 2 * 4096})
+    hs.push_back(handleWithId(id));
   for (int64_t id = 100000; id < 110000; ++id) hs.push_back(handleWithId(id));
   for (const auto& h : hs) table.insert(h);
   EXPECT_EQ(table.size(), hs.size());

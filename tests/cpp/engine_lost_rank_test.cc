@@ -27,7 +27,8 @@ PeerLostError barrierError(transport::ShmArena& arena, std::vector<int> members)
 TEST(EngineLostRank, CascadeNamesTheRankLostFirst) {
   auto groups = createShmGroupsAsThreads(3, uniqueJobId("cascade"), shmTestParams());
   // Rank 1 lost rank 2 and leaves; rank 0 only ever waits for rank 1.
-  groups[1]->arena->recordLostPeer(2, "rank 2 (local rank 2 on this host) exited (pid 4242: killed or crashed)");
+  groups[1]->arena->recordLostPeer(
+      2, "rank 2 (local rank 2 on this host) exited (pid 4242: killed or crashed)");
   groups[1].reset();
   PeerLostError e = barrierError(*groups[0]->arena, {0, 1});
   EXPECT_EQ(e.rank(), 2) << e.what();

@@ -16,7 +16,9 @@ namespace {
 
 struct Memory {
   explicit Memory(int n, size_t slots = 4, size_t pool_bytes = 256)
-      : states(slots), pool_bytes(pool_bytes), pools(static_cast<size_t>(n) * 2 * pool_bytes),
+      : states(slots),
+        pool_bytes(pool_bytes),
+        pools(static_cast<size_t>(n) * 2 * pool_bytes),
         flags(static_cast<size_t>(n) * 2) {
     for (auto& s : states) s.store(0);
     for (auto& f : flags) f.store(0);
@@ -117,7 +119,8 @@ TEST(PostBoard, ConcurrentGenerationsAndARacingRevocationAgree) {
             std::memcpy(&v, b.payload(q, g, 0), sizeof(v));
             sum += v;
           }
-          const uint64_t want = g * 10 * static_cast<uint64_t>(n) + static_cast<uint64_t>(n * (n - 1) / 2);
+          const uint64_t want =
+              g * 10 * static_cast<uint64_t>(n) + static_cast<uint64_t>(n * (n - 1) / 2);
           if (sum != want) ++wrong[static_cast<size_t>(r)];
           last_complete[static_cast<size_t>(r)] = g;
         }

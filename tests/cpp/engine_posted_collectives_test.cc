@@ -25,7 +25,8 @@ TensorArg arg(const void* data, std::vector<int64_t> shape, DataType t = DataTyp
 }
 
 StatusCode waitFor(Engine& e, const std::shared_ptr<Handle>& h) {
-  if (!e.waitFor(*h, 20.0, 50)) throw std::runtime_error("handle '" + h->name() + "' did not complete");
+  if (!e.waitFor(*h, 20.0, 50))
+    throw std::runtime_error("handle '" + h->name() + "' did not complete");
   return h->status();
 }
 
@@ -34,46 +35,74 @@ void expectOk(Engine& e, const std::shared_ptr<Handle>& h) {
 }
 
 // Rank r's element i in iteration k, exact in every dtype below (small integers).
-double input(int r, int k, size_t i) { return static_cast<double>((r + 1) * ((k + static_cast<int>(i)) % 3 + 1)); }
+double input(int r, int k, size_t i) {
+  return static_cast<double>((r + 1) * ((k + static_cast<int>(i)) % 3 + 1));
+}
 
 void fill(std::vector<unsigned char>& buf, DataType t, int r, int k) {
   const size_t n = buf.size() / dataTypeSize(t);
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>(input(r, k, i));
   switch (t) {
-    case DataType::kFloat32: std::memcpy(buf.data(), f.data(), buf.size()); break;
-    case DataType::kFloat16: kernels::floatToHalfArray(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n); break;
-    case DataType::kBFloat16: kernels::floatToBfloat16Array(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n); break;
+    case DataType::kFloat32:
+      std::memcpy(buf.data(), f.data(), buf.size());
+      break;
+    case DataType::kFloat16:
+      kernels::floatToHalfArray(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n);
+      break;
+    case DataType::kBFloat16:
+      kernels::floatToBfloat16Array(reinterpret_cast<uint16_t*>(buf.data()), f.data(), n);
+      break;
     case DataType::kInt32:
-      for (size_t i = 0; i < n; ++i) reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(f[i]);
+      for (size_t i = 0; i < n; ++i)
+        reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(f[i]);
       break;
     case DataType::kFloat64:
       for (size_t i = 0; i < n; ++i) reinterpret_cast<double*>(buf.data())[i] = f[i];
       break;
-    default: throw std::runtime_error("dtype not covered by the test");
+    default:
+      throw std::runtime_error("dtype not covered by the test");
   }
 }
 
 double element(const std::vector<unsigned char>& buf, DataType t, size_t i) {
   switch (t) {
-    case DataType::kFloat32: return reinterpret_cast<const float*>(buf.data())[i];
-    case DataType::kFloat16: return kernels::halfToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
-    case DataType::kBFloat16: return kernels::bfloat16ToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
-    case DataType::kInt32: return reinterpret_cast<const int32_t*>(buf.data())[i];
-    case DataType::kFloat64: return reinterpret_cast<const double*>(buf.data())[i];
-    default: throw std::runtime_error("dtype not covered by the test");
+    case DataType::kFloat32:
+      return reinterpret_cast<const float*>(buf.data())[i];
+    case DataType::kFloat16:
+      return kernels::halfToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+    case DataType::kBFloat16:
+      return kernels::bfloat16ToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+    case DataType::kInt32:
+      return reinterpret_cast<const int32_t*>(buf.data())[i];
+    case DataType::kFloat64:
+      return reinterpret_cast<const double*>(buf.data())[i];
+    default:
+      throw std::runtime_error("dtype not covered by the test");
   }
 }
 
 double expected(ReduceOp op, int n, int k, size_t i, double pre, double post) {
-  double acc = op == ReduceOp::kProduct ? 1 : op == ReduceOp::kMin ? 1e30 : op == ReduceOp::kMax ? -1e30 : 0;
+  double acc = op == ReduceOp::kProduct ? 1
+               : op == ReduceOp::kMin   ? 1e30
+               : op == ReduceOp::kMax   ? -1e30
+                                        : 0;
   for (int r = 0; r < n; ++r) {
     const double v = input(r, k, i) * pre;
     switch (op) {
-      case ReduceOp::kSum: case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage:
+        acc += v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc /= n;
@@ -84,34 +113,47 @@ TEST(PostedCollectives, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
   for (int n : {2, 3}) {
     EngineRanks ranks(n, engineTestParams());
     ranks.run([&](int r, Engine& e) {
-      struct Case { DataType t; ReduceOp op; double pre, post; int64_t count; };
+      struct Case {
+        DataType t;
+        ReduceOp op;
+        double pre, post;
+        int64_t count;
+      };
       const Case cases[] = {
-          {DataType::kFloat32, ReduceOp::kSum, 1, 1, 1},      {DataType::kFloat32, ReduceOp::kAverage, 1, 1, 257},
-          {DataType::kFloat32, ReduceOp::kSum, 0.5, 4, 1023}, {DataType::kFloat64, ReduceOp::kMax, 1, 1, 5},
-          {DataType::kInt32, ReduceOp::kMin, 1, 1, 7},        {DataType::kInt32, ReduceOp::kProduct, 1, 1, 3},
-          {DataType::kFloat16, ReduceOp::kSum, 1, 1, 33},     {DataType::kBFloat16, ReduceOp::kSum, 2, 0.5, 9},
+          {DataType::kFloat32, ReduceOp::kSum, 1, 1, 1},
+          {DataType::kFloat32, ReduceOp::kAverage, 1, 1, 257},
+          {DataType::kFloat32, ReduceOp::kSum, 0.5, 4, 1023},
+          {DataType::kFloat64, ReduceOp::kMax, 1, 1, 5},
+          {DataType::kInt32, ReduceOp::kMin, 1, 1, 7},
+          {DataType::kInt32, ReduceOp::kProduct, 1, 1, 3},
+          {DataType::kFloat16, ReduceOp::kSum, 1, 1, 33},
+          {DataType::kBFloat16, ReduceOp::kSum, 2, 0.5, 9},
       };
       const uint64_t posted_before = e.stats().posted_allreduces;
       int c = 0;
       for (const Case& cs : cases) {
         const std::string name = "posted." + std::to_string(c++);
-        std::vector<unsigned char> in(static_cast<size_t>(cs.count) * dataTypeSize(cs.t)), out(in.size());
+        std::vector<unsigned char> in(static_cast<size_t>(cs.count) * dataTypeSize(cs.t)),
+            out(in.size());
         for (int k = 0; k < 6; ++k) {
           fill(in, cs.t, r, k);
           // Out of place on even iterations, in place on odd ones.
           void* dst = k % 2 ? in.data() : out.data();
-          expectOk(e, e.allreduce(name, {arg(in.data(), {cs.count}, cs.t)}, {dst}, cs.op, cs.pre, cs.post));
+          expectOk(e, e.allreduce(name, {arg(in.data(), {cs.count}, cs.t)}, {dst}, cs.op, cs.pre,
+                                  cs.post));
           const std::vector<unsigned char>& got = k % 2 ? in : out;
           for (size_t i = 0; i < static_cast<size_t>(cs.count); ++i) {
             const double want = expected(cs.op, n, k, i, cs.pre, cs.post);
-            ASSERT_NEAR(element(got, cs.t, i), want, std::abs(want) * 1e-2 + (cs.t == DataType::kInt32 ? 0 : 1e-3))
+            ASSERT_NEAR(element(got, cs.t, i), want,
+                        std::abs(want) * 1e-2 + (cs.t == DataType::kInt32 ? 0 : 1e-3))
                 << name << " n=" << n << " rank " << r << " iteration " << k << " element " << i;
           }
         }
       }
       // The first two runs of each name are negotiated (a slot from the second), the four after
       // them are posted.
-      EXPECT_EQ(e.stats().posted_allreduces - posted_before, 4u * (sizeof(cases) / sizeof(cases[0])));
+      EXPECT_EQ(e.stats().posted_allreduces - posted_before,
+                4u * (sizeof(cases) / sizeof(cases[0])));
     });
   }
 }
@@ -119,10 +161,13 @@ TEST(PostedCollectives, RepeatedSmallAllreducesArePostedAndMatchTheReference) {
 TEST(PostedCollectives, LargerTensorsAndGroupsAreNegotiated) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int, Engine& e) {
-    std::vector<float> big(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f), a(4, 1.0f), b(4, 1.0f);
+    std::vector<float> big(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f), a(4, 1.0f),
+        b(4, 1.0f);
     for (int k = 0; k < 3; ++k) {
-      expectOk(e, e.allreduce("big", {arg(big.data(), {static_cast<int64_t>(big.size())})}, {big.data()}, ReduceOp::kSum));
-      expectOk(e, e.allreduce("pair", {arg(a.data(), {4}), arg(b.data(), {4})}, {a.data(), b.data()}, ReduceOp::kSum));
+      expectOk(e, e.allreduce("big", {arg(big.data(), {static_cast<int64_t>(big.size())})},
+                              {big.data()}, ReduceOp::kSum));
+      expectOk(e, e.allreduce("pair", {arg(a.data(), {4}), arg(b.data(), {4})},
+                              {a.data(), b.data()}, ReduceOp::kSum));
     }
     EXPECT_EQ(e.stats().posted_allreduces, 0u);
     EXPECT_FLOAT_EQ(big[0], 8.0f);
@@ -134,7 +179,8 @@ TEST(PostedCollectives, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedA
   EngineRanks ranks(3, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> buf(8, 1.0f);
-    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    for (int k = 0; k < 3; ++k)
+      expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
     const uint64_t posted = e.stats().posted_allreduces;
     EXPECT_EQ(posted, 1u);  // a slot from the second run
     // Shape on one rank, then the reduce op on another: every rank fails, naming the tensor.
@@ -142,17 +188,21 @@ TEST(PostedCollectives, ADifferenceAfterPostingFailsEveryRankAndTheNameIsPostedA
     EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
     EXPECT_NE(h->message().find("'x'"), std::string::npos) << h->message();
     EXPECT_NE(h->message().find("set rank 1"), std::string::npos) << h->message();
-    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
-    h = e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, r == 2 ? ReduceOp::kMin : ReduceOp::kMax);
+    for (int k = 0; k < 2; ++k)
+      expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    h = e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()},
+                    r == 2 ? ReduceOp::kMin : ReduceOp::kMax);
     EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
     // An allgather of the posted name on one rank fails too.
-    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
+    for (int k = 0; k < 2; ++k)
+      expectOk(e, e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax));
     h = r == 0 ? e.allgather("x", {arg(buf.data(), {4})})
                : e.allreduce("x", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMax);
     EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
     // Usable, and the name goes back to the posted path after one negotiated run.
     std::vector<float> v(4, static_cast<float>(r));
-    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("x", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
+    for (int k = 0; k < 3; ++k)
+      expectOk(e, e.allreduce("x", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
     EXPECT_FLOAT_EQ(v[0], 2.0f);
     EXPECT_EQ(e.stats().posted_allreduces, posted + 1 + 1 + 2);
   });
@@ -163,7 +213,8 @@ TEST(PostedCollectives, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally)
   std::atomic<bool> checked{false};
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(4, 1.0f), w(4, 1.0f);
-    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("d", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    for (int k = 0; k < 3; ++k)
+      expectOk(e, e.allreduce("d", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
     ASSERT_EQ(e.stats().posted_allreduces, 1u);
     std::fill(v.begin(), v.end(), static_cast<float>(r + 1));
     if (r == 1) {
@@ -173,9 +224,10 @@ TEST(PostedCollectives, ASecondSubmissionOfANameWhosePostIsInFlightFailsLocally)
     ASSERT_GE(h->postedSlot(), 0);
     if (r == 0) {
       // Rank 1 has not posted: the name is in flight here, whichever path the second one takes.
-      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {4})}, {w.data()}, ReduceOp::kSum), DuplicateNameError);
-      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {2}), arg(w.data() + 2, {2})}, {w.data(), w.data() + 2},
-                               ReduceOp::kSum),
+      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {4})}, {w.data()}, ReduceOp::kSum),
+                   DuplicateNameError);
+      EXPECT_THROW(e.allreduce("d", {arg(w.data(), {2}), arg(w.data() + 2, {2})},
+                               {w.data(), w.data() + 2}, ReduceOp::kSum),
                    DuplicateNameError);
       EXPECT_THROW(e.allgather("d", {arg(w.data(), {4})}), DuplicateNameError);
       checked.store(true);
@@ -197,7 +249,8 @@ TEST(PostedCollectives, ACallbackThatSubmitsItsNameAgainFindsItFree) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(4), w(4);
-    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("again", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    for (int k = 0; k < 2; ++k)
+      expectOk(e, e.allreduce("again", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
     const uint64_t posted_before = e.stats().posted_allreduces;
     constexpr int kRounds = 200;
     for (int k = 0; k < kRounds; ++k) {
@@ -237,13 +290,15 @@ TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTh
       // 7 rows of 2 doubles, scattered in blocks of 3, 2, 2 (n = 3) or 4, 3 (n = 2) rows.
       std::vector<double> full(14);
       for (int k = 0; k < 6; ++k) {
-        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(10 * r + k + static_cast<int>(i));
+        for (size_t i = 0; i < b.size(); ++i)
+          b[i] = static_cast<float>(10 * r + k + static_cast<int>(i));
         // In place on even iterations, out of place on odd ones; root 1 throughout.
         void* dst = k % 2 ? out.data() : b.data();
         expectOk(e, e.broadcast("posted.b", arg(b.data(), {5}), dst, 1));
         const std::vector<float>& got = k % 2 ? out : b;
         for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(got[i], static_cast<float>(10 + k + static_cast<int>(i))) << "n=" << n << " rank " << r << " k " << k;
+          ASSERT_EQ(got[i], static_cast<float>(10 + k + static_cast<int>(i)))
+              << "n=" << n << " rank " << r << " k " << k;
         }
         for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100 * r + k + static_cast<int32_t>(i);
         auto h = e.allgather("posted.g", {arg(rows.data(), {r + 1, 3}, DataType::kInt32)});
@@ -254,7 +309,8 @@ TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTh
         size_t at = 0;
         for (int q = 0; q < n; ++q) {
           for (int i = 0; i < (q + 1) * 3; ++i) {
-            ASSERT_EQ(g[at++], 100 * q + k + i) << "n=" << n << " rank " << r << " k " << k << " from " << q;
+            ASSERT_EQ(g[at++], 100 * q + k + i)
+                << "n=" << n << " rank " << r << " k " << k << " from " << q;
           }
         }
         for (size_t i = 0; i < full.size(); ++i) full[i] = (r + 1) * static_cast<double>(k + i);
@@ -269,7 +325,8 @@ TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTh
         const auto* got_s = static_cast<const double*>(s->outputs()[0].ptr());
         for (int64_t i = 0; i < mine * 2; ++i) {
           const double want = 2.0 * (n + 1) / 2.0 * static_cast<double>(k + first * 2 + i);
-          ASSERT_DOUBLE_EQ(got_s[i], want) << "n=" << n << " rank " << r << " k " << k << " element " << i;
+          ASSERT_DOUBLE_EQ(got_s[i], want)
+              << "n=" << n << " rank " << r << " k " << k << " element " << i;
         }
       }
       // The first two runs of each name are negotiated (a slot from the second on), the four
@@ -302,7 +359,8 @@ TEST(PostedCollectives, AnotherRootFailsEveryRankAndOtherRowsAreNegotiated) {
     expectOk(e, g);
     EXPECT_EQ(g->outputs()[0].shape, (std::vector<int64_t>{5, 2}));
     const auto* out = static_cast<const float*>(g->outputs()[0].ptr());
-    EXPECT_EQ(std::vector<float>(out, out + 10), (std::vector<float>{0, 0, 0, 0, 1, 1, 2, 2, 2, 2}));
+    EXPECT_EQ(std::vector<float>(out, out + 10),
+              (std::vector<float>{0, 0, 0, 0, 1, 1, 2, 2, 2, 2}));
     // 2 broadcasts were posted (a name gets a slot at its second run; after the mismatch the
     // old slot's name gets a new one at once); the allgather with new rows gets a new slot.
     EXPECT_EQ(e.stats().posted_collectives, 2u);
@@ -363,7 +421,8 @@ TEST(PostedCollectives, CallbacksCompleteWithoutAWaiter) {
   ranks.run([&](int r, Engine& e) {
     std::vector<float> v(16, 1.0f);
     // Two negotiated runs: the name has a slot from the second.
-    for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("cb", {arg(v.data(), {16})}, {v.data()}, ReduceOp::kSum));
+    for (int k = 0; k < 2; ++k)
+      expectOk(e, e.allreduce("cb", {arg(v.data(), {16})}, {v.data()}, ReduceOp::kSum));
     int slow = 0;
     for (int k = 0; k < 20; ++k) {
       std::atomic<bool> fired{false};
@@ -371,14 +430,17 @@ TEST(PostedCollectives, CallbacksCompleteWithoutAWaiter) {
       // Rank 1 posts after rank 0's engine thread went to sleep listening.
       if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(k % 2 ? 5 : 0));
       auto h = e.allreduce("cb", {arg(v.data(), {16})}, {v.data()}, ReduceOp::kSum);
-      e.setCallback(*h, [&](StatusCode s, const std::string&) { fired.store(s == StatusCode::kOk); });
+      e.setCallback(*h,
+                    [&](StatusCode s, const std::string&) { fired.store(s == StatusCode::kOk); });
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       while (!fired.load() && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
       ASSERT_TRUE(fired.load()) << "iteration " << k;
       // The engine thread listens once the callback is attached: rung, not timed out.
-      if (std::chrono::steady_clock::now() - (deadline - std::chrono::seconds(5)) > std::chrono::milliseconds(50)) ++slow;
+      if (std::chrono::steady_clock::now() - (deadline - std::chrono::seconds(5)) >
+          std::chrono::milliseconds(50))
+        ++slow;
       EXPECT_FLOAT_EQ(v[15], 2.0f);
     }
     EXPECT_LE(slow, 3) << "callbacks waited for a timeout instead of a ring";
@@ -431,14 +493,16 @@ TEST(PostedCollectives, NamesBeyondAFullBoardAreNegotiated) {
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     constexpr int kNames = 300;
-    std::vector<std::vector<float>> bufs(kNames, std::vector<float>(PostedCollectives::kMaxBytes / sizeof(float)));
+    std::vector<std::vector<float>> bufs(
+        kNames, std::vector<float>(PostedCollectives::kMaxBytes / sizeof(float)));
     // Round 0 sees each name once, round 1 gives slots while the pool lasts, round 2 posts.
     for (int k = 0; k < 3; ++k) {
       for (int i = 0; i < kNames; ++i) {
         std::fill(bufs[i].begin(), bufs[i].end(), static_cast<float>(r + i));
         auto& b = bufs[i];
-        expectOk(e, e.allreduce("full." + std::to_string(i), {arg(b.data(), {static_cast<int64_t>(b.size())})},
-                                {b.data()}, ReduceOp::kSum));
+        expectOk(e, e.allreduce("full." + std::to_string(i),
+                                {arg(b.data(), {static_cast<int64_t>(b.size())})}, {b.data()},
+                                ReduceOp::kSum));
         ASSERT_FLOAT_EQ(b.back(), static_cast<float>(1 + 2 * i)) << "name " << i << " round " << k;
       }
     }
@@ -454,11 +518,13 @@ TEST(PostedCollectives, NamesUsedOnceTakeNoSlot) {
     std::vector<float> v(4);
     for (int i = 0; i < 5000; ++i) {
       std::fill(v.begin(), v.end(), static_cast<float>(r + i));
-      expectOk(e, e.allreduce("noname." + std::to_string(i), {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+      expectOk(e, e.allreduce("noname." + std::to_string(i), {arg(v.data(), {4})}, {v.data()},
+                              ReduceOp::kSum));
       ASSERT_FLOAT_EQ(v[0], static_cast<float>(1 + 2 * i)) << "name " << i;
     }
     EXPECT_EQ(e.stats().posted_allreduces, 0u);
-    for (int k = 0; k < 3; ++k) expectOk(e, e.allreduce("model.w", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+    for (int k = 0; k < 3; ++k)
+      expectOk(e, e.allreduce("model.w", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
     EXPECT_EQ(e.stats().posted_allreduces, 1u);
   });
 }
@@ -469,7 +535,8 @@ TEST(PostedCollectives, OnlyRunsThatCouldBePostedCountAsSightings) {
   // tensor shrinks to a postable size gets its slot at its second small run, its third posts.
   EngineRanks ranks(2, engineTestParams());
   ranks.run([&](int r, Engine& e) {
-    std::vector<float> large(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f), small(4, 1.0f);
+    std::vector<float> large(PostedCollectives::kMaxBytes / sizeof(float) + 1, 1.0f),
+        small(4, 1.0f);
     expectOk(e, e.allreduce("shrinks", {arg(large.data(), {static_cast<int64_t>(large.size())})},
                             {large.data()}, ReduceOp::kSum));
     for (int k = 0; k < 2; ++k) {
@@ -490,11 +557,13 @@ TEST(PostedCollectives, ANameThatKeepsFallingBackStaysNegotiatedAfterItsLastSlot
       // Negotiated (the name gets a slot while it has had fewer than the limit), posted, then
       // a shape mismatch on rank 1 revokes the slot. Round 0's first run only sees the name,
       // so its slot comes at the second and is revoked before a post: one post fewer.
-      for (int k = 0; k < 2; ++k) expectOk(e, e.allreduce("flaky", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
+      for (int k = 0; k < 2; ++k)
+        expectOk(e, e.allreduce("flaky", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kMax));
       auto h = e.allreduce("flaky", {arg(v.data(), {r == 1 ? 8 : 4})}, {v.data()}, ReduceOp::kMax);
       EXPECT_EQ(waitFor(e, h), StatusCode::kMismatch);
     }
-    EXPECT_EQ(e.stats().posted_allreduces, static_cast<uint64_t>(PostedCollectives::kMaxSlotsPerName - 1));
+    EXPECT_EQ(e.stats().posted_allreduces,
+              static_cast<uint64_t>(PostedCollectives::kMaxSlotsPerName - 1));
   });
 }
 

@@ -43,9 +43,11 @@ TEST(EngineProcessSetMismatch, SameNameOnDifferentSetsFailsEveryRank) {
     auto h = e.allreduce("mix", {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
                          r == 1 ? pair : Engine::kGlobalSet);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch) << h->message();
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              10.0);
     EXPECT_NE(h->message().find("'mix'"), std::string::npos) << h->message();
-    EXPECT_NE(h->message().find("process set " + std::to_string(add->intResult())), std::string::npos)
+    EXPECT_NE(h->message().find("process set " + std::to_string(add->intResult())),
+              std::string::npos)
         << h->message();
     EXPECT_NE(h->message().find("process set 0"), std::string::npos) << h->message();
 
@@ -79,17 +81,21 @@ TEST(EngineProcessSetMismatch, ANameCachedOnOneSetAndNewOnAnotherFailsAfterTheSt
       const std::string name = "cached." + std::to_string(cached_on);
       std::vector<float> buf(2, 1.0f);
       for (int k = 0; k < 3; ++k) {
-        expectOk(e.allreduce(name, {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1, cached_on));
+        expectOk(e.allreduce(name, {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
+                             cached_on));
       }
       const auto start = std::chrono::steady_clock::now();
       auto h = e.allreduce(name, {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
                            r == 1 ? b : cached_on);
       EXPECT_EQ(waitStatus(h), StatusCode::kMismatch) << h->message();
-      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                10.0);
       EXPECT_NE(h->message().find("'" + name + "'"), std::string::npos) << h->message();
-      EXPECT_NE(h->message().find("process set " + std::to_string(b)), std::string::npos) << h->message();
+      EXPECT_NE(h->message().find("process set " + std::to_string(b)), std::string::npos)
+          << h->message();
       std::vector<float> ok(2, 1.0f);
-      expectOk(e.allreduce(name, {arg(ok.data(), {2})}, {ok.data()}, ReduceOp::kSum, 1, 1, cached_on));
+      expectOk(
+          e.allreduce(name, {arg(ok.data(), {2})}, {ok.data()}, ReduceOp::kSum, 1, 1, cached_on));
       EXPECT_FLOAT_EQ(ok[0], 2.0f);
     }
     expectOk(e.barrier());
@@ -120,7 +126,8 @@ TEST(EngineProcessSetMismatch, ALateMemberFailsTheConflictedNameToo) {
     auto h = e.allreduce("late", {arg(buf.data(), {2})}, {buf.data()}, ReduceOp::kSum, 1, 1,
                          r == 1 ? pair : Engine::kGlobalSet);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch) << h->message();
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              10.0);
     EXPECT_NE(h->message().find("'late'"), std::string::npos) << h->message();
     failed.fetch_add(1);
 

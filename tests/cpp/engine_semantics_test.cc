@@ -35,12 +35,14 @@ TEST(EngineSemantics, MismatchesFailEveryRankAndTheEngineStaysUsable) {
     std::vector<float> buf(8, 1.0f);
     std::vector<double> dbuf(8, 1.0);
     // shape
-    auto h = e.allreduce("shape", {arg(buf.data(), {r == 1 ? 8 : 4})}, {buf.data()}, ReduceOp::kSum);
+    auto h =
+        e.allreduce("shape", {arg(buf.data(), {r == 1 ? 8 : 4})}, {buf.data()}, ReduceOp::kSum);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     EXPECT_NE(h->message().find("'shape'"), std::string::npos) << h->message();
     EXPECT_NE(h->message().find("set rank 1"), std::string::npos) << h->message();
     // dtype
-    h = r == 2 ? e.allreduce("dtype", {arg(dbuf.data(), {4}, DataType::kFloat64)}, {dbuf.data()}, ReduceOp::kSum)
+    h = r == 2 ? e.allreduce("dtype", {arg(dbuf.data(), {4}, DataType::kFloat64)}, {dbuf.data()},
+                             ReduceOp::kSum)
                : e.allreduce("dtype", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kSum);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     EXPECT_NE(h->message().find("data types"), std::string::npos) << h->message();
@@ -49,14 +51,16 @@ TEST(EngineSemantics, MismatchesFailEveryRankAndTheEngineStaysUsable) {
                : e.allreduce("op", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kSum);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     // reduce op
-    h = e.allreduce("rop", {arg(buf.data(), {4})}, {buf.data()}, r == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+    h = e.allreduce("rop", {arg(buf.data(), {4})}, {buf.data()},
+                    r == 0 ? ReduceOp::kMax : ReduceOp::kSum);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     // root
     h = e.broadcast("root", arg(buf.data(), {4}), buf.data(), r == 2 ? 1 : 0);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     EXPECT_NE(h->message().find("root"), std::string::npos);
     // Cached metadata that changes on one rank only is renegotiated and reported too.
-    for (int i = 0; i < 2; ++i) expectOk(e.allreduce("later", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMin));
+    for (int i = 0; i < 2; ++i)
+      expectOk(e.allreduce("later", {arg(buf.data(), {4})}, {buf.data()}, ReduceOp::kMin));
     h = e.allreduce("later", {arg(buf.data(), {r == 0 ? 2 : 4})}, {buf.data()}, ReduceOp::kMin);
     EXPECT_EQ(waitStatus(h), StatusCode::kMismatch);
     // Still usable.
@@ -73,7 +77,8 @@ TEST(EngineSemantics, DuplicateNameInFlightIsRejectedAtSubmission) {
     std::shared_ptr<Handle> first;
     if (r == 0) {
       first = e.allreduce("dup", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum);
-      EXPECT_THROW(e.allreduce("dup", {arg(b.data(), {4})}, {b.data()}, ReduceOp::kSum), DuplicateNameError);
+      EXPECT_THROW(e.allreduce("dup", {arg(b.data(), {4})}, {b.data()}, ReduceOp::kSum),
+                   DuplicateNameError);
       expectOk(e.barrier());  // rank 1 submits only after this check
     } else {
       expectOk(e.barrier());
@@ -89,12 +94,14 @@ TEST(EngineSemantics, ValidationErrorsAreImmediate) {
   EngineRanks ranks(2, engineTestParams());
   Engine& e = ranks.engine(0);
   std::vector<float> a(4);
-  EXPECT_THROW(e.allreduce("", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum), InvalidArgumentError);
+  EXPECT_THROW(e.allreduce("", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum),
+               InvalidArgumentError);
   EXPECT_THROW(e.broadcast("b", arg(a.data(), {4}), a.data(), 2), InvalidArgumentError);
   EXPECT_THROW(e.allgather("s", {arg(a.data(), {})}), InvalidArgumentError);
   EXPECT_THROW(e.alltoall("a", arg(a.data(), {3}), {}), InvalidArgumentError);
   EXPECT_THROW(e.alltoall("a", arg(a.data(), {4}), {1, 2}), InvalidArgumentError);
-  EXPECT_THROW(e.allreduce("x", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum, 1, 1, 7), InvalidArgumentError);
+  EXPECT_THROW(e.allreduce("x", {arg(a.data(), {4})}, {a.data()}, ReduceOp::kSum, 1, 1, 7),
+               InvalidArgumentError);
   TensorArg gpu = arg(a.data(), {4});
   gpu.device = 0;
   EXPECT_THROW(e.allreduce("g", {gpu}, {a.data()}, ReduceOp::kSum), UnsupportedError);
@@ -119,21 +126,25 @@ TEST(EngineSemantics, ProcessSetsAddUseRemove) {
     for (int iter = 0; iter < 3; ++iter) {
       // The same name in two sets at once is fine.
       std::vector<int32_t> v(3, r);
-      expectOk(e.allreduce("grad", {arg(v.data(), {3}, DataType::kInt32)}, {v.data()}, ReduceOp::kSum, 1, 1, mine));
+      expectOk(e.allreduce("grad", {arg(v.data(), {3}, DataType::kInt32)}, {v.data()},
+                           ReduceOp::kSum, 1, 1, mine));
       EXPECT_EQ(v[0], r % 2 == 0 ? 2 : 4);
       std::vector<float> g(2, 1.0f);
       expectOk(e.allreduce("global", {arg(g.data(), {2})}, {g.data()}, ReduceOp::kSum));
       EXPECT_FLOAT_EQ(g[1], 4.0f);
     }
     std::vector<float> x(2);
-    EXPECT_THROW(e.allreduce("foreign", {arg(x.data(), {2})}, {x.data()}, ReduceOp::kSum, 1, 1, r % 2 == 0 ? odd : even),
+    EXPECT_THROW(e.allreduce("foreign", {arg(x.data(), {2})}, {x.data()}, ReduceOp::kSum, 1, 1,
+                             r % 2 == 0 ? odd : even),
                  InvalidArgumentError);
     expectOk(e.barrier(mine));
     // LOCAL and CROSS exist from the start (one host: LOCAL is everyone, CROSS is oneself).
     std::vector<float> l(1, 1.0f);
-    expectOk(e.allreduce("local", {arg(l.data(), {1})}, {l.data()}, ReduceOp::kSum, 1, 1, Engine::kLocalSet));
+    expectOk(e.allreduce("local", {arg(l.data(), {1})}, {l.data()}, ReduceOp::kSum, 1, 1,
+                         Engine::kLocalSet));
     EXPECT_FLOAT_EQ(l[0], 4.0f);
-    expectOk(e.allreduce("cross", {arg(l.data(), {1})}, {l.data()}, ReduceOp::kSum, 1, 1, Engine::kCrossSet));
+    expectOk(e.allreduce("cross", {arg(l.data(), {1})}, {l.data()}, ReduceOp::kSum, 1, 1,
+                         Engine::kCrossSet));
     EXPECT_FLOAT_EQ(l[0], 4.0f);
     expectOk(e.removeProcessSet(even));
     EXPECT_FALSE(e.processSet(even).has_value());
@@ -148,8 +159,8 @@ TEST(EngineSemantics, ProcessSetsAddUseRemove) {
 // differ, and whose arena history (barrier counts, small-message lines) differs by member:
 // every kind of shared-memory step must still line up (Note [Reused group ids]).
 TEST(EngineSemantics, RemovedProcessSetsMakeRoomForNewOnes) {
-  const std::vector<std::vector<int>> member_lists = {
-      {0, 1}, {1, 2, 3}, {0, 2, 3}, {2, 3}, {0, 3}, {0, 1, 2, 3}, {1, 3}};
+  const std::vector<std::vector<int>> member_lists = {{0, 1}, {1, 2, 3},    {0, 2, 3}, {2, 3},
+                                                      {0, 3}, {0, 1, 2, 3}, {1, 3}};
   EngineRanks ranks(4, engineTestParams());
   ranks.run([&](int r, Engine& e) {
     for (int i = 0; i < 75; ++i) {  // 61 fresh ids, then reused ones
@@ -167,7 +178,8 @@ TEST(EngineSemantics, RemovedProcessSetsMakeRoomForNewOnes) {
         for (int m : members) sum += m;
         EXPECT_EQ(tiny[2], sum) << "set " << set << " at step " << i;
         std::vector<float> small(1000, 1.0f);  // two barriers
-        expectOk(e.allreduce("small", {arg(small.data(), {1000})}, {small.data()}, ReduceOp::kSum, 1, 1, set));
+        expectOk(e.allreduce("small", {arg(small.data(), {1000})}, {small.data()}, ReduceOp::kSum,
+                             1, 1, set));
         EXPECT_FLOAT_EQ(small[999], static_cast<float>(n));
         expectOk(e.barrier(set));
       }
@@ -188,7 +200,8 @@ TEST(EngineSemantics, RemovedProcessSetsMakeRoomForNewOnes) {
     expectOk(again);
     std::vector<float> v(5, 1.0f);
     if (r != 0) {
-      expectOk(e.allreduce("after", {arg(v.data(), {5})}, {v.data()}, ReduceOp::kSum, 1, 1, again->intResult()));
+      expectOk(e.allreduce("after", {arg(v.data(), {5})}, {v.data()}, ReduceOp::kSum, 1, 1,
+                           again->intResult()));
       EXPECT_FLOAT_EQ(v[4], 3.0f);
     }
   });
@@ -273,7 +286,8 @@ TEST(EngineSemantics, StallShutdownFailsThePendingOps) {
       EXPECT_NE(h->message().find("PERSEUS_STALL_SHUTDOWN"), std::string::npos) << h->message();
     }
     // Both engines stop: later requests fail at once.
-    for (int i = 0; i < 200 && e.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 200 && e.running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     auto later = e.allreduce("later", {arg(v.data(), {2})}, {v.data()}, ReduceOp::kSum);
     EXPECT_EQ(waitStatus(later), StatusCode::kTimeout);
   });
@@ -282,7 +296,8 @@ TEST(EngineSemantics, StallShutdownFailsThePendingOps) {
 TEST(EngineSemantics, ShutdownOnOneRankStopsAllAndFailsPending) {
   EngineRanks ranks(2, engineTestParams());
   std::vector<float> v(2, 1.0f);
-  auto pending = ranks.engine(1).allreduce("pending", {arg(v.data(), {2})}, {v.data()}, ReduceOp::kSum);
+  auto pending =
+      ranks.engine(1).allreduce("pending", {arg(v.data(), {2})}, {v.data()}, ReduceOp::kSum);
   ranks.engine(0).shutdown();
   EXPECT_EQ(waitStatus(pending), StatusCode::kShutDown);
   EXPECT_NE(pending->message().find("'pending'"), std::string::npos) << pending->message();
@@ -320,7 +335,8 @@ TEST(EngineSemantics, TimelineIsValidJsonWithPhases) {
   std::stringstream ss;
   ss << f.rdbuf();
   std::string text = ss.str();
-  for (const char* phase : {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION", "COMMUNICATE", "MEMCPY_OUT", "tl.a"}) {
+  for (const char* phase :
+       {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION", "COMMUNICATE", "MEMCPY_OUT", "tl.a"}) {
     EXPECT_NE(text.find(phase), std::string::npos) << phase;
   }
   EXPECT_EQ(text.back(), ']');
@@ -329,7 +345,9 @@ TEST(EngineSemantics, TimelineIsValidJsonWithPhases) {
   for (char c : text) depth += c == '{' ? 1 : c == '}' ? -1 : 0;
   EXPECT_EQ(depth, 0);
   EXPECT_EQ(text.find(",\n]"), std::string::npos);
-  if (std::system(("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + path.substr(0, path.size() - 5) + ".0.json").c_str()) != 0) {
+  if (std::system(("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " +
+                   path.substr(0, path.size() - 5) + ".0.json")
+                      .c_str()) != 0) {
     ADD_FAILURE() << "python json.load rejected the timeline";
   }
 }

@@ -69,7 +69,8 @@ TEST(GpuFusionBandwidth, KernelsAgainstDeviceCopy) {
   auto table = [&](size_t out_elem) {
     std::vector<CopyEntry> e;
     for (int i = 0; i < tensors; ++i) {
-      e.push_back({static_cast<char*>(src) + i * per * 4, static_cast<char*>(dst) + i * per * out_elem, per, i});
+      e.push_back({static_cast<char*>(src) + i * per * 4,
+                   static_cast<char*>(dst) + i * per * out_elem, per, i});
     }
     return e;
   };
@@ -95,11 +96,16 @@ TEST(GpuFusionBandwidth, KernelsAgainstDeviceCopy) {
     int* flag;
   };
   const std::vector<Case> cases = {
-      {"copy_fp32_64tensors", 2.0 * total, &copy_table, DataType::kFloat32, DataType::kFloat32, 1.0, nullptr},
-      {"scale_fp32_64tensors", 2.0 * total, &copy_table, DataType::kFloat32, DataType::kFloat32, 0.5, nullptr},
-      {"cast_fp32_to_fp16", 1.5 * total, &cast_table, DataType::kFloat32, DataType::kFloat16, 1.0, nullptr},
-      {"cast_scale_nancheck_fp32_to_fp16", 1.5 * total, &cast_table, DataType::kFloat32, DataType::kFloat16, 0.5, flag},
-      {"cast_fp16_to_fp32", 1.5 * total, &up_table, DataType::kFloat16, DataType::kFloat32, 1.0, nullptr},
+      {"copy_fp32_64tensors", 2.0 * total, &copy_table, DataType::kFloat32, DataType::kFloat32, 1.0,
+       nullptr},
+      {"scale_fp32_64tensors", 2.0 * total, &copy_table, DataType::kFloat32, DataType::kFloat32,
+       0.5, nullptr},
+      {"cast_fp32_to_fp16", 1.5 * total, &cast_table, DataType::kFloat32, DataType::kFloat16, 1.0,
+       nullptr},
+      {"cast_scale_nancheck_fp32_to_fp16", 1.5 * total, &cast_table, DataType::kFloat32,
+       DataType::kFloat16, 0.5, flag},
+      {"cast_fp16_to_fp32", 1.5 * total, &up_table, DataType::kFloat16, DataType::kFloat32, 1.0,
+       nullptr},
   };
   std::printf("GPUBW %-34s %-14s %12s %10s %8s %8s\n", "case", "tuning", "bytes", "us", "GB/s",
               "%memcpy");
@@ -135,9 +141,11 @@ TEST(GpuFusionBandwidth, KernelsAgainstDeviceCopy) {
     double best_us = 1e30;
     std::string best;
     for (const CopyTuning& t : tunings) {
-      const double us = medianUs([&] {
-        batchedCopyTuned(c.table->data(), tensors, c.from, c.to, c.scale, c.flag, stream, t);
-      }, stream);
+      const double us = medianUs(
+          [&] {
+            batchedCopyTuned(c.table->data(), tensors, c.from, c.to, c.scale, c.flag, stream, t);
+          },
+          stream);
       const double gbs = c.bytes / us / 1e3;
       const std::string name = tuningName(t);
       std::printf("GPUBW %-34s %-14s %12.0f %10.1f %8.1f %8.1f%s\n", c.name, name.c_str(), c.bytes,

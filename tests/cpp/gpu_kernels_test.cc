@@ -48,8 +48,8 @@ std::vector<CopyTuning> allTunings(bool wide_too) {
   for (bool wide : {false, true}) {
     if (wide && !wide_too) continue;
     for (int u : {4, 8}) {
-      for (auto g : {CopyTuning::Grid::kResident, CopyTuning::Grid::kBalanced,
-                     CopyTuning::Grid::kPerTile}) {
+      for (auto g :
+           {CopyTuning::Grid::kResident, CopyTuning::Grid::kBalanced, CopyTuning::Grid::kPerTile}) {
         CopyTuning t;
         t.unroll = u;
         t.grid = g;
@@ -83,7 +83,8 @@ TEST(GpuFusionKernel, ExactCopyOfRaggedMisalignedTensors) {
   DeviceBuffer src(host.size() * 4), dst(host.size() * 4);
   CK(cudaMemcpy(src.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   std::vector<CopyEntry> entries;
-  for (int i = 0; i < n; ++i) entries.push_back({src.at(src_off[i]), dst.at(dst_off[i]), counts[i], i});
+  for (int i = 0; i < n; ++i)
+    entries.push_back({src.at(src_off[i]), dst.at(dst_off[i]), counts[i], i});
   cudaStream_t stream = nullptr;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const CopyTuning& t : allTunings(false)) {
@@ -161,11 +162,13 @@ TEST(GpuFusionKernel, HalfToFloatEveryTuning) {
   CK(cudaMalloc(&flag, sizeof(int)));
   CK(cudaMemcpy(src.p, halves.data(), total * 2, cudaMemcpyHostToDevice));
   std::vector<CopyEntry> entries;
-  for (int i = 0; i < n; ++i) entries.push_back({src.at(src_off[i] * 2), dst.at(dst_off[i] * 4), counts[i], i});
+  for (int i = 0; i < n; ++i)
+    entries.push_back({src.at(src_off[i] * 2), dst.at(dst_off[i] * 4), counts[i], i});
   for (const CopyTuning& t : allTunings(true)) {
     CK(cudaMemset(dst.p, 0xFF, total * 4));
     CK(cudaMemset(flag, 0x7F, sizeof(int)));
-    batchedCopyTuned(entries.data(), n, DataType::kFloat16, DataType::kFloat32, 2.0, flag, nullptr, t);
+    batchedCopyTuned(entries.data(), n, DataType::kFloat16, DataType::kFloat32, 2.0, flag, nullptr,
+                     t);
     std::vector<float> out(total);
     int first_bad = 0;
     CK(cudaMemcpy(out.data(), dst.p, total * 4, cudaMemcpyDeviceToHost));
@@ -212,13 +215,15 @@ TEST(GpuFusionKernel, NanCheckReportsTheFirstTensor) {
   CK(cudaMalloc(&flag, sizeof(int)));
   CK(cudaMemcpy(src.p, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   std::vector<CopyEntry> entries;
-  for (size_t i = 0; i < n; ++i) entries.push_back({src.at(i * count * 4), dst.at(i * count * 2), count, static_cast<int>(i)});
+  for (size_t i = 0; i < n; ++i)
+    entries.push_back({src.at(i * count * 4), dst.at(i * count * 2), count, static_cast<int>(i)});
   for (DataType dst_type : {DataType::kFloat16, DataType::kFloat32}) {
     if (dst_type == DataType::kFloat32) {
       for (size_t i = 0; i < n; ++i) entries[i].dst = src.at(i * count * 4);  // in place check
     }
     CK(cudaMemset(flag, 0x7F, sizeof(int)));
-    batchedCopy(entries.data(), static_cast<int>(n), DataType::kFloat32, dst_type, 1.0, flag, nullptr);
+    batchedCopy(entries.data(), static_cast<int>(n), DataType::kFloat32, dst_type, 1.0, flag,
+                nullptr);
     int result = 0;
     CK(cudaMemcpy(&result, flag, sizeof(int), cudaMemcpyDeviceToHost));
     EXPECT_EQ(result, 2) << dataTypeName(dst_type);

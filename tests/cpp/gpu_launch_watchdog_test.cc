@@ -75,8 +75,10 @@ TEST(GpuLaunchWatchdog, BlockingTwinAllreducesExactly) {
       launch_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       if (round == 0) {
-        ASSERT_EQ(cudaMemcpy(host.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-        for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(host[i], static_cast<float>(2 * (i % 97) + 1)) << i;
+        ASSERT_EQ(cudaMemcpy(host.data(), buf, n * sizeof(float), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (size_t i = 0; i < n; i += 4099)
+          ASSERT_EQ(host[i], static_cast<float>(2 * (i % 97) + 1)) << i;
       }
     }
     std::sort(launch_us.begin() + 1, launch_us.end());

@@ -102,7 +102,8 @@ void fusedCase(World1& w, Params p, float tolerance) {
   for (size_t i = 0; i < counts.size(); ++i) {
     auto got = download(bufs[i], counts[i]);
     for (size_t k = 0; k < counts[i]; ++k) {
-      ASSERT_NEAR(got[k], hosts[i][k] * 0.5f, tolerance * std::fabs(hosts[i][k]) + 1e-6) << i << ":" << k;
+      ASSERT_NEAR(got[k], hosts[i][k] * 0.5f, tolerance * std::fabs(hosts[i][k]) + 1e-6)
+          << i << ":" << k;
     }
     cudaFree(bufs[i]);
   }
@@ -143,7 +144,8 @@ TEST_F(GpuNccl, NanCheckNamesTheFirstTensor) {
   host[3999] = INFINITY;
   CK(cudaMemcpy(b, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   GpuBatch batch;
-  for (int i = 0; i < 4; ++i) batch.tensors.push_back({"w" + std::to_string(i), b + i * 1000, b + i * 1000, 1000, nullptr});
+  for (int i = 0; i < 4; ++i)
+    batch.tensors.push_back({"w" + std::to_string(i), b + i * 1000, b + i * 1000, 1000, nullptr});
   auto work = backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0);
   work->wait();
   EXPECT_EQ(work->nonFiniteTensor(), "w2");
@@ -176,7 +178,8 @@ TEST_F(GpuNccl, OtherCollectives) {
   CK(cudaMemset(o, 0, n * 4));
   backend->alltoallv(*w.comm, 0, t, {n * 4}, o, {n * 4})->wait();
   EXPECT_EQ(download(o, n), host);
-  backend->reducescatterv(*w.comm, 0, DataType::kFloat32, t, o, {n}, ReduceOp::kAverage, 2.0, 1.0)->wait();
+  backend->reducescatterv(*w.comm, 0, DataType::kFloat32, t, o, {n}, ReduceOp::kAverage, 2.0, 1.0)
+      ->wait();
   auto got = download(o, n);
   for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(got[i], host[i] * 2.0f);
   cudaFree(in);

@@ -72,8 +72,7 @@ TEST(GpuOutputCache, ABlockComesBackOnlyAfterTheDeviceIsDoneWithIt) {
   {
     auto block = cache->acquire(n);
     // A slow write still queued on a stream the cache knows nothing of when the block is dropped.
-    for (int i = 0; i < 20; ++i)
-      ASSERT_EQ(cudaMemsetAsync(block.get(), i, n, stream), cudaSuccess);
+    for (int i = 0; i < 20; ++i) ASSERT_EQ(cudaMemsetAsync(block.get(), i, n, stream), cudaSuccess);
   }
   // The next owner writes the block and reads it back; a late memset would show through.
   auto reused = cache->acquire(n);

@@ -42,7 +42,10 @@ uint16_t refFloatToHalf(float f) {
   uint16_t lo = 0, hi = 0x7bff;
   while (lo < hi) {  // first pattern whose value >= a
     uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
-    if (refHalfValue(mid) >= a) hi = mid; else lo = static_cast<uint16_t>(mid + 1);
+    if (refHalfValue(mid) >= a)
+      hi = mid;
+    else
+      lo = static_cast<uint16_t>(mid + 1);
   }
   uint16_t up = lo;
   if (refHalfValue(up) == a || up == 0) return sign | up;
@@ -107,7 +110,8 @@ TEST(KernelsHalf, RoundingAtEveryHalfInterval) {
 
 TEST(KernelsHalf, StrideOverAllFloatBitPatterns) {
   std::vector<float> in;
-  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) in.push_back(fromBits(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099)
+    in.push_back(fromBits(static_cast<uint32_t>(u)));
   checkFloats(in);
 }
 
@@ -129,7 +133,8 @@ TEST(KernelsBfloat16, ExhaustiveWidenAndRoundingCases) {
   for (uint32_t i = 0; i < 65536; ++i) {
     ASSERT_EQ(bitsOf(wide[i]), i << 16);
     ASSERT_EQ(bitsOf(bfloat16ToFloat(static_cast<uint16_t>(i))), i << 16);
-    for (uint32_t low : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) in.push_back(fromBits((i << 16) | low));
+    for (uint32_t low : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      in.push_back(fromBits((i << 16) | low));
   }
   std::vector<uint16_t> out(in.size());
   floatToBfloat16Array(out.data(), in.data(), in.size());

@@ -13,24 +13,54 @@
 namespace perseus::kernels {
 namespace {
 
-constexpr DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                               DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
-                               DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+constexpr DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                               DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                               DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 // Element i of a typed buffer as a double, and back (with the type's wrap/rounding).
 double get(const std::vector<unsigned char>& buf, size_t i, DataType t) {
   const unsigned char* p = buf.data() + i * dataTypeSize(t);
   switch (t) {
-    case DataType::kUInt8: return *p;
-    case DataType::kBool: return *p != 0;
-    case DataType::kInt8: { int8_t v; std::memcpy(&v, p, 1); return v; }
-    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return halfToFloat(v); }
-    case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return bfloat16ToFloat(v); }
-    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DataType::kUInt8:
+      return *p;
+    case DataType::kBool:
+      return *p != 0;
+    case DataType::kInt8: {
+      int8_t v;
+      std::memcpy(&v, p, 1);
+      return v;
+    }
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DataType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return halfToFloat(v);
+    }
+    case DataType::kBFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bfloat16ToFloat(v);
+    }
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
   return 0;
 }
@@ -38,15 +68,45 @@ double get(const std::vector<unsigned char>& buf, size_t i, DataType t) {
 void put(std::vector<unsigned char>& buf, size_t i, DataType t, double x) {
   unsigned char* p = buf.data() + i * dataTypeSize(t);
   switch (t) {
-    case DataType::kUInt8: *p = static_cast<uint8_t>(static_cast<int64_t>(x)); return;
-    case DataType::kBool: *p = x != 0; return;
-    case DataType::kInt8: { int8_t v = static_cast<int8_t>(static_cast<int64_t>(x)); std::memcpy(p, &v, 1); return; }
-    case DataType::kInt32: { int32_t v = static_cast<int32_t>(static_cast<int64_t>(x)); std::memcpy(p, &v, 4); return; }
-    case DataType::kInt64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
-    case DataType::kFloat16: { uint16_t v = floatToHalf(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::kBFloat16: { uint16_t v = floatToBfloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::kFloat32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
-    case DataType::kFloat64: std::memcpy(p, &x, 8); return;
+    case DataType::kUInt8:
+      *p = static_cast<uint8_t>(static_cast<int64_t>(x));
+      return;
+    case DataType::kBool:
+      *p = x != 0;
+      return;
+    case DataType::kInt8: {
+      int8_t v = static_cast<int8_t>(static_cast<int64_t>(x));
+      std::memcpy(p, &v, 1);
+      return;
+    }
+    case DataType::kInt32: {
+      int32_t v = static_cast<int32_t>(static_cast<int64_t>(x));
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::kInt64: {
+      int64_t v = static_cast<int64_t>(x);
+      std::memcpy(p, &v, 8);
+      return;
+    }
+    case DataType::kFloat16: {
+      uint16_t v = floatToHalf(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::kBFloat16: {
+      uint16_t v = floatToBfloat16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::kFloat32: {
+      float v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::kFloat64:
+      std::memcpy(p, &x, 8);
+      return;
   }
 }
 
@@ -57,7 +117,8 @@ std::vector<unsigned char> randomBuffer(size_t n, DataType t, std::mt19937& rng)
   std::uniform_int_distribution<int> dist(-6, 6);
   for (size_t i = 0; i < n; ++i) {
     int v = dist(rng);
-    if (t == DataType::kUInt8 || t == DataType::kBool) v = std::abs(v) % (t == DataType::kBool ? 2 : 7);
+    if (t == DataType::kUInt8 || t == DataType::kBool)
+      v = std::abs(v) % (t == DataType::kBool ? 2 : 7);
     double x = isFloatingPoint(t) ? v * 0.5 : v;
     put(buf, i, t, x);
   }
@@ -70,11 +131,16 @@ double refCombine(double a, double b, ReduceOp op, DataType t) {
     return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (x || y) : (x && y);
   }
   switch (op) {
-    case ReduceOp::kSum: return a + b;
-    case ReduceOp::kProduct: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    default: return 0;
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    default:
+      return 0;
   }
 }
 
@@ -147,8 +213,10 @@ TEST(KernelsScale, EveryTypeInPlaceAndCopy) {
     std::vector<unsigned char> want(a.size()), out(a.size());
     for (size_t i = 0; i < 1001; ++i) {
       double v = get(a, i, t) * 0.5;
-      if (t == DataType::kBool) v = get(a, i, t);
-      else if (!isFloatingPoint(t)) v = std::trunc(v);
+      if (t == DataType::kBool)
+        v = get(a, i, t);
+      else if (!isFloatingPoint(t))
+        v = std::trunc(v);
       put(want, i, t, v);
     }
     scaleCopy(out.data(), a.data(), 1001, t, 0.5);
@@ -162,7 +230,8 @@ TEST(KernelsScale, EveryTypeInPlaceAndCopy) {
 }
 
 TEST(KernelsNonFinite, DetectsNaNAndInfOnlyInFloatTypes) {
-  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+  for (DataType t :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
     std::vector<unsigned char> buf(5000 * dataTypeSize(t));
     for (size_t i = 0; i < 5000; ++i) put(buf, i, t, 1.5);
     EXPECT_FALSE(hasNonFinite(buf.data(), 5000, t));

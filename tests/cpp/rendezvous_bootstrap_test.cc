@@ -32,7 +32,9 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
-uint8_t pattern(int from, int to, size_t i) { return static_cast<uint8_t>(from * 37 + to * 11 + i); }
+uint8_t pattern(int from, int to, size_t i) {
+  return static_cast<uint8_t>(from * 37 + to * 11 + i);
+}
 
 // Exchanges a buffer with every other rank at once and checks what arrived. 0 on success.
 int exchangeWithEveryPeer(World& world, size_t bytes) {
@@ -82,49 +84,56 @@ TEST_P(BootstrapTest, ConnectsEveryPairAndFillsTheTopology) {
       ++cross_size[r];
     }
   }
-  auto status = testing::runForked(c.size, [&](int rank) {
-    const int host = c.host_of_rank[rank];
-    if (c.open_mpi) {
-      setEnv("OMPI_COMM_WORLD_RANK", std::to_string(rank));
-      setEnv("OMPI_COMM_WORLD_SIZE", std::to_string(c.size));
-      setEnv("OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank));
-      setEnv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(c.size));
-      setEnv("OMPI_MCA_ess_base_jobid", job);
-    } else {
-      setEnv("PERSEUS_RANK", std::to_string(rank));
-      setEnv("PERSEUS_SIZE", std::to_string(c.size));
-      setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
-      setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
-      setEnv("PERSEUS_SECRET", kSecret);
-      setEnv("PERSEUS_HOSTNAME", "host" + std::to_string(host));
-      setEnv("PERSEUS_IFACE", "127.0.0." + std::to_string(host + 1));
-      if (c.give_placement) {
-        setEnv("PERSEUS_LOCAL_RANK", std::to_string(local_rank[rank]));
-        setEnv("PERSEUS_LOCAL_SIZE", std::to_string(local_size[rank]));
-        setEnv("PERSEUS_CROSS_RANK", std::to_string(cross_rank[rank]));
-        setEnv("PERSEUS_CROSS_SIZE", std::to_string(cross_size[rank]));
-      }
-    }
-    setEnv("PERSEUS_CPU_OPERATIONS", c.cpu_operations);
-    setEnv("PERSEUS_START_TIMEOUT", "20");
-    setEnv("PERSEUS_TIMEOUT", "20");
-    setEnv("PERSEUS_TCP_CONNECTIONS", "3");
-    auto world = bootstrap(Params::fromEnvironment());
-    const Topology& t = world->topology;
-    if (t.rank != rank || t.size != c.size) return 30;
-    if (t.local_rank != local_rank[rank] || t.local_size != local_size[rank]) return 31;
-    if (t.cross_rank != cross_rank[rank] || t.cross_size != cross_size[rank]) return 32;
-    if (static_cast<int>(t.hostnames.size()) != c.size) return 33;
-    if (static_cast<int>(t.local_ranks.size()) != t.local_size || t.local_ranks[t.local_rank] != rank) return 34;
-    if (static_cast<int>(t.cross_ranks.size()) != t.cross_size || t.cross_ranks[t.cross_rank] != rank) return 35;
-    const bool expect_arena = t.local_size > 1 && std::string(c.cpu_operations) != "tcp";
-    if ((world->arena != nullptr) != expect_arena) return 36;
-    if (c.size > 1 && !world->store) return 37;
-    for (size_t bytes : {size_t{1}, size_t{4099}, size_t{1} << 20}) {
-      if (int rc = exchangeWithEveryPeer(*world, bytes)) return rc;
-    }
-    return 0;
-  }, 60000ms);
+  auto status = testing::runForked(
+      c.size,
+      [&](int rank) {
+        const int host = c.host_of_rank[rank];
+        if (c.open_mpi) {
+          setEnv("OMPI_COMM_WORLD_RANK", std::to_string(rank));
+          setEnv("OMPI_COMM_WORLD_SIZE", std::to_string(c.size));
+          setEnv("OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank));
+          setEnv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(c.size));
+          setEnv("OMPI_MCA_ess_base_jobid", job);
+        } else {
+          setEnv("PERSEUS_RANK", std::to_string(rank));
+          setEnv("PERSEUS_SIZE", std::to_string(c.size));
+          setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+          setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+          setEnv("PERSEUS_SECRET", kSecret);
+          setEnv("PERSEUS_HOSTNAME", "host" + std::to_string(host));
+          setEnv("PERSEUS_IFACE", "127.0.0." + std::to_string(host + 1));
+          if (c.give_placement) {
+            setEnv("PERSEUS_LOCAL_RANK", std::to_string(local_rank[rank]));
+            setEnv("PERSEUS_LOCAL_SIZE", std::to_string(local_size[rank]));
+            setEnv("PERSEUS_CROSS_RANK", std::to_string(cross_rank[rank]));
+            setEnv("PERSEUS_CROSS_SIZE", std::to_string(cross_size[rank]));
+          }
+        }
+        setEnv("PERSEUS_CPU_OPERATIONS", c.cpu_operations);
+        setEnv("PERSEUS_START_TIMEOUT", "20");
+        setEnv("PERSEUS_TIMEOUT", "20");
+        setEnv("PERSEUS_TCP_CONNECTIONS", "3");
+        auto world = bootstrap(Params::fromEnvironment());
+        const Topology& t = world->topology;
+        if (t.rank != rank || t.size != c.size) return 30;
+        if (t.local_rank != local_rank[rank] || t.local_size != local_size[rank]) return 31;
+        if (t.cross_rank != cross_rank[rank] || t.cross_size != cross_size[rank]) return 32;
+        if (static_cast<int>(t.hostnames.size()) != c.size) return 33;
+        if (static_cast<int>(t.local_ranks.size()) != t.local_size ||
+            t.local_ranks[t.local_rank] != rank)
+          return 34;
+        if (static_cast<int>(t.cross_ranks.size()) != t.cross_size ||
+            t.cross_ranks[t.cross_rank] != rank)
+          return 35;
+        const bool expect_arena = t.local_size > 1 && std::string(c.cpu_operations) != "tcp";
+        if ((world->arena != nullptr) != expect_arena) return 36;
+        if (c.size > 1 && !world->store) return 37;
+        for (size_t bytes : {size_t{1}, size_t{4099}, size_t{1} << 20}) {
+          if (int rc = exchangeWithEveryPeer(*world, bytes)) return rc;
+        }
+        return 0;
+      },
+      60000ms);
   for (int r = 0; r < c.size; ++r) {
     EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].describe();
   }
@@ -147,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(Bootstrap, SingleRankWhenNothingIsSet) {
-  for (const char* v : {"PERSEUS_RANK", "PERSEUS_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}) {
+  for (const char* v :
+       {"PERSEUS_RANK", "PERSEUS_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}) {
     ASSERT_EQ(std::getenv(v), nullptr) << v << " is set in the test environment";
   }
   auto world = bootstrap(Params());
@@ -159,42 +169,48 @@ TEST(Bootstrap, SingleRankWhenNothingIsSet) {
 TEST(Bootstrap, MissingRanksTimeOutNamingThem) {
   testing::ForkedStoreServer server(kSecret);
   const int port = server.port();
-  auto status = testing::runForked(2, [&](int rank) {
-    setEnv("PERSEUS_RANK", std::to_string(rank));
-    setEnv("PERSEUS_SIZE", "4");
-    setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
-    setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
-    setEnv("PERSEUS_SECRET", kSecret);
-    setEnv("PERSEUS_START_TIMEOUT", "1");
-    try {
-      bootstrap(Params::fromEnvironment());
-    } catch (const TimeoutError& e) {
-      return std::string(e.what()).find("ranks 2, 3") != std::string::npos ? 0 : 50;
-    }
-    return 51;
-  }, 20000ms);
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        setEnv("PERSEUS_RANK", std::to_string(rank));
+        setEnv("PERSEUS_SIZE", "4");
+        setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+        setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+        setEnv("PERSEUS_SECRET", kSecret);
+        setEnv("PERSEUS_START_TIMEOUT", "1");
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const TimeoutError& e) {
+          return std::string(e.what()).find("ranks 2, 3") != std::string::npos ? 0 : 50;
+        }
+        return 51;
+      },
+      20000ms);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 
 TEST(Bootstrap, DuplicateRankIsRefused) {
   testing::ForkedStoreServer server(kSecret);
   const int port = server.port();
-  auto status = testing::runForked(2, [&](int) {
-    setEnv("PERSEUS_RANK", "0");
-    setEnv("PERSEUS_SIZE", "2");
-    setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
-    setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
-    setEnv("PERSEUS_SECRET", kSecret);
-    setEnv("PERSEUS_START_TIMEOUT", "1");
-    try {
-      bootstrap(Params::fromEnvironment());
-    } catch (const InvalidArgumentError& e) {
-      return std::string(e.what()).find("rank 0") != std::string::npos ? 70 : 71;
-    } catch (const TimeoutError&) {
-      return 72;  // the first one waits for rank 1, which never comes
-    }
-    return 73;
-  }, 20000ms);
+  auto status = testing::runForked(
+      2,
+      [&](int) {
+        setEnv("PERSEUS_RANK", "0");
+        setEnv("PERSEUS_SIZE", "2");
+        setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+        setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+        setEnv("PERSEUS_SECRET", kSecret);
+        setEnv("PERSEUS_START_TIMEOUT", "1");
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const InvalidArgumentError& e) {
+          return std::string(e.what()).find("rank 0") != std::string::npos ? 70 : 71;
+        } catch (const TimeoutError&) {
+          return 72;  // the first one waits for rank 1, which never comes
+        }
+        return 73;
+      },
+      20000ms);
   std::multiset<int> codes = {status[0].exit_code, status[1].exit_code};
   EXPECT_EQ(codes, (std::multiset<int>{70, 72}));
 }
@@ -202,23 +218,26 @@ TEST(Bootstrap, DuplicateRankIsRefused) {
 TEST(Bootstrap, InconsistentLocalSizeNamesTheVariable) {
   testing::ForkedStoreServer server(kSecret);
   const int port = server.port();
-  auto status = testing::runForked(2, [&](int rank) {
-    setEnv("PERSEUS_RANK", std::to_string(rank));
-    setEnv("PERSEUS_SIZE", "2");
-    setEnv("PERSEUS_LOCAL_RANK", std::to_string(rank));
-    setEnv("PERSEUS_LOCAL_SIZE", "2");
-    setEnv("PERSEUS_HOSTNAME", rank == 0 ? "a" : "b");  // but two hosts
-    setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
-    setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
-    setEnv("PERSEUS_SECRET", kSecret);
-    setEnv("PERSEUS_START_TIMEOUT", "10");
-    try {
-      bootstrap(Params::fromEnvironment());
-    } catch (const InvalidArgumentError& e) {
-      return std::string(e.what()).find("PERSEUS_LOCAL_SIZE") != std::string::npos ? 0 : 60;
-    }
-    return 61;
-  }, 20000ms);
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        setEnv("PERSEUS_RANK", std::to_string(rank));
+        setEnv("PERSEUS_SIZE", "2");
+        setEnv("PERSEUS_LOCAL_RANK", std::to_string(rank));
+        setEnv("PERSEUS_LOCAL_SIZE", "2");
+        setEnv("PERSEUS_HOSTNAME", rank == 0 ? "a" : "b");  // but two hosts
+        setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+        setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+        setEnv("PERSEUS_SECRET", kSecret);
+        setEnv("PERSEUS_START_TIMEOUT", "10");
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const InvalidArgumentError& e) {
+          return std::string(e.what()).find("PERSEUS_LOCAL_SIZE") != std::string::npos ? 0 : 60;
+        }
+        return 61;
+      },
+      20000ms);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 
@@ -240,8 +259,11 @@ TEST(LaunchEnv, ReadsAndValidatesVariables) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("PERSEUS_CONTROLLER_ADDR"), std::string::npos);
   }
-  env = {{"PERSEUS_RANK", "1"}, {"PERSEUS_SIZE", "2"}, {"PERSEUS_CONTROLLER_ADDR", "h"},
-         {"PERSEUS_CONTROLLER_PORT", "99999"}, {"PERSEUS_SECRET", "ab"}};
+  env = {{"PERSEUS_RANK", "1"},
+         {"PERSEUS_SIZE", "2"},
+         {"PERSEUS_CONTROLLER_ADDR", "h"},
+         {"PERSEUS_CONTROLLER_PORT", "99999"},
+         {"PERSEUS_SECRET", "ab"}};
   EXPECT_THROW(readLaunchInfo(lookup), InvalidArgumentError);
   env["PERSEUS_CONTROLLER_PORT"] = "1234";
   env["PERSEUS_HOSTNAME"] = "nodeA";
@@ -250,8 +272,10 @@ TEST(LaunchEnv, ReadsAndValidatesVariables) {
   EXPECT_EQ(info.controller_port, 1234);
   EXPECT_EQ(info.topology.hostname, "nodeA");
   EXPECT_FALSE(info.has_local);
-  env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  env = {{"OMPI_COMM_WORLD_RANK", "3"},
+         {"OMPI_COMM_WORLD_SIZE", "4"},
+         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
          {"PMIX_NAMESPACE", "ns@1"}};
   info = readLaunchInfo(lookup);
   EXPECT_EQ(info.launcher, Launcher::kOpenMpi);

@@ -46,10 +46,12 @@ bool contains(const std::string& text, const std::string& part) {
 
 TEST(SlurmLists, ExpandsHostLists) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(expandHostList("node[01-04,07]", "L"), (V{"node01", "node02", "node03", "node04", "node07"}));
+  EXPECT_EQ(expandHostList("node[01-04,07]", "L"),
+            (V{"node01", "node02", "node03", "node04", "node07"}));
   EXPECT_EQ(expandHostList("a,b[8-10],c", "L"), (V{"a", "b8", "b9", "b10", "c"}));
   EXPECT_EQ(expandHostList("r[1-2]-n[1,3]", "L"), (V{"r1-n1", "r1-n3", "r2-n1", "r2-n3"}));
-  EXPECT_EQ(expandHostList("gpu-a[009-011]-ib", "L"), (V{"gpu-a009-ib", "gpu-a010-ib", "gpu-a011-ib"}));
+  EXPECT_EQ(expandHostList("gpu-a[009-011]-ib", "L"),
+            (V{"gpu-a009-ib", "gpu-a010-ib", "gpu-a011-ib"}));
   EXPECT_EQ(expandHostList("solo", "L"), (V{"solo"}));
   for (const char* bad : {"node[01-04", "node]1[", "n[a-b]", "n[4-2]", "a,,b", ""}) {
     EXPECT_THROW(expandHostList(bad, "SLURM_STEP_NODELIST"), InvalidArgumentError) << bad;
@@ -72,20 +74,33 @@ TEST(SlurmLists, ExpandsTasksPerNode) {
 
 // What torchrun --nnodes 2 --nproc-per-node 2 hands rank 3 (torch 2.x's local_elastic_agent).
 Env torchrunRank3() {
-  return {{"RANK", "3"},         {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "1"},
-          {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},  {"GROUP_WORLD_SIZE", "2"},
-          {"ROLE_RANK", "3"},    {"MASTER_ADDR", "node01"}, {"MASTER_PORT", "29500"},
-          {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_RESTART_COUNT", "0"}};
+  return {{"RANK", "3"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"GROUP_RANK", "1"},
+          {"GROUP_WORLD_SIZE", "2"},
+          {"ROLE_RANK", "3"},
+          {"MASTER_ADDR", "node01"},
+          {"MASTER_PORT", "29500"},
+          {"TORCHELASTIC_RUN_ID", "job7"},
+          {"TORCHELASTIC_RESTART_COUNT", "0"}};
 }
 
 // What srun -N 2 --ntasks-per-node 2 hands task 2 (Slurm 22.05).
 Env srunTask2() {
-  return {{"SLURM_JOB_ID", "41"},          {"SLURM_STEP_ID", "0"},
-          {"SLURM_PROCID", "2"},           {"SLURM_STEP_NUM_TASKS", "4"},
-          {"SLURM_NTASKS", "4"},           {"SLURM_LOCALID", "0"},
-          {"SLURM_NODEID", "1"},           {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
-          {"SLURM_TASKS_PER_NODE", "2(x2)"}, {"SLURM_STEP_NODELIST", "node[01-02]"},
-          {"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURMD_NODENAME", "node02"}};
+  return {{"SLURM_JOB_ID", "41"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_PROCID", "2"},
+          {"SLURM_STEP_NUM_TASKS", "4"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_NODEID", "1"},
+          {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+          {"SLURM_TASKS_PER_NODE", "2(x2)"},
+          {"SLURM_STEP_NODELIST", "node[01-02]"},
+          {"SLURM_JOB_NODELIST", "node[01-02]"},
+          {"SLURMD_NODENAME", "node02"}};
 }
 
 TEST(LaunchEnv, Torchrun) {
@@ -101,7 +116,9 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_TRUE(contains(info.launch_id, "job7")) << info.launch_id;
 
   // A PyTorchJob without torchrun in the pod: one process per pod, no LOCAL_*.
-  Env pod = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "job-master-0"},
+  Env pod = {{"RANK", "1"},
+             {"WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "job-master-0"},
              {"MASTER_PORT", "23456"}};
   info = read(pod);
   EXPECT_EQ(info.launcher, Launcher::kTorchrun);
@@ -126,7 +143,7 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(info.topology.local_rank, 0);
   EXPECT_EQ(info.topology.local_size, 2);
   EXPECT_EQ(info.topology.hostname, "node02");  // SLURMD_NODENAME
-  EXPECT_EQ(info.store_host, "node01");          // the step's first node
+  EXPECT_EQ(info.store_host, "node01");         // the step's first node
   EXPECT_GE(info.derived_port, 20000);
   EXPECT_LT(info.derived_port, 29000);
   Env other_step = srunTask2();
@@ -145,8 +162,11 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(info.local_size_var, "SLURM_STEP_TASKS_PER_NODE");
 
   // A batch script or an salloc shell is no step: one process.
-  Env batch = {{"SLURM_JOB_ID", "41"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
-               {"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}};
+  Env batch = {{"SLURM_JOB_ID", "41"},
+               {"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "4"},
+               {"SLURM_JOB_NODELIST", "node[01-02]"},
+               {"SLURM_TASKS_PER_NODE", "2(x2)"}};
   EXPECT_EQ(read(batch).launcher, Launcher::kSingle);
 
   Env bad = srunTask2();
@@ -158,7 +178,7 @@ TEST(LaunchEnv, Slurm) {
 }
 
 TEST(LaunchEnv, HydraAndPmix) {
-  Env hydra = {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"PMI_FD", "6"},
+  Env hydra = {{"PMI_RANK", "1"},        {"PMI_SIZE", "2"},        {"PMI_FD", "6"},
                {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}, {"HYDI_CONTROL_FD", "7"}};
   LaunchInfo info = read(hydra);
   EXPECT_EQ(info.launcher, Launcher::kHydra);
@@ -239,53 +259,56 @@ void setEnv(const char* name, const std::string& value) { ::setenv(name, value.c
 // from one launcher's variables; the topology must equal perseusrun's for the same placement.
 void formJob(Launcher launcher) {
   const int port = 24000 + ::getpid() % 4000;
-  auto status = testing::runForked(4, [&](int rank) {
-    const int host = rank / 2;
-    const std::string name = "node0" + std::to_string(host + 1);
-    if (launcher == Launcher::kTorchrun) {
-      setEnv("RANK", std::to_string(rank));
-      setEnv("WORLD_SIZE", "4");
-      setEnv("LOCAL_RANK", std::to_string(rank % 2));
-      setEnv("LOCAL_WORLD_SIZE", "2");
-      setEnv("GROUP_RANK", std::to_string(host));
-      setEnv("MASTER_ADDR", "127.0.0.1");
-      setEnv("MASTER_PORT", std::to_string(port - 1));
-      setEnv("PERSEUS_HOSTNAME", name);
-    } else {
-      setEnv("SLURM_JOB_ID", "7");
-      setEnv("SLURM_STEP_ID", "0");
-      setEnv("SLURM_PROCID", std::to_string(rank));
-      setEnv("SLURM_STEP_NUM_TASKS", "4");
-      setEnv("SLURM_LOCALID", std::to_string(rank % 2));
-      setEnv("SLURM_NODEID", std::to_string(host));
-      setEnv("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
-      setEnv("SLURM_STEP_NODELIST", "127.0.0.1,127.0.0.2");
-      setEnv("SLURMD_NODENAME", name);
-      setEnv("PERSEUS_PORT", std::to_string(port));
-    }
-    setEnv("PERSEUS_SECRET", "a secret for this test only");
-    setEnv("PERSEUS_IFACE", "127.0.0." + std::to_string(host + 1));
-    setEnv("PERSEUS_START_TIMEOUT", "20");
-    auto world = bootstrap(Params::fromEnvironment());
-    const Topology& t = world->topology;
-    if (t.rank != rank || t.size != 4) return 30;
-    if (t.local_rank != rank % 2 || t.local_size != 2) return 31;
-    if (t.cross_rank != host || t.cross_size != 2) return 32;
-    if (t.hostname != name) return 33;
-    uint8_t out = static_cast<uint8_t>(rank), in[4] = {};
-    std::vector<transport::SendOp> sends;
-    std::vector<transport::RecvOp> recvs;
-    for (int peer = 0; peer < 4; ++peer) {
-      if (peer == rank) continue;
-      sends.push_back({peer, &out, 1});
-      recvs.push_back({peer, &in[peer], 1});
-    }
-    world->transport->exchange(sends, recvs);
-    for (int peer = 0; peer < 4; ++peer) {
-      if (peer != rank && in[peer] != peer) return 40;
-    }
-    return 0;
-  }, 40000ms);
+  auto status = testing::runForked(
+      4,
+      [&](int rank) {
+        const int host = rank / 2;
+        const std::string name = "node0" + std::to_string(host + 1);
+        if (launcher == Launcher::kTorchrun) {
+          setEnv("RANK", std::to_string(rank));
+          setEnv("WORLD_SIZE", "4");
+          setEnv("LOCAL_RANK", std::to_string(rank % 2));
+          setEnv("LOCAL_WORLD_SIZE", "2");
+          setEnv("GROUP_RANK", std::to_string(host));
+          setEnv("MASTER_ADDR", "127.0.0.1");
+          setEnv("MASTER_PORT", std::to_string(port - 1));
+          setEnv("PERSEUS_HOSTNAME", name);
+        } else {
+          setEnv("SLURM_JOB_ID", "7");
+          setEnv("SLURM_STEP_ID", "0");
+          setEnv("SLURM_PROCID", std::to_string(rank));
+          setEnv("SLURM_STEP_NUM_TASKS", "4");
+          setEnv("SLURM_LOCALID", std::to_string(rank % 2));
+          setEnv("SLURM_NODEID", std::to_string(host));
+          setEnv("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
+          setEnv("SLURM_STEP_NODELIST", "127.0.0.1,127.0.0.2");
+          setEnv("SLURMD_NODENAME", name);
+          setEnv("PERSEUS_PORT", std::to_string(port));
+        }
+        setEnv("PERSEUS_SECRET", "a secret for this test only");
+        setEnv("PERSEUS_IFACE", "127.0.0." + std::to_string(host + 1));
+        setEnv("PERSEUS_START_TIMEOUT", "20");
+        auto world = bootstrap(Params::fromEnvironment());
+        const Topology& t = world->topology;
+        if (t.rank != rank || t.size != 4) return 30;
+        if (t.local_rank != rank % 2 || t.local_size != 2) return 31;
+        if (t.cross_rank != host || t.cross_size != 2) return 32;
+        if (t.hostname != name) return 33;
+        uint8_t out = static_cast<uint8_t>(rank), in[4] = {};
+        std::vector<transport::SendOp> sends;
+        std::vector<transport::RecvOp> recvs;
+        for (int peer = 0; peer < 4; ++peer) {
+          if (peer == rank) continue;
+          sends.push_back({peer, &out, 1});
+          recvs.push_back({peer, &in[peer], 1});
+        }
+        world->transport->exchange(sends, recvs);
+        for (int peer = 0; peer < 4; ++peer) {
+          if (peer != rank && in[peer] != peer) return 40;
+        }
+        return 0;
+      },
+      40000ms);
   for (int r = 0; r < 4; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 
@@ -293,17 +316,20 @@ TEST(LauncherBootstrap, TorchrunVariablesFormOneJob) { formJob(Launcher::kTorchr
 TEST(LauncherBootstrap, SrunVariablesFormOneJob) { formJob(Launcher::kSlurm); }
 
 TEST(LauncherBootstrap, NoSecretFailsAtInit) {
-  auto status = testing::runForked(1, [&](int) {
-    setEnv("HOME", "/nonexistent-home");
-    ::unsetenv("PERSEUS_SECRET");
-    for (const auto& [k, v] : torchrunRank3()) setEnv(k.c_str(), v);
-    try {
-      bootstrap(Params::fromEnvironment());
-    } catch (const InvalidArgumentError& e) {
-      return contains(e.what(), "no job secret") ? 0 : 50;
-    }
-    return 51;
-  }, 20000ms);
+  auto status = testing::runForked(
+      1,
+      [&](int) {
+        setEnv("HOME", "/nonexistent-home");
+        ::unsetenv("PERSEUS_SECRET");
+        for (const auto& [k, v] : torchrunRank3()) setEnv(k.c_str(), v);
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const InvalidArgumentError& e) {
+          return contains(e.what(), "no job secret") ? 0 : 50;
+        }
+        return 51;
+      },
+      20000ms);
   EXPECT_TRUE(status[0].ok()) << status[0].describe();
 }
 

@@ -100,17 +100,20 @@ TEST_F(TcpStoreTest, ManyProcessesSetGetAdd) {
   server_.reset();  // forking beside a server thread could deadlock the children
   testing::ForkedStoreServer forked(kSecret);
   int port = forked.port();
-  auto status = testing::runForked(kRanks, [&](int rank) {
-    TcpStoreClient c("127.0.0.1", port, kSecret, 5000ms);
-    c.add("arrived", 1);  // before the set, so a rank that sees every key sees every add
-    c.set("rank/" + std::to_string(rank), bytes("value" + std::to_string(rank)));
-    for (int r = 0; r < kRanks; ++r) {
-      if (c.get("rank/" + std::to_string(r), 10000ms) != bytes("value" + std::to_string(r))) {
-        return 10;
-      }
-    }
-    return c.add("arrived", 0) == kRanks ? 0 : 11;
-  }, 20000ms);
+  auto status = testing::runForked(
+      kRanks,
+      [&](int rank) {
+        TcpStoreClient c("127.0.0.1", port, kSecret, 5000ms);
+        c.add("arrived", 1);  // before the set, so a rank that sees every key sees every add
+        c.set("rank/" + std::to_string(rank), bytes("value" + std::to_string(rank)));
+        for (int r = 0; r < kRanks; ++r) {
+          if (c.get("rank/" + std::to_string(r), 10000ms) != bytes("value" + std::to_string(r))) {
+            return 10;
+          }
+        }
+        return c.add("arrived", 0) == kRanks ? 0 : 11;
+      },
+      20000ms);
   for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
   TcpStoreClient check("127.0.0.1", port, kSecret, 5000ms);
   EXPECT_EQ(check.add("arrived", 0), kRanks);
@@ -225,20 +228,24 @@ TEST(StoreProtocol, RoundTripsAndRejectsBadFrames) {
   size_t consumed = 0;
   std::string error;
   for (size_t n = 0; n < wire.size(); ++n) {
-    EXPECT_EQ(p::decodeRequest(wire.data(), n, &out, &consumed, &error), p::DecodeResult::kNeedMore);
+    EXPECT_EQ(p::decodeRequest(wire.data(), n, &out, &consumed, &error),
+              p::DecodeResult::kNeedMore);
   }
-  ASSERT_EQ(p::decodeRequest(wire.data(), wire.size(), &out, &consumed, &error), p::DecodeResult::kOk);
+  ASSERT_EQ(p::decodeRequest(wire.data(), wire.size(), &out, &consumed, &error),
+            p::DecodeResult::kOk);
   EXPECT_EQ(consumed, wire.size());
   EXPECT_EQ(out.key, "k");
   EXPECT_EQ(out.value, bytes("value"));
 
   std::vector<uint8_t> lying = wire;
   lying[4 + 1 + 2 + 1 + 3] ^= 1;  // value length no longer matches the body
-  EXPECT_EQ(p::decodeRequest(lying.data(), lying.size(), &out, &consumed, &error), p::DecodeResult::kBad);
+  EXPECT_EQ(p::decodeRequest(lying.data(), lying.size(), &out, &consumed, &error),
+            p::DecodeResult::kBad);
   const uint8_t zero[] = {0, 0, 0, 0};
   EXPECT_EQ(p::decodeRequest(zero, 4, &out, &consumed, &error), p::DecodeResult::kBad);
   const uint8_t bad_op[] = {0, 0, 0, 3, 99, 0, 0};
-  EXPECT_EQ(p::decodeRequest(bad_op, sizeof(bad_op), &out, &consumed, &error), p::DecodeResult::kBad);
+  EXPECT_EQ(p::decodeRequest(bad_op, sizeof(bad_op), &out, &consumed, &error),
+            p::DecodeResult::kBad);
 }
 
 }  // namespace

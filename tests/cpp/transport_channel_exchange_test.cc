@@ -53,7 +53,9 @@ struct ThreadWorld {
   std::vector<std::unique_ptr<ChannelTransport>> transports;
 };
 
-uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 37 + to * 11 + i * 7 + (i >> 9)); }
+uint8_t byteOf(int from, int to, size_t i) {
+  return static_cast<uint8_t>(from * 37 + to * 11 + i * 7 + (i >> 9));
+}
 
 std::vector<uint8_t> payload(int from, int to, size_t n) {
   std::vector<uint8_t> v(n);
@@ -111,7 +113,8 @@ TEST(ChannelExchange, OpsWithOnePeerFormOneStream) {
   w.run([&](int r) {
     if (r == 0) {
       // Three sends, cut differently from the receives.
-      w.transports[0]->exchange({{1, all.data(), 10}, {1, all.data() + 10, 99990}, {1, all.data() + 100000, 50000}}, {});
+      w.transports[0]->exchange(
+          {{1, all.data(), 10}, {1, all.data() + 10, 99990}, {1, all.data() + 100000, 50000}}, {});
     } else {
       std::vector<uint8_t> in(150000);
       w.transports[1]->exchange({}, {{0, in.data(), 70001}, {0, in.data() + 70001, 79999}});

@@ -94,11 +94,11 @@ TEST(ShmArena, BadBarrierArgumentsAreRejected) {
   ShmArena& a = *groups[0]->arena;
   EXPECT_THROW(a.barrier(-1, {0, 1}), InvalidArgumentError);
   EXPECT_THROW(a.barrier(ShmArena::kMaxGroups, {0, 1}), InvalidArgumentError);
-  EXPECT_THROW(a.barrier(0, {1}), InvalidArgumentError);      // without this rank
-  EXPECT_THROW(a.barrier(0, {1, 0}), InvalidArgumentError);   // unsorted
-  EXPECT_THROW(a.barrier(0, {0, 0}), InvalidArgumentError);   // repeated
-  EXPECT_THROW(a.barrier(0, {0, 2}), InvalidArgumentError);   // out of range
-  a.barrier(0, {0});                                          // alone: returns at once
+  EXPECT_THROW(a.barrier(0, {1}), InvalidArgumentError);     // without this rank
+  EXPECT_THROW(a.barrier(0, {1, 0}), InvalidArgumentError);  // unsorted
+  EXPECT_THROW(a.barrier(0, {0, 0}), InvalidArgumentError);  // repeated
+  EXPECT_THROW(a.barrier(0, {0, 2}), InvalidArgumentError);  // out of range
+  a.barrier(0, {0});                                         // alone: returns at once
 }
 
 TEST(ShmArena, AbortInterruptsABarrier) {

@@ -25,7 +25,7 @@ using perseus::testing::shmNamesOf;
 using perseus::testing::shmTestParams;
 using perseus::testing::uniqueJobId;
 
-constexpr int kLostRightRank = 10;   // child exit codes that tell the parent what happened
+constexpr int kLostRightRank = 10;  // child exit codes that tell the parent what happened
 constexpr int kLostWrongRank = 11;
 constexpr int kNoError = 12;
 constexpr int kTooSlow = 13;
@@ -38,45 +38,51 @@ std::unique_ptr<shm::ShmLocalGroup> join(const std::string& job, int rank, int n
 }
 
 void expectAllOk(const std::vector<ChildStatus>& st) {
-  for (size_t i = 0; i < st.size(); ++i) EXPECT_TRUE(st[i].ok()) << "rank " << i << ": " << st[i].describe();
+  for (size_t i = 0; i < st.size(); ++i)
+    EXPECT_TRUE(st[i].ok()) << "rank " << i << ": " << st[i].describe();
 }
 
-uint8_t byteOf(int from, int to, size_t i) { return static_cast<uint8_t>(from * 31 + to * 5 + i + (i >> 11)); }
+uint8_t byteOf(int from, int to, size_t i) {
+  return static_cast<uint8_t>(from * 31 + to * 5 + i + (i >> 11));
+}
 
 TEST(ShmProcess, AlltoallAndRingBetweenProcesses) {
   const int n = 3;
   const std::string job = uniqueJobId("procs");
   SharedBarrier barrier(n);
   const Params params = shmTestParams();
-  auto st = runForked(n, [&](int r) {
-    auto group = join(job, r, n, barrier, params);
-    auto t = makeShmTransport(*group, r, n, params);
-    const size_t bytes = 300001;
-    std::vector<std::vector<uint8_t>> out(n), in(n);
-    std::vector<SendOp> sends;
-    std::vector<RecvOp> recvs;
-    for (int p = 0; p < n; ++p) {
-      out[p].resize(bytes);
-      in[p].resize(bytes);
-      for (size_t i = 0; i < bytes; ++i) out[p][i] = byteOf(r, p, i);
-      sends.push_back({p, out[p].data(), bytes});  // includes a self-send
-      recvs.push_back({p, in[p].data(), bytes});
-    }
-    t->exchange(sends, recvs);
-    for (int p = 0; p < n; ++p) {
-      for (size_t i = 0; i < bytes; ++i) {
-        if (in[p][i] != byteOf(p, r, i)) return 20 + p;
-      }
-    }
-    // Ring: pass a token around n times.
-    int token = r;
-    for (int step = 0; step < n; ++step) {
-      int got = -1;
-      t->sendRecv((r + 1) % n, &token, sizeof token, (r + n - 1) % n, &got, sizeof got);
-      token = got;
-    }
-    return token == r ? 0 : 30;
-  }, 20s);
+  auto st = runForked(
+      n,
+      [&](int r) {
+        auto group = join(job, r, n, barrier, params);
+        auto t = makeShmTransport(*group, r, n, params);
+        const size_t bytes = 300001;
+        std::vector<std::vector<uint8_t>> out(n), in(n);
+        std::vector<SendOp> sends;
+        std::vector<RecvOp> recvs;
+        for (int p = 0; p < n; ++p) {
+          out[p].resize(bytes);
+          in[p].resize(bytes);
+          for (size_t i = 0; i < bytes; ++i) out[p][i] = byteOf(r, p, i);
+          sends.push_back({p, out[p].data(), bytes});  // includes a self-send
+          recvs.push_back({p, in[p].data(), bytes});
+        }
+        t->exchange(sends, recvs);
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < bytes; ++i) {
+            if (in[p][i] != byteOf(p, r, i)) return 20 + p;
+          }
+        }
+        // Ring: pass a token around n times.
+        int token = r;
+        for (int step = 0; step < n; ++step) {
+          int got = -1;
+          t->sendRecv((r + 1) % n, &token, sizeof token, (r + n - 1) % n, &got, sizeof got);
+          token = got;
+        }
+        return token == r ? 0 : 30;
+      },
+      20s);
   expectAllOk(st);
   EXPECT_TRUE(shmNamesOf(job).empty());
 }
@@ -89,38 +95,41 @@ void runKilledPeer(bool survivor_sends) {
   SharedBarrier barrier(n);
   Params params = shmTestParams();
   params.timeout_s = 60;
-  auto st = runForked(n, [&](int r) {
-    auto group = join(job, r, n, barrier, params);
-    auto t = makeShmTransport(*group, r, n, params);
-    std::vector<uint8_t> big(64 << 20);
-    if (r == victim) {
-      // Take (or give) part of the stream, then die without any cleanup.
-      if (survivor_sends) {
-        t->recv(0, big.data(), 1 << 20);
-      } else {
-        t->send(0, big.data(), 1 << 20);
-      }
-      ::raise(SIGKILL);
-    }
-    if (r == 1) {
-      t->recv(0, big.data(), 16);  // an innocent bystander finishes normally
-      return 0;
-    }
-    t->send(1, big.data(), 16);
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      if (survivor_sends) {
-        t->send(victim, big.data(), big.size());
-      } else {
-        t->recv(victim, big.data(), big.size());
-      }
-    } catch (const PeerLostError& e) {
-      std::fprintf(stderr, "survivor got: %s\n", e.what());
-      if (std::chrono::steady_clock::now() - start > 5s) return kTooSlow;
-      return e.rank() == victim ? kLostRightRank : kLostWrongRank;
-    }
-    return kNoError;
-  }, 30s);
+  auto st = runForked(
+      n,
+      [&](int r) {
+        auto group = join(job, r, n, barrier, params);
+        auto t = makeShmTransport(*group, r, n, params);
+        std::vector<uint8_t> big(64 << 20);
+        if (r == victim) {
+          // Take (or give) part of the stream, then die without any cleanup.
+          if (survivor_sends) {
+            t->recv(0, big.data(), 1 << 20);
+          } else {
+            t->send(0, big.data(), 1 << 20);
+          }
+          ::raise(SIGKILL);
+        }
+        if (r == 1) {
+          t->recv(0, big.data(), 16);  // an innocent bystander finishes normally
+          return 0;
+        }
+        t->send(1, big.data(), 16);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          if (survivor_sends) {
+            t->send(victim, big.data(), big.size());
+          } else {
+            t->recv(victim, big.data(), big.size());
+          }
+        } catch (const PeerLostError& e) {
+          std::fprintf(stderr, "survivor got: %s\n", e.what());
+          if (std::chrono::steady_clock::now() - start > 5s) return kTooSlow;
+          return e.rank() == victim ? kLostRightRank : kLostWrongRank;
+        }
+        return kNoError;
+      },
+      30s);
   EXPECT_EQ(st[0].exit_code, kLostRightRank) << st[0].describe();
   EXPECT_TRUE(st[1].ok()) << st[1].describe();
   EXPECT_EQ(st[victim].signal, SIGKILL) << st[victim].describe();
@@ -136,18 +145,21 @@ TEST(ShmProcess, ArenaBarrierNoticesAKilledMember) {
   SharedBarrier barrier(n);
   Params params = shmTestParams();
   params.timeout_s = 60;
-  auto st = runForked(n, [&](int r) {
-    auto group = join(job, r, n, barrier, params);
-    ShmArena& arena = *group->arena;
-    for (int i = 0; i < 100; ++i) arena.barrier(0, {0, 1});
-    if (r == 1) ::raise(SIGKILL);
-    try {
-      arena.barrier(0, {0, 1});
-    } catch (const PeerLostError& e) {
-      return e.rank() == 1 ? kLostRightRank : kLostWrongRank;
-    }
-    return kNoError;
-  }, 20s);
+  auto st = runForked(
+      n,
+      [&](int r) {
+        auto group = join(job, r, n, barrier, params);
+        ShmArena& arena = *group->arena;
+        for (int i = 0; i < 100; ++i) arena.barrier(0, {0, 1});
+        if (r == 1) ::raise(SIGKILL);
+        try {
+          arena.barrier(0, {0, 1});
+        } catch (const PeerLostError& e) {
+          return e.rank() == 1 ? kLostRightRank : kLostWrongRank;
+        }
+        return kNoError;
+      },
+      20s);
   EXPECT_EQ(st[0].exit_code, kLostRightRank) << st[0].describe();
   EXPECT_EQ(st[1].signal, SIGKILL) << st[1].describe();
   EXPECT_TRUE(shmNamesOf(job).empty());
@@ -158,20 +170,23 @@ TEST(ShmProcess, ArenaSlotsAreSharedBetweenProcesses) {
   const std::string job = uniqueJobId("aslot");
   SharedBarrier barrier(n);
   const Params params = shmTestParams();
-  auto st = runForked(n, [&](int r) {
-    auto group = join(job, r, n, barrier, params);
-    ShmArena& arena = *group->arena;
-    std::vector<int> all = {0, 1, 2};
-    for (int round = 0; round < 200; ++round) {
-      static_cast<int*>(arena.slot(r))[round % 64] = round * 10 + r;
-      arena.barrier(3, all);
-      for (int p = 0; p < n; ++p) {
-        if (static_cast<int*>(arena.slot(p))[round % 64] != round * 10 + p) return 40 + p;
-      }
-      arena.barrier(3, all);  // nobody overwrites a slot that a slower rank still reads
-    }
-    return 0;
-  }, 20s);
+  auto st = runForked(
+      n,
+      [&](int r) {
+        auto group = join(job, r, n, barrier, params);
+        ShmArena& arena = *group->arena;
+        std::vector<int> all = {0, 1, 2};
+        for (int round = 0; round < 200; ++round) {
+          static_cast<int*>(arena.slot(r))[round % 64] = round * 10 + r;
+          arena.barrier(3, all);
+          for (int p = 0; p < n; ++p) {
+            if (static_cast<int*>(arena.slot(p))[round % 64] != round * 10 + p) return 40 + p;
+          }
+          arena.barrier(3, all);  // nobody overwrites a slot that a slower rank still reads
+        }
+        return 0;
+      },
+      20s);
   expectAllOk(st);
 }
 

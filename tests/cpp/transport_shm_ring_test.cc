@@ -45,7 +45,8 @@ TEST(ShmRing, WraparoundWithOddSizes) {
       EXPECT_TRUE(rx.hasIncoming());
     }
     const size_t m = rx.tryRecv(in.data(), recv_sizes[ri++ % 6]);
-    for (size_t i = 0; i < m; ++i) ASSERT_EQ(in[i], patternByte(received + i)) << "at byte " << received + i;
+    for (size_t i = 0; i < m; ++i)
+      ASSERT_EQ(in[i], patternByte(received + i)) << "at byte " << received + i;
     received += m;
   }
   EXPECT_EQ(sent, total);
@@ -102,10 +103,13 @@ TEST(ShmRing, ClosedPeerIsLostOnlyAfterItsBytesAreDrained) {
 TEST(ShmRing, AForkedChildOfARankDoesNotCloseIt) {
   auto groups = createShmGroupsAsThreads(2, uniqueJobId("forkchild"), shmTestParams());
   // Like a data-loader worker: inherits the mappings, runs destructors, exits.
-  auto st = perseus::testing::runForked(1, [&](int) {
-    groups[1].reset();
-    return 0;
-  }, std::chrono::seconds(10));
+  auto st = perseus::testing::runForked(
+      1,
+      [&](int) {
+        groups[1].reset();
+        return 0;
+      },
+      std::chrono::seconds(10));
   ASSERT_TRUE(st[0].ok()) << st[0].describe();
   EXPECT_NO_THROW(groups[0]->channels.at(1)->checkPeer());
   int v = 5, got = 0;

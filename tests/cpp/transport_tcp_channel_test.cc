@@ -29,8 +29,7 @@ struct MeshConfig {
 // Builds this rank's transport: every rank listens on 127.0.0.(rank+1) and publishes its
 // address in the test's store.
 std::unique_ptr<ChannelTransport> connectRank(int rank, int size, int store_port,
-                                              const MeshConfig& config,
-                                              bool intruder = false) {
+                                              const MeshConfig& config, bool intruder = false) {
   rendezvous::TcpStoreClient store("127.0.0.1", store_port, kSecret, 5000ms);
   TcpListener listener("127.0.0." + std::to_string(rank + 1));
   if (intruder) {
@@ -87,55 +86,66 @@ class TcpChannelTest : public ::testing::TestWithParam<MeshConfig> {
 TEST_P(TcpChannelTest, StripedExchangeOfOddSizesBetweenProcesses) {
   const MeshConfig config = GetParam();
   constexpr int kRanks = 3;
-  const std::vector<size_t> sizes = {1, 7, config.stripe - 1, config.stripe, config.stripe + 1,
-                                     3 * config.stripe + 5, 12345, (size_t{3} << 20) + 7};
+  const std::vector<size_t> sizes = {1,
+                                     7,
+                                     config.stripe - 1,
+                                     config.stripe,
+                                     config.stripe + 1,
+                                     3 * config.stripe + 5,
+                                     12345,
+                                     (size_t{3} << 20) + 7};
   int port = server_->port();
-  auto status = testing::runForked(kRanks, [&](int rank) {
-    auto t = connectRank(rank, kRanks, port, config, /*intruder=*/rank == 1);
-    if (!t) return 20;
-    for (size_t bytes : sizes) {
-      std::vector<std::vector<uint8_t>> out(kRanks), in(kRanks);
-      std::vector<SendOp> sends;
-      std::vector<RecvOp> recvs;
-      for (int peer = 0; peer < kRanks; ++peer) {
-        if (peer == rank) continue;
-        out[peer].resize(bytes);
-        in[peer].assign(bytes, 0);
-        for (size_t i = 0; i < bytes; ++i) out[peer][i] = pattern(rank, peer, i);
-        sends.push_back({peer, out[peer].data(), bytes});
-        recvs.push_back({peer, in[peer].data(), bytes});
-      }
-      t->exchange(sends, recvs);
-      for (int peer = 0; peer < kRanks; ++peer) {
-        if (peer == rank) continue;
-        for (size_t i = 0; i < bytes; ++i) {
-          if (in[peer][i] != pattern(peer, rank, i)) {
-            std::fprintf(stderr, "rank %d: byte %zu of %zu from %d is wrong\n", rank, i, bytes, peer);
-            return 21;
+  auto status = testing::runForked(
+      kRanks,
+      [&](int rank) {
+        auto t = connectRank(rank, kRanks, port, config, /*intruder=*/rank == 1);
+        if (!t) return 20;
+        for (size_t bytes : sizes) {
+          std::vector<std::vector<uint8_t>> out(kRanks), in(kRanks);
+          std::vector<SendOp> sends;
+          std::vector<RecvOp> recvs;
+          for (int peer = 0; peer < kRanks; ++peer) {
+            if (peer == rank) continue;
+            out[peer].resize(bytes);
+            in[peer].assign(bytes, 0);
+            for (size_t i = 0; i < bytes; ++i) out[peer][i] = pattern(rank, peer, i);
+            sends.push_back({peer, out[peer].data(), bytes});
+            recvs.push_back({peer, in[peer].data(), bytes});
+          }
+          t->exchange(sends, recvs);
+          for (int peer = 0; peer < kRanks; ++peer) {
+            if (peer == rank) continue;
+            for (size_t i = 0; i < bytes; ++i) {
+              if (in[peer][i] != pattern(peer, rank, i)) {
+                std::fprintf(stderr, "rank %d: byte %zu of %zu from %d is wrong\n", rank, i, bytes,
+                             peer);
+                return 21;
+              }
+            }
           }
         }
-      }
-    }
-    // Many small messages in one direction, received with different call sizes.
-    if (rank < 2) {
-      int peer = 1 - rank;
-      std::vector<uint8_t> stream(100000);
-      for (size_t i = 0; i < stream.size(); ++i) stream[i] = pattern(0, 1, i);
-      if (rank == 0) {
-        for (size_t off = 0; off < stream.size(); off += 333) {
-          t->send(peer, stream.data() + off, std::min<size_t>(333, stream.size() - off));
+        // Many small messages in one direction, received with different call sizes.
+        if (rank < 2) {
+          int peer = 1 - rank;
+          std::vector<uint8_t> stream(100000);
+          for (size_t i = 0; i < stream.size(); ++i) stream[i] = pattern(0, 1, i);
+          if (rank == 0) {
+            for (size_t off = 0; off < stream.size(); off += 333) {
+              t->send(peer, stream.data() + off, std::min<size_t>(333, stream.size() - off));
+            }
+          } else {
+            std::vector<uint8_t> got(stream.size());
+            for (size_t off = 0; off < got.size(); off += 4096) {
+              t->recv(peer, got.data() + off, std::min<size_t>(4096, got.size() - off));
+            }
+            if (got != stream) return 22;
+          }
         }
-      } else {
-        std::vector<uint8_t> got(stream.size());
-        for (size_t off = 0; off < got.size(); off += 4096) {
-          t->recv(peer, got.data() + off, std::min<size_t>(4096, got.size() - off));
-        }
-        if (got != stream) return 22;
-      }
-    }
-    return 0;
-  }, 60000ms);
-  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].describe();
+        return 0;
+      },
+      60000ms);
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, TcpChannelTest,
@@ -144,47 +154,53 @@ INSTANTIATE_TEST_SUITE_P(Configs, TcpChannelTest,
 
 TEST_F(TcpChannelTest, KilledPeerIsReportedAsPeerLostNamingTheRank) {
   int port = server_->port();
-  auto status = testing::runForked(2, [&](int rank) {
-    auto t = connectRank(rank, 2, port, MeshConfig{2, 1000});
-    if (!t) return 20;
-    if (rank == 1) {
-      uint8_t byte = 1;
-      t->send(0, &byte, 1);
-      ::raise(SIGKILL);
-    }
-    uint8_t buf[4096];
-    t->recv(1, buf, 1);
-    try {
-      t->recv(1, buf, sizeof(buf));  // never sent: the peer dies instead
-    } catch (const PeerLostError& e) {
-      if (e.rank() != 1 || std::string(e.what()).find("rank 1") == std::string::npos) return 31;
-      return 0;
-    }
-    return 32;
-  }, 20000ms);
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        auto t = connectRank(rank, 2, port, MeshConfig{2, 1000});
+        if (!t) return 20;
+        if (rank == 1) {
+          uint8_t byte = 1;
+          t->send(0, &byte, 1);
+          ::raise(SIGKILL);
+        }
+        uint8_t buf[4096];
+        t->recv(1, buf, 1);
+        try {
+          t->recv(1, buf, sizeof(buf));  // never sent: the peer dies instead
+        } catch (const PeerLostError& e) {
+          if (e.rank() != 1 || std::string(e.what()).find("rank 1") == std::string::npos) return 31;
+          return 0;
+        }
+        return 32;
+      },
+      20000ms);
   EXPECT_TRUE(status[0].ok()) << status[0].describe();
   EXPECT_EQ(status[1].signal, SIGKILL);
 }
 
 TEST_F(TcpChannelTest, KilledPeerIsReportedWhileSending) {
   int port = server_->port();
-  auto status = testing::runForked(2, [&](int rank) {
-    auto t = connectRank(rank, 2, port, MeshConfig{2, 1000});
-    if (!t) return 20;
-    if (rank == 1) {
-      uint8_t byte = 0;
-      t->recv(0, &byte, 1);
-      ::raise(SIGKILL);
-    }
-    std::vector<uint8_t> big(64 << 20, 1);  // more than the socket buffers hold
-    try {
-      t->send(1, big.data(), 1);
-      t->send(1, big.data(), big.size());
-    } catch (const PeerLostError& e) {
-      return e.rank() == 1 ? 0 : 31;
-    }
-    return 32;
-  }, 20000ms);
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        auto t = connectRank(rank, 2, port, MeshConfig{2, 1000});
+        if (!t) return 20;
+        if (rank == 1) {
+          uint8_t byte = 0;
+          t->recv(0, &byte, 1);
+          ::raise(SIGKILL);
+        }
+        std::vector<uint8_t> big(64 << 20, 1);  // more than the socket buffers hold
+        try {
+          t->send(1, big.data(), 1);
+          t->send(1, big.data(), big.size());
+        } catch (const PeerLostError& e) {
+          return e.rank() == 1 ? 0 : 31;
+        }
+        return 32;
+      },
+      20000ms);
   EXPECT_TRUE(status[0].ok()) << status[0].describe();
   EXPECT_EQ(status[1].signal, SIGKILL);
 }

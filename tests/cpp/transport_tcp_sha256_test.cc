@@ -47,7 +47,8 @@ TEST(HmacSha256, Rfc4231Vectors) {
   const std::vector<HmacVector> vectors = {
       {std::vector<uint8_t>(20, 0x0b), "Hi There",
        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
-      {{'J', 'e', 'f', 'e'}, "what do ya want for nothing?",
+      {{'J', 'e', 'f', 'e'},
+       "what do ya want for nothing?",
        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
       {std::vector<uint8_t>(20, 0xaa), std::string(50, '\xdd'),
        "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},

@@ -32,7 +32,8 @@ std::string hostOf(const backends::GpuBackendOptions& options, int global_rank) 
 
 std::string labelOf(const collectives::Communicator& comm) {
   std::string s = "process set [";
-  for (int i = 0; i < comm.size() && i < 8; ++i) s += (i ? "," : "") + std::to_string(comm.globalRank(i));
+  for (int i = 0; i < comm.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(comm.globalRank(i));
   if (comm.size() > 8) s += ",... " + std::to_string(comm.size()) + " ranks";
   return s + "]";
 }
@@ -47,8 +48,10 @@ std::unique_ptr<CommState> CommState::create(collectives::Communicator& comm, in
   const bool nccl_ok = ncclApi(&why) != nullptr;
 
   MemberRecord mine{};
-  std::strncpy(mine.host, hostOf(options, comm.globalRank(comm.rank())).c_str(), sizeof(mine.host) - 1);
-  checkCuda(cudaDeviceGetPCIBusId(mine.bus_id, sizeof(mine.bus_id), device), "cudaDeviceGetPCIBusId");
+  std::strncpy(mine.host, hostOf(options, comm.globalRank(comm.rank())).c_str(),
+               sizeof(mine.host) - 1);
+  checkCuda(cudaDeviceGetPCIBusId(mine.bus_id, sizeof(mine.bus_id), device),
+            "cudaDeviceGetPCIBusId");
   mine.nccl_ok = nccl_ok ? 1 : 0;
   std::vector<MemberRecord> all(static_cast<size_t>(comm.size()));
   if (comm.size() > 1) {

@@ -17,14 +17,14 @@
 namespace perseus::nccl {
 
 struct CommState {
-  std::string label;     // "process set [0,1,2,3]" for messages
-  bool staged = false;   // host-staged data plane
+  std::string label;    // "process set [0,1,2,3]" for messages
+  bool staged = false;  // host-staged data plane
   std::string staged_reason;
-  int hosts = 1;         // distinct hosts among the members
-  int host_index = 0;    // this rank's host, in order of first appearance in the set
-  int local_index = 0;   // this rank's index among the members on its host
-  int local_size = 1;    // members on this rank's host
-  bool uniform = true;   // every host has local_size members
+  int hosts = 1;        // distinct hosts among the members
+  int host_index = 0;   // this rank's host, in order of first appearance in the set
+  int local_index = 0;  // this rank's index among the members on its host
+  int local_size = 1;   // members on this rank's host
+  bool uniform = true;  // every host has local_size members
   std::shared_ptr<NcclComm> flat, local, cross;
 
   // Collective over `comm`. Exchanges (host, GPU bus id, NCCL usable) among the members, picks

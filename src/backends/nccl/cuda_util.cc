@@ -26,13 +26,15 @@ void requireDevice(int device) {
   });
   if (status != cudaSuccess) {
     throw UnsupportedError(PERSEUS_STR(
-        "a CUDA tensor was given (device " << device << ") but CUDA cannot be used here: "
-        << cudaGetErrorName(status) << " (" << cudaGetErrorString(status)
+        "a CUDA tensor was given (device "
+        << device << ") but CUDA cannot be used here: " << cudaGetErrorName(status) << " ("
+        << cudaGetErrorString(status)
         << "). Install the NVIDIA driver / run on a GPU machine, or pass CPU tensors."));
   }
   if (device < 0 || device >= count) {
-    throw UnsupportedError(PERSEUS_STR("a tensor is on CUDA device " << device << " but this process sees "
-                                       << count << " device(s) (check CUDA_VISIBLE_DEVICES)."));
+    throw UnsupportedError(PERSEUS_STR("a tensor is on CUDA device "
+                                       << device << " but this process sees " << count
+                                       << " device(s) (check CUDA_VISIBLE_DEVICES)."));
   }
 }
 

@@ -84,7 +84,8 @@ void DeviceBlockCache::freeIdle() {
   if (blocks.empty()) return;
   DeviceGuard guard(device_);
   for (void* b : blocks) (void)cudaFree(b);
-  PERSEUS_LOG(DEBUG, kCuda) << "freed " << blocks.size() << " idle output blocks on device " << device_;
+  PERSEUS_LOG(DEBUG, kCuda) << "freed " << blocks.size() << " idle output blocks on device "
+                            << device_;
 }
 
 size_t DeviceBlockCache::idleBytes() const {

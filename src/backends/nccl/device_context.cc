@@ -40,10 +40,12 @@ DeviceContext::DeviceContext(int device, const Params& params)
       events_(std::make_shared<EventPool>(device)) {
   DeviceGuard guard(device);
   outputs_ = std::make_shared<DeviceBlockCache>(
-      device, params.gpu_output_cache_bytes < 0 ? defaultOutputCacheBytes(device)
-                                                : static_cast<size_t>(params.gpu_output_cache_bytes));
+      device, params.gpu_output_cache_bytes < 0
+                  ? defaultOutputCacheBytes(device)
+                  : static_cast<size_t>(params.gpu_output_cache_bytes));
   int least = 0, greatest = 0;
-  checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+            "cudaDeviceGetStreamPriorityRange");
   slots_.resize(static_cast<size_t>(std::max<int64_t>(params.num_streams, 1)));
   for (Slot& s : slots_) {
     checkCuda(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, greatest),
@@ -52,7 +54,8 @@ DeviceContext::DeviceContext(int device, const Params& params)
               "cudaStreamCreateWithPriority");
     checkCuda(cudaMalloc(reinterpret_cast<void**>(&s.nan_flag), sizeof(int)), "cudaMalloc");
     checkCuda(cudaHostAlloc(reinterpret_cast<void**>(&s.nan_host), kNanRing * sizeof(int),
-                            cudaHostAllocDefault), "cudaHostAlloc");
+                            cudaHostAllocDefault),
+              "cudaHostAlloc");
   }
 }
 
@@ -80,7 +83,8 @@ Slot& DeviceContext::nextSlot() {
     // 64 KiB beyond the threshold: hierarchical allreduce pads the buffer to a multiple of the
     // local size.
     checkCuda(cudaMalloc(&s.fusion, fusion_bytes_ + (64 << 10)), "cudaMalloc (fusion buffer)");
-    PERSEUS_LOG(DEBUG, kCuda) << "fusion buffer of " << fusion_bytes_ << " bytes on device " << device_;
+    PERSEUS_LOG(DEBUG, kCuda) << "fusion buffer of " << fusion_bytes_ << " bytes on device "
+                              << device_;
   }
   return s;
 }

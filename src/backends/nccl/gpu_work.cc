@@ -10,11 +10,13 @@ namespace perseus::nccl {
 
 CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
                    std::vector<std::shared_ptr<NcclComm>> comms)
-    : events_(std::move(events)), what_(std::move(what)),
+    : events_(std::move(events)),
+      what_(std::move(what)),
       deadline_(std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                     std::chrono::duration<double>(timeout_s))),
-      timeout_s_(timeout_s), comms_(std::move(comms)) {
+      timeout_s_(timeout_s),
+      comms_(std::move(comms)) {
   done_ = events_->acquire();
 }
 

@@ -47,7 +47,8 @@ void* HostStaged::download(Slot& slot, const void* in, size_t bytes) {
   void* host = device_.pinned(0, bytes);
   if (bytes == 0) return host;
   PooledEvent done(*device_.events());
-  checkCuda(cudaMemcpyAsync(host, in, bytes, cudaMemcpyDeviceToHost, slot.stream), "cudaMemcpyAsync D2H");
+  checkCuda(cudaMemcpyAsync(host, in, bytes, cudaMemcpyDeviceToHost, slot.stream),
+            "cudaMemcpyAsync D2H");
   checkCuda(cudaEventRecord(done.get(), slot.stream), "cudaEventRecord");
   waitEvent(done.get(), "device-to-host staging copy");
   return host;
@@ -56,7 +57,8 @@ void* HostStaged::download(Slot& slot, const void* in, size_t bytes) {
 void HostStaged::upload(Slot& slot, const void* host, void* out, size_t bytes) {
   if (bytes == 0) return;
   PooledEvent done(*device_.events());
-  checkCuda(cudaMemcpyAsync(out, host, bytes, cudaMemcpyHostToDevice, slot.stream), "cudaMemcpyAsync H2D");
+  checkCuda(cudaMemcpyAsync(out, host, bytes, cudaMemcpyHostToDevice, slot.stream),
+            "cudaMemcpyAsync H2D");
   checkCuda(cudaEventRecord(done.get(), slot.stream), "cudaEventRecord");
   waitEvent(done.get(), "host-to-device staging copy");
 }
@@ -83,7 +85,8 @@ void HostStaged::allreduce(collectives::Communicator& comm, Slot& slot, const vo
     for (size_t k = 0; k < chunks; ++k) {
       const size_t off = k * chunk, n = std::min(chunk, bytes - off);
       checkCuda(cudaMemcpyAsync(host + off, static_cast<const char*>(src) + off, n,
-                                cudaMemcpyDeviceToHost, slot.stream), "cudaMemcpyAsync D2H");
+                                cudaMemcpyDeviceToHost, slot.stream),
+                "cudaMemcpyAsync D2H");
       checkCuda(cudaEventRecord(downloaded[k], slot.stream), "cudaEventRecord");
     }
     // Chunk k's upload is enqueued only after the host saw chunk k downloaded, so an in-place
@@ -105,7 +108,8 @@ void HostStaged::allreduce(collectives::Communicator& comm, Slot& slot, const vo
       d2h_us += us(t0, t1);
       reduce_us += us(t1, Clock::now());
       checkCuda(cudaMemcpyAsync(static_cast<char*>(dst) + off, h, n, cudaMemcpyHostToDevice,
-                                slot.h2d_stream), "cudaMemcpyAsync H2D");
+                                slot.h2d_stream),
+                "cudaMemcpyAsync H2D");
     }
     checkCuda(cudaEventRecord(uploaded.get(), slot.h2d_stream), "cudaEventRecord");
     checkCuda(cudaStreamWaitEvent(slot.stream, uploaded.get(), 0), "cudaStreamWaitEvent");
@@ -151,9 +155,9 @@ void HostStaged::alltoallv(collectives::Communicator& comm, Slot& slot, const vo
   upload(slot, host_out, out, received);
 }
 
-void HostStaged::reducescatterv(collectives::Communicator& comm, Slot& slot, const void* in, void* out,
-                                const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
-                                double prescale, double postscale) {
+void HostStaged::reducescatterv(collectives::Communicator& comm, Slot& slot, const void* in,
+                                void* out, const std::vector<size_t>& counts, DataType dtype,
+                                ReduceOp op, double prescale, double postscale) {
   const size_t elem = dataTypeSize(dtype);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   void* host_in = download(slot, in, total * elem);

@@ -41,8 +41,8 @@ constexpr size_t kDefaultStagedChunkBytes = size_t{8} << 20;
 
 class HostStaged {
  public:
-  HostStaged(DeviceContext& device, double timeout_s,
-             size_t chunk_bytes = kDefaultStagedChunkBytes, StagedSplit* split = nullptr)
+  HostStaged(DeviceContext& device, double timeout_s, size_t chunk_bytes = kDefaultStagedChunkBytes,
+             StagedSplit* split = nullptr)
       : device_(device), timeout_s_(timeout_s), chunk_bytes_(chunk_bytes), split_(split) {}
 
   // dst[i] = op over ranks of src[i] * prescale, times postscale (scales applied on the host).

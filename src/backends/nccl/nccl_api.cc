@@ -69,8 +69,8 @@ Loaded load() {
     lib = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      l.why = std::string("PERSEUS_NCCL_LIBRARY=") + explicit_path + " cannot be loaded: " +
-              (err ? err : "not found");
+      l.why = std::string("PERSEUS_NCCL_LIBRARY=") + explicit_path +
+              " cannot be loaded: " + (err ? err : "not found");
       return l;
     }
   }
@@ -163,7 +163,8 @@ std::string versionText(int code) {
   // NCCL >= 2.9 encodes X.Y.Z as X*10000 + Y*100 + Z; earlier releases as X*1000 + Y*100 + Z.
   const int major = code >= 10000 ? code / 10000 : code / 1000;
   const int rest = code >= 10000 ? code % 10000 : code % 1000;
-  return std::to_string(major) + "." + std::to_string(rest / 100) + "." + std::to_string(rest % 100);
+  return std::to_string(major) + "." + std::to_string(rest / 100) + "." +
+         std::to_string(rest % 100);
 }
 
 }  // namespace perseus::nccl

@@ -23,8 +23,8 @@ namespace {
 using backends::GpuBatch;
 using backends::GpuTensor;
 using backends::GpuWork;
-using kernels::cuda::CopyEntry;
 using kernels::cuda::batchedCopy;
+using kernels::cuda::CopyEntry;
 
 // Auto hierarchical allreduce only for large buffers: below this, NCCL's own tree/ring across
 // hosts is as fast and the two extra local steps cost latency.
@@ -40,7 +40,8 @@ std::string describe(const char* op, const std::vector<GpuTensor>& tensors) {
   std::string s = std::string(op) + " of ";
   if (tensors.size() == 1) return s + "tensor '" + tensors[0].name + "'";
   s += std::to_string(tensors.size()) + " tensors (";
-  for (size_t i = 0; i < tensors.size() && i < 3; ++i) s += (i ? ", '" : "'") + tensors[i].name + "'";
+  for (size_t i = 0; i < tensors.size() && i < 3; ++i)
+    s += (i ? ", '" : "'") + tensors[i].name + "'";
   return s + (tensors.size() > 3 ? ", ...)" : ")");
 }
 
@@ -100,7 +101,8 @@ class NcclBackend : public backends::GpuBackend {
   };
 
   DeviceContext& context(int device);
-  Call begin(collectives::Communicator& comm, int device, const std::vector<const GpuTensor*>& inputs);
+  Call begin(collectives::Communicator& comm, int device,
+             const std::vector<const GpuTensor*>& inputs);
   std::shared_ptr<GpuWork> finish(const Call& call, std::string what,
                                   std::vector<std::shared_ptr<NcclComm>> comms,
                                   const int* nan_host = nullptr,
@@ -177,11 +179,12 @@ NcclBackend::Call NcclBackend::begin(collectives::Communicator& comm, int device
     if (!t->ready) continue;
     auto* event = static_cast<CudaEvent*>(t->ready.get());
     if (event->device() != device) {
-      throw InvalidArgumentError(PERSEUS_STR("tensor '" << t->name << "' was made ready on device "
-                                             << event->device() << " but the collective runs on device "
-                                             << device));
+      throw InvalidArgumentError(
+          PERSEUS_STR("tensor '" << t->name << "' was made ready on device " << event->device()
+                                 << " but the collective runs on device " << device));
     }
-    checkCuda(cudaStreamWaitEvent(call.stream, event->get(), 0), "cudaStreamWaitEvent (tensor ready)");
+    checkCuda(cudaStreamWaitEvent(call.stream, event->get(), 0),
+              "cudaStreamWaitEvent (tensor ready)");
   }
   return call;
 }
@@ -295,8 +298,8 @@ void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
 }
 
 std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
-                                                const GpuBatch& batch, ReduceOp op,
-                                                double prescale, double postscale) {
+                                                const GpuBatch& batch, ReduceOp op, double prescale,
+                                                double postscale) {
   if (op == ReduceOp::kAverage) {
     op = ReduceOp::kSum;
     postscale /= comm.size();
@@ -315,7 +318,8 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
   const DataType dtype = batch.dtype;
   DataType wire = dtype;
   bool mixed = false;
-  if (dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 0) wire = DataType::kFloat16;
+  if (dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 0)
+    wire = DataType::kFloat16;
   if (dtype == DataType::kFloat32 && options_.params.allreduce_dtype == 2) mixed = true;
   const bool nan = options_.params.allreduce_nancheck && isFloatingPoint(dtype);
   int* nan_flag = nan ? call.slot->nan_flag : nullptr;
@@ -357,8 +361,8 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     // Hierarchical rounds leave room for padding to a multiple of the local size.
     const size_t align = hierarchical ? 64 * static_cast<size_t>(s.local_size) : 64;
     size_t capacity = call.dc->fusionBytes() / align * align;
-    for (const auto& round : backends::planFusion(counts, dataTypeSize(wire), capacity,
-                                                  std::min(align, capacity))) {
+    for (const auto& round :
+         backends::planFusion(counts, dataTypeSize(wire), capacity, std::min(align, capacity))) {
       fusedRound(call, comm, batch, round, wire, op, prescale, postscale, nan_flag, hierarchical,
                  mixed);
     }
@@ -376,8 +380,9 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     for (const auto& t : batch.tensors) names.push_back(t.name);
   }
   std::vector<std::shared_ptr<NcclComm>> comms;
-  if (!s.staged) comms = hierarchical ? std::vector<std::shared_ptr<NcclComm>>{s.local, s.cross}
-                                      : std::vector<std::shared_ptr<NcclComm>>{s.flat};
+  if (!s.staged)
+    comms = hierarchical ? std::vector<std::shared_ptr<NcclComm>>{s.local, s.cross}
+                         : std::vector<std::shared_ptr<NcclComm>>{s.flat};
   return finish(call, describe("allreduce", batch.tensors), std::move(comms), nan_host,
                 std::move(names));
 }
@@ -414,10 +419,12 @@ std::shared_ptr<GpuWork> NcclBackend::allgatherv(collectives::Communicator& comm
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).allgatherv(comm, *call.slot, in.input, out, bytes);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
+        .allgatherv(comm, *call.slot, in.input, out, bytes);
     return finish(call, describe("allgather", {in}), {});
   }
-  const bool equal = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
+  const bool equal =
+      std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
   NcclComm& c = *s.flat;
   if (equal) {
     c.run("ncclAllGather", [&] {
@@ -445,7 +452,8 @@ std::shared_ptr<GpuWork> NcclBackend::broadcast(collectives::Communicator& comm,
   Call call = begin(comm, device, {&t});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).broadcast(comm, *call.slot, t.input, t.output, bytes, root);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
+        .broadcast(comm, *call.slot, t.input, t.output, bytes, root);
     return finish(call, describe("broadcast", {t}), {});
   }
   s.flat->run("ncclBroadcast", [&] {
@@ -461,7 +469,8 @@ std::shared_ptr<GpuWork> NcclBackend::alltoallv(collectives::Communicator& comm,
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   if (s.staged) {
-    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk()).alltoallv(comm, *call.slot, in.input, send_bytes, out, recv_bytes);
+    HostStaged(*call.dc, options_.params.timeout_s, stagedChunk())
+        .alltoallv(comm, *call.slot, in.input, send_bytes, out, recv_bytes);
     return finish(call, describe("alltoall", {in}), {});
   }
   NcclComm& c = *s.flat;
@@ -509,7 +518,8 @@ std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& 
     src = scaled;
   }
   NcclComm& c = *s.flat;
-  const bool equal = std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });
+  const bool equal =
+      std::all_of(counts.begin(), counts.end(), [&](size_t n) { return n == counts[0]; });
   if (equal) {
     c.run("ncclReduceScatter", [&] {
       return api().reduceScatter(src, out, counts[0], ncclType(dtype), ncclOp(op, dtype), c.get(),
@@ -563,7 +573,8 @@ void NcclBackend::close(const std::exception_ptr& reason) {
 
 }  // namespace
 
-std::unique_ptr<backends::GpuBackend> createNcclBackend(const backends::GpuBackendOptions& options) {
+std::unique_ptr<backends::GpuBackend> createNcclBackend(
+    const backends::GpuBackendOptions& options) {
   return std::make_unique<NcclBackend>(options);
 }
 

@@ -30,8 +30,14 @@ const NcclApi& api() {
 
 NcclComm::NcclComm(const NcclApi* api, ncclComm_t comm, int rank, int size, int device,
                    double timeout_s, std::string label, bool blocking)
-    : api_(api), comm_(comm), rank_(rank), size_(size), device_(device), timeout_s_(timeout_s),
-      label_(std::move(label)), blocking_(blocking) {
+    : api_(api),
+      comm_(comm),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      timeout_s_(timeout_s),
+      label_(std::move(label)),
+      blocking_(blocking) {
   if (blocking_) LaunchWatchdog::instance().watch(this);
 }
 
@@ -42,8 +48,9 @@ std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int 
   if (comm.rank() == 0) {
     ncclResult_t r = a.getUniqueId(&id);
     if (r != ncclSuccess) {
-      throw InternalError(PERSEUS_STR("ncclGetUniqueId for " << label << " failed: "
-                                      << a.getErrorString(r) << ": " << a.getLastError(nullptr)));
+      throw InternalError(PERSEUS_STR("ncclGetUniqueId for "
+                                      << label << " failed: " << a.getErrorString(r) << ": "
+                                      << a.getLastError(nullptr)));
     }
   }
   if (comm.size() > 1) collectives::broadcast(comm, &id, sizeof(id), 0);
@@ -52,9 +59,9 @@ std::shared_ptr<NcclComm> NcclComm::create(collectives::Communicator& comm, int 
   ncclComm_t raw = nullptr;
   ncclResult_t r = a.commInitRankConfig(&raw, comm.size(), id, comm.rank(), &config);
   if (raw == nullptr) {
-    throw InternalError(PERSEUS_STR("ncclCommInitRankConfig for " << label << " on device " << device
-                                    << " failed: " << a.getErrorString(r) << ": "
-                                    << a.getLastError(nullptr)));
+    throw InternalError(PERSEUS_STR("ncclCommInitRankConfig for "
+                                    << label << " on device " << device << " failed: "
+                                    << a.getErrorString(r) << ": " << a.getLastError(nullptr)));
   }
   std::shared_ptr<NcclComm> joined(
       new NcclComm(&a, raw, comm.rank(), comm.size(), device, timeout_s, label, false));
@@ -104,7 +111,8 @@ NcclComm::~NcclComm() {
   DeviceGuard guard(device_);
   ncclResult_t r = api_->commDestroy(comm_);
   if (r != ncclSuccess && r != ncclInProgress) {
-    PERSEUS_LOG(WARNING, kCuda) << "ncclCommDestroy of " << label_ << ": " << api_->getErrorString(r);
+    PERSEUS_LOG(WARNING, kCuda) << "ncclCommDestroy of " << label_ << ": "
+                                << api_->getErrorString(r);
   }
 }
 
@@ -157,7 +165,8 @@ void NcclComm::timedOut(const char* what) {
 void NcclComm::expireIfStuck(std::chrono::steady_clock::time_point now) {
   const int64_t since = busy_since_.load(std::memory_order_acquire);
   if (since == 0 || aborted_.load()) return;
-  const auto began = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(since));
+  const auto began =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(since));
   if (now - began < std::chrono::duration<double>(timeout_s_)) return;
   timed_out_.store(true);
   const char* what = busy_what_.load(std::memory_order_relaxed);
@@ -172,7 +181,8 @@ void NcclComm::checkAsync() {
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = api_->commGetAsyncError(comm_, &state);
   if (r != ncclSuccess) fail(r, "ncclCommGetAsyncError");
-  if (state != ncclSuccess && state != ncclInProgress) fail(state, "an asynchronous NCCL operation");
+  if (state != ncclSuccess && state != ncclInProgress)
+    fail(state, "an asynchronous NCCL operation");
 }
 
 void NcclComm::fail(ncclResult_t result, const char* what) {
@@ -180,9 +190,9 @@ void NcclComm::fail(ncclResult_t result, const char* what) {
   const char* last = api_->getLastError(comm_);
   if (last != nullptr && *last != '\0') detail += std::string(": ") + last;
   abort();
-  std::string msg = PERSEUS_STR(what << " on the NCCL communicator of " << label_ << " (device "
-                                     << device_ << ") failed: " << detail
-                                     << "; the communicator was aborted");
+  std::string msg =
+      PERSEUS_STR(what << " on the NCCL communicator of " << label_ << " (device " << device_
+                       << ") failed: " << detail << "; the communicator was aborted");
   switch (result) {
     case ncclRemoteError:
     case ncclSystemError:

@@ -8,7 +8,8 @@ namespace {
 std::string currentDevice() {
   int device = -1;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return "this GPU";
   }

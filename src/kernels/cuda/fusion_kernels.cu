@@ -11,8 +11,6 @@
 // call (the H200 figures are in docs/perf/gpu.md): the unroll, the grid policy (resident,
 // balanced or one block per tile: how evenly the last round of tiles fills the chip), 16-byte
 // input loads for float16->float32, and the driver's copies for plain copies.
-#include "kernels/cuda/fusion_kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,6 +22,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/fusion_kernels.h"
 
 namespace perseus::kernels::cuda {
 namespace {
@@ -42,27 +41,57 @@ static_assert(sizeof(LaunchTable) + 64 < 4096, "kernel parameters must stay unde
 
 // Arithmetic type of an element: float for the 16/32-bit floats, double for the rest, so that
 // integers scale as the CPU kernels do.
-template <typename T> struct Compute { using type = double; };
-template <> struct Compute<float> { using type = float; };
-template <> struct Compute<__half> { using type = float; };
-template <> struct Compute<__nv_bfloat16> { using type = float; };
+template <typename T>
+struct Compute {
+  using type = double;
+};
+template <>
+struct Compute<float> {
+  using type = float;
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+};
 
-template <typename C, typename T> __device__ __forceinline__ C load(T x) { return static_cast<C>(x); }
-template <> __device__ __forceinline__ float load<float, __half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float load<float, __nv_bfloat16>(__nv_bfloat16 x) {
+template <typename C, typename T>
+__device__ __forceinline__ C load(T x) {
+  return static_cast<C>(x);
+}
+template <>
+__device__ __forceinline__ float load<float, __half>(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float load<float, __nv_bfloat16>(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
-template <typename T, typename C> __device__ __forceinline__ T store(C x) { return static_cast<T>(x); }
-template <> __device__ __forceinline__ __half store<__half, float>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) {
+template <typename T, typename C>
+__device__ __forceinline__ T store(C x) {
+  return static_cast<T>(x);
+}
+template <>
+__device__ __forceinline__ __half store<__half, float>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16, float>(float x) {
   return __float2bfloat16_rn(x);
 }
 
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
 
 // Streaming (evict-first) 16- or 8-byte accesses: the buffers are far larger than L2 and are
 // touched once, so they should not push other data out.
-template <typename V> __device__ __forceinline__ V loadStreaming(const V* p) {
+template <typename V>
+__device__ __forceinline__ V loadStreaming(const V* p) {
   static_assert(sizeof(V) % 16 == 0 || sizeof(V) == 8, "vector of 8 or 16n bytes");
   V v;
   if constexpr (sizeof(V) % 16 == 0) {
@@ -75,7 +104,8 @@ template <typename V> __device__ __forceinline__ V loadStreaming(const V* p) {
   }
   return v;
 }
-template <typename V> __device__ __forceinline__ void storeStreaming(V* p, const V& v) {
+template <typename V>
+__device__ __forceinline__ void storeStreaming(V* p, const V& v) {
   if constexpr (sizeof(V) % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < static_cast<int>(sizeof(V) / 16); ++i) {
@@ -109,8 +139,8 @@ __host__ __device__ constexpr int stepElems() {
 
 template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll, bool kWide>
 __global__ void __launch_bounds__(kThreads)
-batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
-                  typename Compute<Tin>::type scale, int* nan_flag) {
+    batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
+                      typename Compute<Tin>::type scale, int* nan_flag) {
   using C = typename Compute<Tin>::type;
   static_assert(!kWide || (sizeof(Tin) == 2 && sizeof(Tout) == 4), "wide: 16-bit -> 32-bit only");
   constexpr int kVec = vecElems<Tin, Tout>();
@@ -124,7 +154,10 @@ batchedCopyKernel(const __grid_constant__ LaunchTable table, int n,
     int lo = 0, hi = n - 1;
     while (lo < hi) {
       int mid = (lo + hi + 1) / 2;
-      if (table.tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
+      if (table.tile_start[mid] <= tile)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const int e = lo;
     const Tin* src = static_cast<const Tin*>(table.src[e]);
@@ -238,8 +271,8 @@ int gridFor(uint64_t tiles, int resident, CopyTuning::Grid policy) {
 }
 
 template <typename Tin, typename Tout, bool kScale, bool kCheck, int kUnroll, bool kWide>
-void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
-            cudaStream_t stream, size_t elem_bytes, CopyTuning::Grid policy) {
+void launch(const CopyEntry* entries, int count, double scale, int* nan_flag, cudaStream_t stream,
+            size_t elem_bytes, CopyTuning::Grid policy) {
   constexpr uint64_t kTileElems = uint64_t{kThreads} * kUnroll * stepElems<Tin, Tout, kWide>();
   for (int first = 0; first < count; first += kMaxEntriesPerLaunch) {
     const int n = std::min(kMaxEntriesPerLaunch, count - first);
@@ -260,8 +293,8 @@ void launch(const CopyEntry* entries, int count, double scale, int* nan_flag,
     static std::atomic<int> cache[kMaxDevices];
     auto* kernel = &batchedCopyKernel<Tin, Tout, kScale, kCheck, kUnroll, kWide>;
     const int grid = gridFor(tiles, residentBlocks(kernel, cache), policy);
-    kernel<<<grid, kThreads, 0, stream>>>(
-        table, n, static_cast<typename Compute<Tin>::type>(scale), nan_flag);
+    kernel<<<grid, kThreads, 0, stream>>>(table, n, static_cast<typename Compute<Tin>::type>(scale),
+                                          nan_flag);
     throwIfFailed(cudaGetLastError(), "batched copy kernel launch");
   }
 }
@@ -271,11 +304,15 @@ void launchTyped(const CopyEntry* entries, int count, double scale, int* nan_fla
                  cudaStream_t stream, CopyTuning::Grid g) {
   const bool do_scale = scale != 1.0;
   if (nan_flag != nullptr) {
-    if (do_scale) launch<Tin, Tout, true, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
-    else launch<Tin, Tout, false, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
+    if (do_scale)
+      launch<Tin, Tout, true, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
+    else
+      launch<Tin, Tout, false, true, kUnroll, kWide>(entries, count, scale, nan_flag, stream, 1, g);
   } else {
-    if (do_scale) launch<Tin, Tout, true, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
-    else launch<Tin, Tout, false, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
+    if (do_scale)
+      launch<Tin, Tout, true, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
+    else
+      launch<Tin, Tout, false, false, kUnroll, kWide>(entries, count, scale, nullptr, stream, 1, g);
   }
 }
 
@@ -316,7 +353,8 @@ void driverCopy(const CopyEntry* entries, int count, size_t elem, cudaStream_t s
   for (int i = 0; i < count; ++i) {
     if (entries[i].count == 0) continue;
     throwIfFailed(cudaMemcpyAsync(entries[i].dst, entries[i].src, entries[i].count * elem,
-                                  cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync D2D");
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "cudaMemcpyAsync D2D");
   }
 }
 
@@ -346,15 +384,25 @@ void dispatch(const CopyEntry* entries, int count, DataType src_type, DataType d
     return;
   }
   switch (src_type) {
-    case DataType::kFloat16: return launchTyped<__half, __half, kUnroll>(entries, count, scale, nan_flag, stream, g);
-    case DataType::kBFloat16: return launchTyped<__nv_bfloat16, __nv_bfloat16, kUnroll>(entries, count, scale, nan_flag, stream, g);
-    case DataType::kFloat32: return launchTyped<float, float, kUnroll>(entries, count, scale, nan_flag, stream, g);
-    case DataType::kFloat64: return launchTyped<double, double, kUnroll>(entries, count, scale, nan_flag, stream, g);
-    case DataType::kUInt8: return launchSameNoCheck<uint8_t, kUnroll>(entries, count, scale, stream, g);
-    case DataType::kInt8: return launchSameNoCheck<int8_t, kUnroll>(entries, count, scale, stream, g);
-    case DataType::kInt32: return launchSameNoCheck<int32_t, kUnroll>(entries, count, scale, stream, g);
-    case DataType::kInt64: return launchSameNoCheck<int64_t, kUnroll>(entries, count, scale, stream, g);
-    case DataType::kBool: break;
+    case DataType::kFloat16:
+      return launchTyped<__half, __half, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kBFloat16:
+      return launchTyped<__nv_bfloat16, __nv_bfloat16, kUnroll>(entries, count, scale, nan_flag,
+                                                                stream, g);
+    case DataType::kFloat32:
+      return launchTyped<float, float, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kFloat64:
+      return launchTyped<double, double, kUnroll>(entries, count, scale, nan_flag, stream, g);
+    case DataType::kUInt8:
+      return launchSameNoCheck<uint8_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt8:
+      return launchSameNoCheck<int8_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt32:
+      return launchSameNoCheck<int32_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kInt64:
+      return launchSameNoCheck<int64_t, kUnroll>(entries, count, scale, stream, g);
+    case DataType::kBool:
+      break;
   }
   PERSEUS_CHECK(false, "unreachable dtype " << dataTypeName(src_type));
 }
@@ -386,8 +434,9 @@ std::string tuningName(const CopyTuning& t) {
   if (t.driver == CopyTuning::Driver::kMemcpyEach) return "memcpy.each";
   if (t.driver == CopyTuning::Driver::kMemcpyBatch) return "memcpy.batch";
   std::string s = "u" + std::to_string(t.unroll);
-  s += t.grid == CopyTuning::Grid::kResident ? ".res"
-       : t.grid == CopyTuning::Grid::kBalanced ? ".bal" : ".tile";
+  s += t.grid == CopyTuning::Grid::kResident   ? ".res"
+       : t.grid == CopyTuning::Grid::kBalanced ? ".bal"
+                                               : ".tile";
   if (t.wide_half_loads) s += ".wide";
   return s;
 }
@@ -398,9 +447,8 @@ void batchedCopy(const CopyEntry* entries, int count, DataType src_type, DataTyp
                    defaultTuning(src_type, dst_type));
 }
 
-void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
-                         DataType dst_type, double scale, int* nan_flag, void* stream,
-                         int unroll) {
+void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                         double scale, int* nan_flag, void* stream, int unroll) {
   CopyTuning t = defaultTuning(src_type, dst_type);
   t.unroll = unroll;
   batchedCopyTuned(entries, count, src_type, dst_type, scale, nan_flag, stream, t);
@@ -408,12 +456,14 @@ void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
 
 void batchedCopyTuned(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
                       double scale, int* nan_flag, void* stream, const CopyTuning& tuning) {
-  PERSEUS_CHECK(supportsCopy(src_type, dst_type), "no GPU copy from " << dataTypeName(src_type)
-                                                                      << " to " << dataTypeName(dst_type));
+  PERSEUS_CHECK(supportsCopy(src_type, dst_type),
+                "no GPU copy from " << dataTypeName(src_type) << " to " << dataTypeName(dst_type));
   if (count <= 0) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (tuning.unroll == 4) return dispatch<4>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
-  if (tuning.unroll == 8) return dispatch<8>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
+  if (tuning.unroll == 4)
+    return dispatch<4>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
+  if (tuning.unroll == 8)
+    return dispatch<8>(entries, count, src_type, dst_type, scale, nan_flag, s, tuning);
   PERSEUS_CHECK(false, "unroll " << tuning.unroll << " is not 4 or 8");
 }
 

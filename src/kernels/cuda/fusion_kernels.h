@@ -73,8 +73,8 @@ constexpr int kDefaultUnroll = 8;
 void batchedCopyTuned(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
                       double scale, int* nan_flag, void* stream, const CopyTuning& tuning);
 // defaultTuning() with another unroll (kept for the tests of both unrolls).
-void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type,
-                         DataType dst_type, double scale, int* nan_flag, void* stream, int unroll);
+void batchedCopyUnrolled(const CopyEntry* entries, int count, DataType src_type, DataType dst_type,
+                         double scale, int* nan_flag, void* stream, int unroll);
 
 // Short name of a tuning for tables ("u8.res", "u4.tile.wide", "memcpy.batch").
 std::string tuningName(const CopyTuning& t);

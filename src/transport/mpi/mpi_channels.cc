@@ -75,8 +75,10 @@ class MpiContext {
     if (provided < MPI_THREAD_SERIALIZED) {
       throw UnsupportedError(PERSEUS_STR(
           "PERSEUS_CPU_OPERATIONS=mpi needs MPI_THREAD_SERIALIZED or better (the engine thread "
-          "calls MPI), but MPI provides level " << provided << "; initialise MPI with "
-          "MPI_Init_thread(MPI_THREAD_MULTIPLE) in the application, or use another data plane"));
+          "calls MPI), but MPI provides level "
+          << provided
+          << "; initialise MPI with "
+             "MPI_Init_thread(MPI_THREAD_MULTIPLE) in the application, or use another data plane"));
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     // Errors come back as codes, so a broken peer becomes a PeerLostError naming it.
@@ -119,8 +121,8 @@ class MpiChannel : public Channel {
         MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);
       }
       if (b.req != MPI_REQUEST_NULL) {
-        PERSEUS_LOG(WARNING, kTransport) << "MPI send to rank " << peer_
-                                         << " did not complete before shutdown; abandoned";
+        PERSEUS_LOG(WARNING, kTransport)
+            << "MPI send to rank " << peer_ << " did not complete before shutdown; abandoned";
         MPI_Request_free(&b.req);
       }
     }
@@ -134,8 +136,8 @@ class MpiChannel : public Channel {
       const size_t n = std::min(bytes - sent, kChunkBytes);
       if (b->data.size() < kChunkBytes) b->data.resize(kChunkBytes);
       std::memcpy(b->data.data(), static_cast<const char*>(data) + sent, n);
-      check(MPI_Isend(b->data.data(), static_cast<int>(n), MPI_BYTE, peer_, kTag,
-                      context_->comm(), &b->req),
+      check(MPI_Isend(b->data.data(), static_cast<int>(n), MPI_BYTE, peer_, kTag, context_->comm(),
+                      &b->req),
             "MPI_Isend");
       sends_.push_back(std::move(*b));
       spare_.pop_back();
@@ -217,9 +219,9 @@ class MpiChannel : public Channel {
 
   void check(int rc, const char* what) const {
     if (rc == MPI_SUCCESS) return;
-    throw PeerLostError(peer_, PERSEUS_STR(what << " with rank " << peer_ << " failed: "
-                                                << errorText(rc)
-                                                << "; the rank or its connection is gone"));
+    throw PeerLostError(peer_,
+                        PERSEUS_STR(what << " with rank " << peer_ << " failed: " << errorText(rc)
+                                         << "; the rank or its connection is gone"));
   }
 
   std::shared_ptr<MpiContext> context_;
@@ -241,8 +243,9 @@ std::vector<std::unique_ptr<Channel>> connectMpiPeers(int rank, int size, const 
   MPI_Comm_size(context->comm(), &mpi_size);
   if (mpi_rank != rank || mpi_size != size) {
     throw MismatchError(PERSEUS_STR(
-        "PERSEUS_CPU_OPERATIONS=mpi: MPI says this process is rank " << mpi_rank << " of "
-        << mpi_size << " but the launcher's variables say rank " << rank << " of " << size
+        "PERSEUS_CPU_OPERATIONS=mpi: MPI says this process is rank "
+        << mpi_rank << " of " << mpi_size << " but the launcher's variables say rank " << rank
+        << " of " << size
         << "; start every rank with one mpirun and do not set PERSEUS_RANK/PERSEUS_SIZE"));
   }
   std::vector<std::unique_ptr<Channel>> channels(size);

@@ -7,12 +7,11 @@
 // needs, and the op waits for a time slice. On a 2-vCPU virtual machine, a 4-byte posted
 // allreduce loop spent 10-28 ms of every 100k ops (~60 ms) in ops slower than 3 us, unbound,
 // and 1.6-2.5 ms with each rank bound to its own core, in three interleaved pairs (`perseusrun
-// -np 2 [--bind-to none] bench/engine_latency_bench`, counting ops over 3 us); with another placement of
-// the vCPUs both spent 3-8 ms, with outliers either way. Open MPI's mpirun binds to cores by
-// default for the same reason.
-// perseusrun asks for binding (--bind-to, PERSEUS_BIND_TO=core); the rank binds itself at
-// start-up, every thread it already has included (a framework's pools start before init), so
-// remote ranks need nothing on their host.
+// -np 2 [--bind-to none] bench/engine_latency_bench`, counting ops over 3 us); with another
+// placement of the vCPUs both spent 3-8 ms, with outliers either way. Open MPI's mpirun binds to
+// cores by default for the same reason. perseusrun asks for binding (--bind-to,
+// PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has included (a
+// framework's pools start before init), so remote ranks need nothing on their host.
 #pragma once
 
 #include <vector>

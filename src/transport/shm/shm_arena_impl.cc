@@ -35,8 +35,8 @@ ShmArenaImpl::ShmArenaImpl(std::shared_ptr<ShmSegmentSet> set,
 
 void* ShmArenaImpl::slot(int local_rank) {
   if (local_rank < 0 || local_rank >= localSize()) {
-    throw InvalidArgumentError(PERSEUS_STR("ShmArena::slot(" << local_rank << "): this host has local ranks 0.."
-                                           << localSize() - 1));
+    throw InvalidArgumentError(PERSEUS_STR(
+        "ShmArena::slot(" << local_rank << "): this host has local ranks 0.." << localSize() - 1));
   }
   return set_->slot(local_rank);
 }
@@ -56,8 +56,8 @@ ShmArena::PostBoardMemory ShmArenaImpl::postBoard(int local_rank) {
 
 void ShmArenaImpl::checkGroup(int group_id) const {
   if (group_id < 0 || group_id >= kMaxGroups) {
-    throw InvalidArgumentError(PERSEUS_STR("ShmArena: group " << group_id << " is not in 0.."
-                                           << kMaxGroups - 1));
+    throw InvalidArgumentError(
+        PERSEUS_STR("ShmArena: group " << group_id << " is not in 0.." << kMaxGroups - 1));
   }
 }
 
@@ -68,8 +68,8 @@ void ShmArenaImpl::validateMembers(int group_id, const std::vector<int>& members
   const bool in_range = !members.empty() && members.front() >= 0 && members.back() < localSize();
   const bool has_me = std::binary_search(members.begin(), members.end(), localRank());
   if (!group_ok || !sorted || !in_range || !has_me) {
-    throw InvalidArgumentError(PERSEUS_STR(
-        "ShmArena::barrier on local rank " << localRank() << ": group " << group_id
+    throw InvalidArgumentError(PERSEUS_STR("ShmArena::barrier on local rank "
+                                           << localRank() << ": group " << group_id
                                            << " must be in 0.." << kMaxGroups - 1 << " and members "
                                            << "must be sorted, unique local ranks in 0.."
                                            << localSize() - 1 << " that include this rank"));
@@ -95,13 +95,13 @@ void ShmArenaImpl::barrier(int group_id, const std::vector<int>& members) {
   arrive(group_id, members, nullptr);
 }
 
-uint64_t ShmArenaImpl::barrierMax(int group_id, const std::vector<int>& members,
-                                  uint64_t value) {
+uint64_t ShmArenaImpl::barrierMax(int group_id, const std::vector<int>& members, uint64_t value) {
   const uint64_t target = arrive(group_id, members, &value);
   uint64_t largest = value;
   for (int m : members) {
     // Stored before the member's counter, which arrive() read with seq_cst.
-    largest = std::max(largest, set_->carried(m, group_id, target)->load(std::memory_order_relaxed));
+    largest =
+        std::max(largest, set_->carried(m, group_id, target)->load(std::memory_order_relaxed));
   }
   return largest;
 }
@@ -115,9 +115,9 @@ void ShmArenaImpl::continueBarriersFrom(int group_id, uint64_t count) {
   checkGroup(group_id);
   uint64_t& mine = epochs_[static_cast<size_t>(group_id)];
   if (count < mine) {
-    throw InvalidArgumentError(PERSEUS_STR("ShmArena::continueBarriersFrom: group " << group_id
-                                           << " already passed " << mine << " barriers, not "
-                                           << count));
+    throw InvalidArgumentError(PERSEUS_STR("ShmArena::continueBarriersFrom: group "
+                                           << group_id << " already passed " << mine
+                                           << " barriers, not " << count));
   }
   mine = count;
 }
@@ -127,7 +127,8 @@ uint64_t ShmArenaImpl::arrive(int group_id, const std::vector<int>& members,
   validateMembers(group_id, members);
   checkAborted();
   const uint64_t target = ++epochs_[group_id];
-  if (carried) set_->carried(localRank(), group_id, target)->store(*carried, std::memory_order_relaxed);
+  if (carried)
+    set_->carried(localRank(), group_id, target)->store(*carried, std::memory_order_relaxed);
   set_->epoch(localRank(), group_id)->store(target, std::memory_order_seq_cst);  // see notify()
   for (int m : members) {
     if (m != localRank()) set_->notify(m);
@@ -152,8 +153,9 @@ uint64_t ShmArenaImpl::arrive(int group_id, const std::vector<int>& members,
         if (m == localRank() || !set_->peerGone(m, &why)) continue;
         // It may have arrived just before it went away.
         if (set_->epoch(m, group_id)->load(std::memory_order_seq_cst) >= target) continue;
-        set_->throwPeerLost(m, why, PERSEUS_STR("waiting for it in shared-memory barrier "
-                                                << target << " of group " << group_id));
+        set_->throwPeerLost(m, why,
+                            PERSEUS_STR("waiting for it in shared-memory barrier "
+                                        << target << " of group " << group_id));
       }
       const std::chrono::duration<double> waited_s = waited;
       if (waited_s >= timeout_) {

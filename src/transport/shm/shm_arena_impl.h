@@ -64,7 +64,7 @@ class ShmArenaImpl : public ShmArena {
   std::shared_ptr<ShmDoorbell> doorbell_;
   const std::chrono::microseconds spin_;
   const std::chrono::duration<double> timeout_;
-  const bool yield_when_idle_;  // doorbell_->oversubscribed(): every idle pass yields the core
+  const bool yield_when_idle_;    // doorbell_->oversubscribed(): every idle pass yields the core
   std::vector<uint64_t> epochs_;  // this rank's counter per group (its shared copy mirrors it)
 
   std::atomic<bool> aborted_{false};

@@ -86,9 +86,9 @@ void ShmChannel::checkPeer() {
   if (!set_->peerGone(peer_, &why)) return;
   // Bytes it wrote before closing are still valid: let a pending receive take them first.
   if (recv_blocked_ && !send_blocked_ && hasIncoming()) return;
-  set_->throwPeerLost(peer_, why,
-                      send_blocked_ ? "sending to it over shared memory"
-                                    : "receiving from it over shared memory");
+  set_->throwPeerLost(
+      peer_, why,
+      send_blocked_ ? "sending to it over shared memory" : "receiving from it over shared memory");
 }
 
 }  // namespace perseus::transport::shm

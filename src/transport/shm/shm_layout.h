@@ -3,7 +3,8 @@
 // creator constructs them in zero-filled memory before it publishes `magic`.
 //
 //   [SegmentHeader][kMaxGroups x BarrierEpoch][(local_size-1) x (RingControl + ring bytes)][slot]
-//   [post board: listening flag line, post count line, kPostStates x state word][2 x kPostPoolBytes payload pool]
+//   [post board: listening flag line, post count line, kPostStates x state word][2 x kPostPoolBytes
+//   payload pool]
 //
 // Rings live in the segment of the rank that RECEIVES on them: the owner is the only consumer
 // of its rings, and sender s writes ring index (s < owner ? s : s - 1).
@@ -27,7 +28,8 @@ constexpr uint32_t kLayoutVersion = 4;
 constexpr size_t kPostStates = 4096;
 constexpr size_t kPostPoolBytes = 1u << 20;
 
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared 64-bit atomics must be lock-free");
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "shared 64-bit atomics must be lock-free");
 
 struct SegmentHeader {
   std::atomic<uint64_t> magic;  // stored last (release) by the creator

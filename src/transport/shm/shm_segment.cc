@@ -29,7 +29,8 @@ class Fd {
 char* mapShared(int fd, size_t bytes, const std::string& name) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
-    throw InternalError(PERSEUS_STR("mmap of shared-memory segment " << name << " (" << bytes
+    throw InternalError(PERSEUS_STR("mmap of shared-memory segment "
+                                    << name << " (" << bytes
                                     << " bytes) failed: " << std::strerror(errno)));
   }
   return static_cast<char*>(p);
@@ -57,8 +58,9 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t b
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   }
   if (fd < 0) {
-    throw InternalError(PERSEUS_STR("cannot create shared-memory segment " << name << ": "
-                                    << std::strerror(errno) << " (is /dev/shm mounted and writable?)"));
+    throw InternalError(PERSEUS_STR("cannot create shared-memory segment "
+                                    << name << ": " << std::strerror(errno)
+                                    << " (is /dev/shm mounted and writable?)"));
   }
   Fd guard(fd);
   const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
@@ -81,17 +83,18 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, size_t b
 std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const std::string& describe) {
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
-    throw InternalError(PERSEUS_STR("cannot open shared-memory segment " << name << " of "
-                                    << describe << ": " << std::strerror(errno)
-                                    << " (it exists after the start-up barrier unless that rank "
-                                    << "already failed; see its log. Otherwise check that all local "
-                                    << "ranks run as the same user with the same job id)"));
+    throw InternalError(
+        PERSEUS_STR("cannot open shared-memory segment "
+                    << name << " of " << describe << ": " << std::strerror(errno)
+                    << " (it exists after the start-up barrier unless that rank "
+                    << "already failed; see its log. Otherwise check that all local "
+                    << "ranks run as the same user with the same job id)"));
   }
   Fd guard(fd);
   struct stat st;
   if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
     throw InternalError(PERSEUS_STR("shared-memory segment " << name << " of " << describe
-                                    << " is empty or unreadable"));
+                                                             << " is empty or unreadable"));
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, mapShared(fd, bytes, name), bytes));
@@ -99,7 +102,8 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const std:
 
 void ShmSegment::unlink(const std::string& name) {
   if (::shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-    PERSEUS_LOG(WARNING, kTransport) << "shm_unlink(" << name << ") failed: " << std::strerror(errno);
+    PERSEUS_LOG(WARNING, kTransport)
+        << "shm_unlink(" << name << ") failed: " << std::strerror(errno);
   }
 }
 

@@ -34,7 +34,8 @@ ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
   }
   new (postListening(local_rank_)) std::atomic<uint64_t>(0);
   new (postCount(local_rank_)) std::atomic<uint64_t>(0);
-  for (size_t i = 0; i < kPostStates; ++i) new (postStates(local_rank_) + i) std::atomic<uint64_t>(0);
+  for (size_t i = 0; i < kPostStates; ++i)
+    new (postStates(local_rank_) + i) std::atomic<uint64_t>(0);
   h->version = kLayoutVersion;
   h->owner_pid = static_cast<int32_t>(::getpid());
   h->global_rank = global_ranks_[local_rank_];
@@ -68,16 +69,17 @@ void ShmSegmentSet::mapPeers() {
     const auto* h = reinterpret_cast<const SegmentHeader*>(seg->base());
     if (seg->bytes() < sizeof(SegmentHeader) ||
         h->magic.load(std::memory_order_acquire) != kSegmentMagic || h->version != kLayoutVersion) {
-      throw MismatchError(PERSEUS_STR("shared-memory segment " << seg->name() << " of " << who
-                                      << " is not a Perseus v" << kLayoutVersion << " segment; "
-                                      << "do two jobs share one job id, or different Perseus versions?"));
+      throw MismatchError(PERSEUS_STR(
+          "shared-memory segment "
+          << seg->name() << " of " << who << " is not a Perseus v" << kLayoutVersion << " segment; "
+          << "do two jobs share one job id, or different Perseus versions?"));
     }
     if (h->global_rank != g || h->local_rank != lr || h->local_size != localSize()) {
-      throw MismatchError(PERSEUS_STR(
-          "shared-memory segment " << seg->name() << " says global rank " << h->global_rank
-                                   << ", local rank " << h->local_rank << " of " << h->local_size
-                                   << ", but this rank expects " << who << " of " << localSize()
-                                   << "; the ranks of this host disagree on the topology"));
+      throw MismatchError(PERSEUS_STR("shared-memory segment "
+                                      << seg->name() << " says global rank " << h->global_rank
+                                      << ", local rank " << h->local_rank << " of " << h->local_size
+                                      << ", but this rank expects " << who << " of " << localSize()
+                                      << "; the ranks of this host disagree on the topology"));
     }
     if (h->ring_bytes != mine->ring_bytes || h->slot_bytes != mine->slot_bytes ||
         h->total_bytes != seg->bytes() || seg->bytes() != layout_.total_bytes) {
@@ -144,16 +146,19 @@ void ShmSegmentSet::throwPeerLost(int lr, const std::string& why,
   if (cause >= 0) {
     // A cascade: lr stopped because it lost `cause`; that is the rank to look at.
     const std::string reason(h->cause, strnlen(h->cause, kCauseBytes));
-    throw PeerLostError(cause, PERSEUS_STR(
-        "rank " << cause << " was lost first (as rank " << g << " reported: " << reason
-                << "); rank " << g << " (local rank " << lr << " on this host) stopped because of it and "
-                << why << " while rank " << global_ranks_[local_rank_] << " was " << waiting_for
-                << "; see rank " << cause << "'s log or exit status for the cause"));
+    throw PeerLostError(
+        cause,
+        PERSEUS_STR("rank " << cause << " was lost first (as rank " << g << " reported: " << reason
+                            << "); rank " << g << " (local rank " << lr
+                            << " on this host) stopped because of it and " << why << " while rank "
+                            << global_ranks_[local_rank_] << " was " << waiting_for << "; see rank "
+                            << cause << "'s log or exit status for the cause"));
   }
-  throw PeerLostError(g, PERSEUS_STR("rank " << g << " (local rank " << lr << " on this host) "
-                                             << why << " while rank " << global_ranks_[local_rank_]
-                                             << " was " << waiting_for
-                                             << "; see that rank's log or exit status for the cause"));
+  throw PeerLostError(
+      g,
+      PERSEUS_STR("rank " << g << " (local rank " << lr << " on this host) " << why
+                          << " while rank " << global_ranks_[local_rank_] << " was " << waiting_for
+                          << "; see that rank's log or exit status for the cause"));
 }
 
 }  // namespace perseus::transport::shm

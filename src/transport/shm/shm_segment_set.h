@@ -58,10 +58,12 @@ class ShmSegmentSet {
     return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + kCacheLine);
   }
   std::atomic<uint64_t>* postStates(int lr) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + 2 * kCacheLine);
+    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset +
+                                                    2 * kCacheLine);
   }
   unsigned char* postPool(int lr, int parity) const {
-    return reinterpret_cast<unsigned char*>(base(lr) + layout_.pool_offset) + parity * kPostPoolBytes;
+    return reinterpret_cast<unsigned char*>(base(lr) + layout_.pool_offset) +
+           parity * kPostPoolBytes;
   }
 
   // Wakes local rank `lr` if it sleeps on its doorbell. Call after publishing whatever it may
@@ -79,7 +81,8 @@ class ShmSegmentSet {
   void recordCause(int lost_rank, const std::string& reason) const;
   // Throws PeerLostError naming lr's global rank, or the rank whose loss stopped lr when lr
   // recorded one (recordCause); `waiting_for` says what this rank was doing.
-  [[noreturn]] void throwPeerLost(int lr, const std::string& why, const std::string& waiting_for) const;
+  [[noreturn]] void throwPeerLost(int lr, const std::string& why,
+                                  const std::string& waiting_for) const;
 
  private:
   char* base(int lr) const { return segments_[lr]->base(); }
@@ -90,8 +93,8 @@ class ShmSegmentSet {
   std::string job_id_;
   std::string own_name_;
   bool own_linked_ = true;
-  std::vector<std::unique_ptr<ShmSegment>> segments_;       // by local rank
-  std::vector<std::unique_ptr<ProcessWatch>> watches_;      // by local rank; null for self
+  std::vector<std::unique_ptr<ShmSegment>> segments_;   // by local rank
+  std::vector<std::unique_ptr<ProcessWatch>> watches_;  // by local rank; null for self
 };
 
 }  // namespace perseus::transport::shm

@@ -49,16 +49,16 @@ void fillRandom(void* data, size_t bytes) {
 
 Secret Secret::fromHex(const std::string& hex, const std::string& what) {
   if (hex.empty() || hex.size() % 2 != 0) {
-    throw InvalidArgumentError(PERSEUS_STR(
-        what << " must be a non-empty hex string of even length (perseusrun sets it)"));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what << " must be a non-empty hex string of even length (perseusrun sets it)"));
   }
   Secret s;
   s.bytes_.resize(hex.size() / 2);
   for (size_t i = 0; i < s.bytes_.size(); ++i) {
     int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      throw InvalidArgumentError(PERSEUS_STR(what << " is not hex (bad character at offset "
-                                                  << 2 * i << ")"));
+      throw InvalidArgumentError(
+          PERSEUS_STR(what << " is not hex (bad character at offset " << 2 * i << ")"));
     }
     s.bytes_[i] = static_cast<uint8_t>(hi * 16 + lo);
   }
@@ -107,8 +107,8 @@ Decode decodeHello(const uint8_t* data, size_t bytes, Hello* out, size_t* needed
   }
   size_t meta_len = (size_t{data[5]} << 8) | data[6];
   if (meta_len > kMaxMetaBytes) {
-    *error = "meta length " + std::to_string(meta_len) + " exceeds " +
-             std::to_string(kMaxMetaBytes);
+    *error =
+        "meta length " + std::to_string(meta_len) + " exceeds " + std::to_string(kMaxMetaBytes);
     return Decode::kBad;
   }
   if (bytes < kHelloHeaderBytes + meta_len) {

@@ -21,8 +21,7 @@ bool isAddressLiteral(const std::string& text) {
 }
 
 // name -> first IPv4 address of each interface that is up; loopback last.
-std::string findInterface(const std::string& name, bool want_non_loopback,
-                          std::string* listing) {
+std::string findInterface(const std::string& name, bool want_non_loopback, std::string* listing) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return std::string();
   std::string found;
@@ -52,9 +51,11 @@ std::string chooseListenHost(const std::string& iface, const std::string& contro
     std::string listing;
     std::string address = findInterface(iface, false, &listing);
     if (address.empty()) {
-      throw InvalidArgumentError(PERSEUS_STR("PERSEUS_IFACE='" << iface
-                                 << "' is neither an address nor an interface with an IPv4 "
-                                    "address that is up; interfaces found: " << listing));
+      throw InvalidArgumentError(
+          PERSEUS_STR("PERSEUS_IFACE='" << iface
+                                        << "' is neither an address nor an interface with an IPv4 "
+                                           "address that is up; interfaces found: "
+                                        << listing));
     }
     return address;
   }

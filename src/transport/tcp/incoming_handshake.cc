@@ -40,15 +40,20 @@ IncomingHandshake::State IncomingHandshake::step() {
       out_sent_ = 0;
     }
     switch (responder_.state()) {
-      case AuthResponder::State::kDone: return State::kDone;
-      case AuthResponder::State::kFailed: return fail(responder_.error());
-      default: break;
+      case AuthResponder::State::kDone:
+        return State::kDone;
+      case AuthResponder::State::kFailed:
+        return fail(responder_.error());
+      default:
+        break;
     }
     uint8_t buf[kHelloHeaderBytes + kMaxMetaBytes];
     size_t want = responder_.wanted();
     ssize_t n = ::recv(fd_.get(), buf, want, MSG_DONTWAIT);
-    if (n == 0) return fail("closed the connection in the middle of the handshake (a peer with a "
-                          "different PERSEUS_SECRET does this after checking our proof)");
+    if (n == 0)
+      return fail(
+          "closed the connection in the middle of the handshake (a peer with a "
+          "different PERSEUS_SECRET does this after checking our proof)");
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return State::kPending;
       return fail(PERSEUS_STR("recv failed: " << std::strerror(errno)));

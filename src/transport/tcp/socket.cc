@@ -28,7 +28,8 @@ void Fd::reset(int fd) {
 
 SockAddr SockAddr::parse(const std::string& host, int port, const std::string& what) {
   if (port < 0 || port > 65535) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": port " << port << " is out of range 0..65535"));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what << ": port " << port << " is out of range 0..65535"));
   }
   std::string h = host;
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
@@ -38,8 +39,8 @@ SockAddr SockAddr::parse(const std::string& host, int port, const std::string& w
   addrinfo* result = nullptr;
   int rc = ::getaddrinfo(h.c_str(), nullptr, &hints, &result);
   if (rc != 0 || result == nullptr) {
-    throw InvalidArgumentError(PERSEUS_STR(what << ": cannot resolve host '" << host
-                                                << "': " << ::gai_strerror(rc)));
+    throw InvalidArgumentError(
+        PERSEUS_STR(what << ": cannot resolve host '" << host << "': " << ::gai_strerror(rc)));
   }
   // Prefer IPv4: the hosts in a training cluster are reliably reachable over it.
   const addrinfo* pick = result;
@@ -60,8 +61,7 @@ SockAddr SockAddr::parse(const std::string& host, int port, const std::string& w
 SockAddr SockAddr::parse(const std::string& host_port, const std::string& what) {
   size_t colon = host_port.rfind(':');
   if (colon == std::string::npos || colon + 1 == host_port.size()) {
-    throw InvalidArgumentError(
-        PERSEUS_STR(what << ": '" << host_port << "' is not host:port"));
+    throw InvalidArgumentError(PERSEUS_STR(what << ": '" << host_port << "' is not host:port"));
   }
   std::string port_text = host_port.substr(colon + 1);
   char* end = nullptr;
@@ -152,8 +152,8 @@ Fd listenOn(const SockAddr& addr, int backlog) {
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), addr.get(), addr.length) != 0) {
-    throw InvalidArgumentError(PERSEUS_STR("cannot listen on " << addr.str() << ": "
-                                           << std::strerror(errno)
+    throw InvalidArgumentError(PERSEUS_STR("cannot listen on "
+                                           << addr.str() << ": " << std::strerror(errno)
                                            << "; check PERSEUS_IFACE and the port"));
   }
   if (::listen(fd.get(), backlog) != 0) throwSys("listen on " + addr.str());
@@ -204,8 +204,8 @@ Fd connectWithRetry(const SockAddr& addr, Clock::time_point deadline, const std:
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
-  throw TimeoutError(PERSEUS_STR("cannot connect to " << what << " at " << addr.str()
-                                 << (last_error ? ": " : "")
+  throw TimeoutError(PERSEUS_STR("cannot connect to "
+                                 << what << " at " << addr.str() << (last_error ? ": " : "")
                                  << (last_error ? std::strerror(last_error) : "")
                                  << "; is it running and reachable (firewall, PERSEUS_IFACE)?"));
 }
@@ -229,7 +229,8 @@ void writeAll(int fd, const void* data, size_t bytes, Clock::time_point deadline
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) throwLost(peer_rank, what, std::strerror(errno));
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      throwLost(peer_rank, what, std::strerror(errno));
     pollfd pfd{fd, POLLOUT, 0};
     if (::poll(&pfd, 1, pollTimeoutMs(deadline)) == 0 && Clock::now() >= deadline) {
       throw TimeoutError(PERSEUS_STR("sending to " << what << " timed out"));

@@ -73,8 +73,8 @@ void tuneDataSocket(int fd, int buffer_bytes);
 
 // Writes/reads all of `bytes` on a non-blocking fd, polling until `deadline`. Throws
 // TimeoutError, or PeerLostError(peer_rank) on EOF/reset; `what` names the peer in messages.
-void writeAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
-              int peer_rank, const std::string& what);
+void writeAll(int fd, const void* data, size_t bytes, Clock::time_point deadline, int peer_rank,
+              const std::string& what);
 void readAll(int fd, void* data, size_t bytes, Clock::time_point deadline, int peer_rank,
              const std::string& what);
 

@@ -12,7 +12,9 @@
 namespace perseus::transport::tcp {
 
 TcpChannel::TcpChannel(int peer_rank, std::vector<Fd> sockets, size_t stripe_bytes)
-    : peer_rank_(peer_rank), sockets_(std::move(sockets)), interest_(sockets_.size(), 0),
+    : peer_rank_(peer_rank),
+      sockets_(std::move(sockets)),
+      interest_(sockets_.size(), 0),
       stripe_(stripe_bytes) {
   PERSEUS_CHECK(!sockets_.empty() && stripe_ > 0, "a TCP channel needs a socket and a stripe");
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -32,9 +34,10 @@ TcpChannel::TcpChannel(int peer_rank, std::vector<Fd> sockets, size_t stripe_byt
 }
 
 void TcpChannel::lost(const char* cause) const {
-  throw PeerLostError(peer_rank_, PERSEUS_STR("TCP connection to rank " << peer_rank_ << " "
-                                              << cause << "; that rank's process probably died "
-                                              "or its host became unreachable"));
+  throw PeerLostError(
+      peer_rank_, PERSEUS_STR("TCP connection to rank " << peer_rank_ << " " << cause
+                                                        << "; that rank's process probably died "
+                                                           "or its host became unreachable"));
 }
 
 void TcpChannel::setInterest(size_t socket, uint32_t events) {

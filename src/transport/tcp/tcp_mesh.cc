@@ -78,7 +78,8 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
     if (stop.load()) return done;
     auto now = Clock::now();
     if (now >= deadline) {
-      throw TimeoutError(PERSEUS_STR("rank " << rank << ": ranks " << rankList(expected)
+      throw TimeoutError(PERSEUS_STR("rank "
+                                     << rank << ": ranks " << rankList(expected)
                                      << " did not open their TCP connections in time; check "
                                         "that those processes are alive and can reach this "
                                         "host (PERSEUS_IFACE, firewall)"));
@@ -92,8 +93,8 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
         if (!fd.valid()) break;
         // A silent or slow connection gets a bounded share of the start-up time.
         auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeTimeout);
-        pending.push_back(std::make_unique<IncomingHandshake>(std::move(fd), secret,
-                                                              handshake_deadline));
+        pending.push_back(
+            std::make_unique<IncomingHandshake>(std::move(fd), secret, handshake_deadline));
       }
     }
     for (size_t i = 0; i < pending.size();) {
@@ -104,7 +105,8 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
       if (state == IncomingHandshake::State::kDone) {
         if (h.hello().purpose != Purpose::kData || !decodeMeta(h.hello().meta, &m)) {
           error = "not a data-plane connection";
-        } else if (static_cast<int>(m.to) != rank || expected.count(static_cast<int>(m.from)) == 0) {
+        } else if (static_cast<int>(m.to) != rank ||
+                   expected.count(static_cast<int>(m.from)) == 0) {
           error = PERSEUS_STR("unexpected connection from rank " << m.from << " for rank " << m.to);
         } else if (m.count == 0 || m.index >= m.count || m.stripe == 0) {
           error = "bad stripe description";
@@ -116,7 +118,7 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
           }
           if (a.sockets.size() != m.count || a.stripe != m.stripe || a.sockets[m.index].valid()) {
             error = PERSEUS_STR("inconsistent or duplicate connection " << m.index << " from rank "
-                                << m.from);
+                                                                        << m.from);
           } else {
             a.sockets[m.index] = h.takeFd();
             if (++a.filled == a.sockets.size()) {
@@ -153,9 +155,10 @@ TcpListener::TcpListener(const std::string& host, int port_lo, int port_hi) {
         fd_ = listenOn(SockAddr::parse(host, port, "data-plane listener (PERSEUS_IFACE)"));
       } catch (const InvalidArgumentError&) {
         if (port == port_hi) {
-          throw InvalidArgumentError(PERSEUS_STR(
-              "no free port for the data plane on " << host << " in PERSEUS_PORT_RANGE="
-              << port_lo << "-" << port_hi << "; widen the range (each rank takes one port)"));
+          throw InvalidArgumentError(
+              PERSEUS_STR("no free port for the data plane on "
+                          << host << " in PERSEUS_PORT_RANGE=" << port_lo << "-" << port_hi
+                          << "; widen the range (each rank takes one port)"));
         }
       }
     }
@@ -163,9 +166,10 @@ TcpListener::TcpListener(const std::string& host, int port_lo, int port_hi) {
   address_ = localAddress(fd_.get());
 }
 
-std::map<int, std::unique_ptr<TcpChannel>> connectTcpPeers(
-    int rank, TcpListener& listener, const std::map<int, SockAddr>& peers, const Secret& secret,
-    const MeshOptions& options) {
+std::map<int, std::unique_ptr<TcpChannel>> connectTcpPeers(int rank, TcpListener& listener,
+                                                           const std::map<int, SockAddr>& peers,
+                                                           const Secret& secret,
+                                                           const MeshOptions& options) {
   PERSEUS_CHECK(options.connections >= 1 && options.connections <= 64,
                 "PERSEUS_TCP_CONNECTIONS must be 1..64, got " << options.connections);
   std::set<int> lower;
@@ -207,7 +211,8 @@ std::map<int, std::unique_ptr<TcpChannel>> connectTcpPeers(
   acceptor.join();
   if (accept_error) std::rethrow_exception(accept_error);
   for (auto& [peer, arrivals] : accepted) {
-    channels[peer] = std::make_unique<TcpChannel>(peer, std::move(arrivals.sockets), arrivals.stripe);
+    channels[peer] =
+        std::make_unique<TcpChannel>(peer, std::move(arrivals.sockets), arrivals.stripe);
   }
   return channels;
 }

@@ -37,8 +37,9 @@ struct MeshOptions {
 // ranks on a helper thread (garbage or wrong-secret connections are logged and dropped) while
 // connecting to higher ranks on the calling thread. Throws TimeoutError naming the ranks that
 // did not connect by the deadline, AuthError if a peer fails authentication.
-std::map<int, std::unique_ptr<TcpChannel>> connectTcpPeers(
-    int rank, TcpListener& listener, const std::map<int, SockAddr>& peers, const Secret& secret,
-    const MeshOptions& options);
+std::map<int, std::unique_ptr<TcpChannel>> connectTcpPeers(int rank, TcpListener& listener,
+                                                           const std::map<int, SockAddr>& peers,
+                                                           const Secret& secret,
+                                                           const MeshOptions& options);
 
 }  // namespace perseus::transport::tcp

@@ -31,11 +31,11 @@ int checkLostRank2(int r, perseus_status s, const char* quoted_name, double took
 
 // In a rank's body: returns 1 (the child's exit code) with the line and the last error when
 // `cond` does not hold.
-#define CHILD_CHECK(cond)                                                            \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "rank check failed at line %d: %s (last error: %s)\n", __LINE__, \
-              #cond, perseus_last_error());                                         \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHILD_CHECK(cond)                                                                     \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "rank check failed at line %d: %s (last error: %s)\n", __LINE__, #cond, \
+              perseus_last_error());                                                          \
+      return 1;                                                                               \
+    }                                                                                         \
   } while (0)

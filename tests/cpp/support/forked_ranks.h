@@ -10,8 +10,8 @@
 namespace perseus::testing {
 
 struct ChildStatus {
-  int exit_code = -1;    // valid when signal == 0
-  int signal = 0;        // the signal that ended the child, 0 if it exited
+  int exit_code = -1;  // valid when signal == 0
+  int signal = 0;      // the signal that ended the child, 0 if it exited
   bool timed_out = false;
   bool ok() const { return signal == 0 && exit_code == 0 && !timed_out; }
   std::string describe() const;

@@ -35,15 +35,19 @@ class InProcArenaView : public transport::ShmArena {
     const uint64_t target = arrive(group_id, members, &value);
     uint64_t largest = value;
     for (int m : members) {
-      largest = std::max(largest, line(m, group_id).carried[target % 2].load(std::memory_order_relaxed));
+      largest =
+          std::max(largest, line(m, group_id).carried[target % 2].load(std::memory_order_relaxed));
     }
     return largest;
   }
 
-  uint64_t barriers(int group_id) const override { return epochs_.at(static_cast<size_t>(group_id)); }
+  uint64_t barriers(int group_id) const override {
+    return epochs_.at(static_cast<size_t>(group_id));
+  }
   void continueBarriersFrom(int group_id, uint64_t count) override {
     uint64_t& mine = epochs_.at(static_cast<size_t>(group_id));
-    if (count < mine) throw InvalidArgumentError("continueBarriersFrom: count below the barriers passed");
+    if (count < mine)
+      throw InvalidArgumentError("continueBarriersFrom: count below the barriers passed");
     mine = count;
   }
 
@@ -53,7 +57,8 @@ class InProcArenaView : public transport::ShmArena {
   uint64_t arrive(int group_id, const std::vector<int>& members, const uint64_t* carried) {
     if (group_id < 0 || group_id >= kMaxGroups) throw InvalidArgumentError("bad group id");
     const uint64_t target = ++epochs_[group_id];
-    if (carried) line(local_rank_, group_id).carried[target % 2].store(*carried, std::memory_order_relaxed);
+    if (carried)
+      line(local_rank_, group_id).carried[target % 2].store(*carried, std::memory_order_relaxed);
     epoch(local_rank_, group_id).store(target, std::memory_order_release);
     auto start = std::chrono::steady_clock::now();
     for (int m : members) {
@@ -64,9 +69,9 @@ class InProcArenaView : public transport::ShmArena {
         if ((i & 1023) == 0) {
           std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
           if (waited.count() > host_->timeout_s_) {
-            throw TimeoutError(PERSEUS_STR("local rank " << local_rank_ << " waited "
-                                           << waited.count() << " s in barrier of group "
-                                           << group_id << " for local rank " << m));
+            throw TimeoutError(PERSEUS_STR(
+                "local rank " << local_rank_ << " waited " << waited.count()
+                              << " s in barrier of group " << group_id << " for local rank " << m));
           }
         }
       }
@@ -89,7 +94,8 @@ InProcArenaHost::InProcArenaHost(std::vector<int> global_ranks, size_t slot_byte
       timeout_s_(params.timeout_s),
       epochs_(new Epoch[global_ranks_.size() * transport::ShmArena::kMaxGroups]) {
   for (size_t i = 0; i < global_ranks_.size(); ++i) {
-    auto* slot = static_cast<unsigned char*>(std::aligned_alloc(64, (slot_bytes + 63) & ~size_t{63}));
+    auto* slot =
+        static_cast<unsigned char*>(std::aligned_alloc(64, (slot_bytes + 63) & ~size_t{63}));
     // Poison, so a read of a byte no rank wrote shows up as a wrong result.
     std::memset(slot, 0xA5, slot_bytes);
     slots_.push_back(slot);

@@ -46,7 +46,9 @@ void InProcTransport::exchange(const std::vector<transport::SendOp>& sends,
   std::vector<Pending> out, in;
   for (const auto& s : sends) {
     if (s.peer < 0 || s.peer >= size()) throw InvalidArgumentError("exchange: bad send peer");
-    if (s.bytes > 0) out.push_back({s.peer, const_cast<unsigned char*>(static_cast<const unsigned char*>(s.data)), s.bytes});
+    if (s.bytes > 0)
+      out.push_back(
+          {s.peer, const_cast<unsigned char*>(static_cast<const unsigned char*>(s.data)), s.bytes});
   }
   for (const auto& r : recvs) {
     if (r.peer < 0 || r.peer >= size()) throw InvalidArgumentError("exchange: bad recv peer");
@@ -93,7 +95,7 @@ void InProcTransport::exchange(const std::vector<transport::SendOp>& sends,
     throwIfFailed(lock, -1);
     if (fabric_->changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
       throw TimeoutError(PERSEUS_STR("rank " << rank_ << ": no progress for " << timeout_s_
-                                     << " s in an in-process exchange"));
+                                             << " s in an in-process exchange"));
     }
   }
 }
@@ -134,7 +136,8 @@ std::vector<std::unique_ptr<InProcTransport>> makeInProcTransports(int size, con
                                                                    size_t capacity) {
   auto fabric = std::make_shared<InProcFabric>(size, capacity);
   std::vector<std::unique_ptr<InProcTransport>> out;
-  for (int r = 0; r < size; ++r) out.push_back(std::make_unique<InProcTransport>(fabric, r, params));
+  for (int r = 0; r < size; ++r)
+    out.push_back(std::make_unique<InProcTransport>(fabric, r, params));
   return out;
 }
 

@@ -8,7 +8,8 @@
 namespace perseus::testing {
 
 double testValue(int rank, size_t i, DataType t, uint32_t seed) {
-  uint64_t h = (static_cast<uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull ^ (i + seed * 7919ull) * 0xBF58476D1CE4E5B9ull;
+  uint64_t h = (static_cast<uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull ^
+               (i + seed * 7919ull) * 0xBF58476D1CE4E5B9ull;
   h ^= h >> 29;
   int v = static_cast<int>(h % 7) - 3;  // -3..3
   if (t == DataType::kBool) return (h >> 8) % 3 != 0;
@@ -21,15 +22,45 @@ double testValue(int rank, size_t i, DataType t, uint32_t seed) {
 void putValue(Bytes& buf, size_t i, DataType t, double x) {
   unsigned char* p = buf.data() + i * dataTypeSize(t);
   switch (t) {
-    case DataType::kUInt8: *p = static_cast<uint8_t>(static_cast<int64_t>(x)); return;
-    case DataType::kBool: *p = x != 0; return;
-    case DataType::kInt8: { auto v = static_cast<int8_t>(static_cast<int64_t>(x)); std::memcpy(p, &v, 1); return; }
-    case DataType::kInt32: { auto v = static_cast<int32_t>(static_cast<int64_t>(x)); std::memcpy(p, &v, 4); return; }
-    case DataType::kInt64: { auto v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); return; }
-    case DataType::kFloat16: { auto v = kernels::floatToHalf(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::kBFloat16: { auto v = kernels::floatToBfloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::kFloat32: { auto v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
-    case DataType::kFloat64: std::memcpy(p, &x, 8); return;
+    case DataType::kUInt8:
+      *p = static_cast<uint8_t>(static_cast<int64_t>(x));
+      return;
+    case DataType::kBool:
+      *p = x != 0;
+      return;
+    case DataType::kInt8: {
+      auto v = static_cast<int8_t>(static_cast<int64_t>(x));
+      std::memcpy(p, &v, 1);
+      return;
+    }
+    case DataType::kInt32: {
+      auto v = static_cast<int32_t>(static_cast<int64_t>(x));
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::kInt64: {
+      auto v = static_cast<int64_t>(x);
+      std::memcpy(p, &v, 8);
+      return;
+    }
+    case DataType::kFloat16: {
+      auto v = kernels::floatToHalf(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::kBFloat16: {
+      auto v = kernels::floatToBfloat16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::kFloat32: {
+      auto v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::kFloat64:
+      std::memcpy(p, &x, 8);
+      return;
   }
 }
 
@@ -52,11 +83,20 @@ Bytes referenceReduce(int size, size_t count, DataType t, ReduceOp op, uint32_t 
         continue;
       }
       switch (op) {
-        case ReduceOp::kSum: acc += x; break;
-        case ReduceOp::kProduct: acc *= x; break;
-        case ReduceOp::kMin: acc = std::min(acc, x); break;
-        case ReduceOp::kMax: acc = std::max(acc, x); break;
-        default: break;
+        case ReduceOp::kSum:
+          acc += x;
+          break;
+        case ReduceOp::kProduct:
+          acc *= x;
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, x);
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, x);
+          break;
+        default:
+          break;
       }
       // The 8-bit types wrap at every step, as the kernels do.
       if (t == DataType::kUInt8) acc = static_cast<uint8_t>(static_cast<int64_t>(acc));
@@ -70,7 +110,8 @@ Bytes referenceReduce(int size, size_t count, DataType t, ReduceOp op, uint32_t 
 Bytes testBytes(int rank, size_t bytes, uint32_t seed) {
   Bytes buf(bytes);
   for (size_t i = 0; i < bytes; ++i) {
-    buf[i] = static_cast<unsigned char>((i * 131 + static_cast<size_t>(rank) * 17 + seed * 3 + (i >> 8)) & 0xff);
+    buf[i] = static_cast<unsigned char>(
+        (i * 131 + static_cast<size_t>(rank) * 17 + seed * 3 + (i >> 8)) & 0xff);
   }
   return buf;
 }

@@ -29,7 +29,8 @@ InProcWorld::InProcWorld(InProcWorldOptions options) : options_(std::move(option
     for (size_t i = 0; i < ranks.size(); ++i) {
       host_and_local_[ranks[i]] = {static_cast<int>(hosts_.size()), static_cast<int>(i)};
     }
-    hosts_.push_back(std::make_unique<InProcArenaHost>(ranks, options_.slot_bytes, options_.params));
+    hosts_.push_back(
+        std::make_unique<InProcArenaHost>(ranks, options_.slot_bytes, options_.params));
   }
 }
 
@@ -45,9 +46,8 @@ std::unique_ptr<collectives::Communicator> InProcWorld::makeComm(int rank, std::
                                                                  int group_id) {
   std::vector<int> hosts;
   for (int m : members) hosts.push_back(options_.host_of_rank[m]);
-  auto comm = std::make_unique<collectives::Communicator>(transport(rank), arena(rank),
-                                                          std::move(members), group_id,
-                                                          options_.params);
+  auto comm = std::make_unique<collectives::Communicator>(
+      transport(rank), arena(rank), std::move(members), group_id, options_.params);
   comm->setHosts(std::move(hosts));
   return comm;
 }

@@ -12,7 +12,8 @@ namespace perseus::testing {
 
 SharedBarrier::SharedBarrier(int parties, std::chrono::milliseconds timeout)
     : parties_(parties), timeout_(timeout) {
-  void* p = ::mmap(nullptr, sizeof(State), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* p =
+      ::mmap(nullptr, sizeof(State), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw InternalError("SharedBarrier: mmap failed");
   state_ = new (p) State{};
 }
@@ -21,7 +22,8 @@ SharedBarrier::~SharedBarrier() { ::munmap(state_, sizeof(State)); }
 
 void SharedBarrier::wait() {
   const uint32_t gen = state_->generation.load(std::memory_order_acquire);
-  if (state_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(parties_)) {
+  if (state_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+      static_cast<uint32_t>(parties_)) {
     state_->arrived.store(0, std::memory_order_relaxed);
     state_->generation.fetch_add(1, std::memory_order_release);
     return;

@@ -20,8 +20,8 @@ std::vector<std::unique_ptr<transport::shm::ShmLocalGroup>> createShmGroupsAsThr
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       try {
-        groups[i] = transport::shm::createShmLocalGroup(job_id, i, ranks, params,
-                                                        [&] { barrier.wait(); });
+        groups[i] =
+            transport::shm::createShmLocalGroup(job_id, i, ranks, params, [&] { barrier.wait(); });
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!error) error = std::current_exception();
@@ -33,8 +33,9 @@ std::vector<std::unique_ptr<transport::shm::ShmLocalGroup>> createShmGroupsAsThr
   return groups;
 }
 
-std::unique_ptr<transport::ChannelTransport> makeShmTransport(
-    transport::shm::ShmLocalGroup& group, int rank, int size, const Params& params) {
+std::unique_ptr<transport::ChannelTransport> makeShmTransport(transport::shm::ShmLocalGroup& group,
+                                                              int rank, int size,
+                                                              const Params& params) {
   std::vector<std::unique_ptr<transport::Channel>> channels(size);
   for (auto& [peer, channel] : group.channels) channels.at(peer) = std::move(channel);
   return std::make_unique<transport::ChannelTransport>(rank, std::move(channels), params,

@@ -21,8 +21,9 @@ std::vector<std::unique_ptr<transport::shm::ShmLocalGroup>> createShmGroupsAsThr
 
 // A ChannelTransport over `group`'s channels for a one-host job of `size` ranks. Takes the
 // channels out of the group (the arena stays).
-std::unique_ptr<transport::ChannelTransport> makeShmTransport(
-    transport::shm::ShmLocalGroup& group, int rank, int size, const Params& params);
+std::unique_ptr<transport::ChannelTransport> makeShmTransport(transport::shm::ShmLocalGroup& group,
+                                                              int rank, int size,
+                                                              const Params& params);
 
 // Small and fast defaults for tests: short timeout, small rings and slots.
 Params shmTestParams();
