@@ -214,9 +214,10 @@ def plot(args, rows):
 
 
 def section_name(args):
-    """The doc section of this run: one per set of --extra arguments."""
+    """The doc section of this run: one per framework and set of --extra arguments."""
     slug = "".join(c if c.isalnum() else "-" for c in args.extra.strip()).strip("-")
-    return SECTION + ("-" + slug if slug else "")
+    framework = "" if args.framework == "mxnet" else "-" + args.framework
+    return SECTION + framework + ("-" + slug if slug else "")
 
 
 def reproduce_line(args):
