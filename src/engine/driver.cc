@@ -1,0 +1,301 @@
+// The driver (Note [Engine cycle], Note [Caller-run cycles] in engine.h): the engine thread's
+// loop and idle wait, caller-run cycles and parking, waiting for and polling a handle, the
+// runtime timeline switch, and shutdown. It is the code that takes the cycle lock.
+#include <sched.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace perseus::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Caller-run cycles] (engine.h). The window covers the gap between a caller's waits in a
+// loop of synchronous calls (a few µs) with a wide margin; a parked engine thread looks for
+// due cycles this often.
+constexpr std::chrono::microseconds kDriveWindow{2000};
+constexpr std::chrono::microseconds kParkSlice{100};
+
+// The engine whose cycle this thread is running as a caller: a completion callback that waits
+// must not try to drive again (the cycle lock is not recursive).
+thread_local const void* t_driving_engine = nullptr;
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void Engine::idleWait(bool pending, bool spin) {
+  const auto spin_end = Clock::now() + std::chrono::microseconds(spin ? params_.spin_us : 0);
+  do {
+    if (queue_nonempty_.load(std::memory_order_acquire) || shutdown_requested_.load() ||
+        drive_requested_.load() || transport_->hasIncoming()) {
+      return;
+    }
+    // GPU work finishing during the spin completes its handle now, not after the spin and
+    // the blocking wait below (up to spin_us + 50 us later).
+    if (!gpu_pending_.empty()) {
+      pollGpu();
+      if (stopped_.load()) return;
+    }
+    if (posted_.listeningWanted()) progressPosted();
+    sched_yield();
+  } while (Clock::now() < spin_end);
+  // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
+  // Pending posts ring this rank when they complete; the bound is for their patience.
+  auto timeout = std::chrono::microseconds(!gpu_pending_.empty()  ? 50
+                                           : posted_.hasPending() ? 2000
+                                                                  : 100000);
+  if (pending) {
+    auto until_retry =
+        std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
+    timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
+  }
+  // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
+  // read this one.
+  engine_blocked_.store(true);
+  // Posts that a callback or a blocked caller needs (Note [Posted collectives]): be rung when
+  // they complete, or, when one can be settled already, do not sleep.
+  bool listening = false, settle_now = false;
+  // Before listen() reads the slots: a post that completes one after that read rings this
+  // rank by moving the count, also before the transport sleeps (or while it spins).
+  const uint32_t rings = transport_->rings();
+  if (posted_.listeningWanted() && posted_watchers_.load() == 0) {
+    listening = posted_.listen();
+    settle_now = !listening;
+  }
+  if (!settle_now && !queue_nonempty_.load() && !shutdown_requested_.load() &&
+      !drive_requested_.load()) {
+    // This thread spun already (above), but pending GPU work is polled only between these
+    // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
+    const auto spin = !gpu_pending_.empty() ? timeout : std::chrono::microseconds(0);
+    transport_->waitIncoming(timeout, rings, spin);
+  }
+  if (listening) posted_.stopListening();
+  engine_blocked_.store(false);
+}
+
+bool Engine::step(bool* pending) {
+  // Stall checks need cycles even when nothing new arrives; they come this often.
+  const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
+  *pending = false;
+  sweepPosted();
+  if (!gpu_pending_.empty()) pollGpu();
+  if (stopped_.load()) return false;
+  bool fresh = drainQueue();
+  if (t_driving_engine == this && gpu_device_.load() >= 0) {
+    // A CUDA tensor came in: its cycles belong to the engine thread, which takes over.
+    more_work_ = more_work_ || fresh;
+    return false;
+  }
+  for (auto& [group, set] : sets_) *pending = *pending || set->hasWork();
+  bool due = *pending && Clock::now() >= next_retry_;
+  if (!fresh && !more_work_ && !due && !shutdown_requested_.load() && !transport_->hasIncoming()) {
+    return false;
+  }
+  more_work_ = false;
+  const auto cycle_start = mark_cycles_ ? Clock::now() : Clock::time_point{};
+  bool progress = runCycle();
+  cycles_.fetch_add(1, std::memory_order_relaxed);
+  if (timeline_ && mark_cycles_) timeline_->span("cycles", "CYCLE", cycle_start, Clock::now());
+  if (timeline_) timeline_->flush();
+  if (!progress) {
+    next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(retry_s));
+  }
+  return true;
+}
+
+bool Engine::drivenRecently() const {
+  const int64_t t = last_drive_ns_.load(std::memory_order_relaxed);
+  return t != 0 &&
+         nowNs() - t < std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
+}
+
+void Engine::park() {
+  std::unique_lock<std::mutex> lock(park_mu_);
+  park_cv_.wait_for(lock, kParkSlice);
+}
+
+void Engine::withCycleLock(const std::function<void()>& fn) {
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
+  while (!cycle.owns_lock()) {
+    // As drive(): the engine thread gives the lock up between its cycles when asked.
+    drive_requested_.store(true);
+    if (engine_blocked_.load()) transport_->wake();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    cycle.try_lock();
+  }
+  drive_requested_.store(false);
+  fn();
+}
+
+void Engine::startTimeline(const std::string& path, bool mark_cycles) {
+  const int rank = topology_.rank, size = topology_.size;
+  // Opened here so that a bad path throws to the caller; swapped in under the cycle lock.
+  auto fresh = std::make_unique<Timeline>(Timeline::pathForRank(path, rank, size), rank);
+  withCycleLock([&] {
+    timeline_ = std::move(fresh);
+    mark_cycles_ = mark_cycles;
+  });
+}
+
+void Engine::stopTimeline() {
+  std::unique_ptr<Timeline> old;
+  withCycleLock([&] {
+    old = std::move(timeline_);
+    mark_cycles_ = false;
+  });
+  // ~Timeline flushes and closes, outside the lock.
+}
+
+void Engine::loop() {
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
+  bool idle = false;  // waited since the last work, and nothing came
+  while (!stopped_.load()) {
+    if (!cycle.owns_lock() && !cycle.try_lock()) {
+      park();  // a caller is running cycles
+      continue;
+    }
+    bool pending = false;
+    const bool worked = step(&pending);
+    if (drive_requested_.load() || drivenRecently()) {
+      // Callers run the cycles; this thread only looks for due ones (a peer's, with no caller
+      // here) once per slice.
+      cycle.unlock();
+      park();
+      continue;
+    }
+    if (worked) {
+      idle = false;
+    } else {
+      // Pending GPU work is polled in the spin (Note [GPU completion]): keep spinning for it.
+      idleWait(pending, !idle || !gpu_pending_.empty());
+      idle = true;
+    }
+  }
+}
+
+void Engine::drive(const Handle& handle, int64_t spin_us) {
+  const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
+  if (!cycle.owns_lock()) {
+    // The engine thread gives the lock up between its cycles when asked.
+    drive_requested_.store(true);
+    if (engine_blocked_.load()) transport_->wake();
+    const auto until = Clock::now() + spin;
+    while (!cycle.try_lock()) {
+      if (handle.done() || stopped_.load() || Clock::now() >= until) {
+        drive_requested_.store(false);
+        return;
+      }
+      sched_yield();  // the engine thread may need this core to reach its next check
+    }
+  }
+  drive_requested_.store(false);
+  // While this thread holds the lock the engine thread parks anyway; the window that keeps
+  // it parked afterwards starts when the lock is given back, below.
+  t_driving_engine = this;
+  bool stalled = false;
+  // The idle time is counted from the first turn that found nothing to do.
+  bool idle = false;
+  Clock::time_point idle_since;
+  while (!handle.done() && !stopped_.load()) {
+    bool pending = false;
+    if (step(&pending)) {
+      idle = false;
+    } else if (gpu_device_.load() >= 0) {
+      stalled = true;
+      break;
+    } else if (!idle) {
+      idle = true;
+      idle_since = Clock::now();
+    } else if (Clock::now() - idle_since >= spin) {
+      stalled = true;
+      break;
+    }
+  }
+  t_driving_engine = nullptr;
+  // A stalled caller blocks next; the engine thread listens again from now on.
+  last_drive_ns_.store(stalled ? 0 : nowNs(), std::memory_order_relaxed);
+  cycle.unlock();
+  if (stalled) park_cv_.notify_one();
+}
+
+bool Engine::poll(Handle& handle) {
+  if (handle.done()) return true;
+  if (handle.postedSlot() >= 0) {
+    progressPosted(handle);
+    if (handle.done()) return true;
+  }
+  // A busy poll loop keeps its core: a parked engine thread, waking once per slice, would get
+  // a core only when the poller's time slice ends, and so may the engine thread that a
+  // submission woke, when the scheduler queued it behind the poller (a 4-byte allreduce took
+  // 4 ms, one scheduler tick, in some runs). So the poller also gives its core up once.
+  if (last_drive_ns_.load(std::memory_order_relaxed) != 0) {
+    last_drive_ns_.store(0, std::memory_order_relaxed);
+    park_cv_.notify_one();
+  }
+  sched_yield();
+  return false;
+}
+
+void Engine::setCallback(Handle& handle, Handle::Callback cb) {
+  handle.setCallback(std::move(cb));
+  if (handle.postedSlot() >= 0 && !handle.done()) {
+    posted_.wantListening();
+    if (engine_blocked_.load()) transport_->wake();
+  }
+}
+
+bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
+  if (handle.done()) return true;
+  if (handle.postedSlot() >= 0 && timeout_s != 0) {
+    // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
+    // engine thread does not listen for posts meanwhile (Note [Posted collectives]).
+    posted_watchers_.fetch_add(1);
+    PostWatch watch(posted_, spin_us);
+    do {
+      progressPosted(handle);
+    } while (!handle.done() && watch.keepWatching());
+    posted_watchers_.fetch_sub(1);
+    if (handle.done()) return true;
+    posted_.wantListening();
+    if (engine_blocked_.load()) transport_->wake();  // to listen for it from now on
+  }
+  const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
+  // No driving once a CUDA tensor was submitted (Note [Caller-run cycles]), nor for a zero
+  // timeout, which is a poll. A wait that did not drive spins first: the engine thread
+  // finishes small ops within microseconds, and a blocking wake-up costs tens of them. A
+  // caller that drove has spun already.
+  int64_t spin = spin_us;
+  if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
+      t_driving_engine != this && !stopped_.load()) {
+    drive(handle, spin_us);
+    if (handle.done()) return true;
+    spin = 0;
+  }
+  if (timeout_s < 0) return handle.wait(-1, spin);
+  const double left = timeout_s - std::chrono::duration<double>(Clock::now() - start).count();
+  return handle.wait(std::max(left, 0.0), spin);
+}
+
+void Engine::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  if (!thread_.joinable()) return;
+  shutdown_requested_.store(true);
+  transport_->wake();
+  thread_.join();
+  // Anything submitted after the thread ended fails here rather than waiting forever. A caller
+  // may still be in a cycle's last turn (it stops at the next one).
+  std::lock_guard<std::mutex> cycle(cycle_mu_);
+  stopAll(StatusCode::kShutDown, "Perseus was shut down");
+  if (timeline_) timeline_->flush();
+}
+
+}  // namespace perseus::engine
