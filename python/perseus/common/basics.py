@@ -118,9 +118,23 @@ def is_homogeneous():
     return size() == local_size() * cross_size()
 
 
+def info_fields(text):
+    """The core's "key=value" texts (build_info, runtime_info) as a dict: 'a=1 b=x y' ->
+    {'a': '1', 'b': 'x y'}; a value runs to the next 'key=' (an error text holds spaces)."""
+    out, key = {}, None
+    for word in text.split(" "):
+        name, eq, value = word.partition("=")
+        if eq and name.isidentifier():
+            key = name
+            out[key] = value
+        elif key is not None:
+            out[key] += " " + word
+    return out
+
+
 def build_flags():
     """perseus_build_info() as a dict, e.g. {'cpu': '1', 'cuda': '0', 'nccl': '0', ...}."""
-    return dict(item.split("=", 1) for item in core().build_info().split() if "=" in item)
+    return info_fields(core().build_info())
 
 
 def _params():

@@ -4,23 +4,12 @@ import importlib.util
 import subprocess
 import sys
 
+from perseus.common.basics import info_fields
+
 
 def _core():
     from perseus import _core
     return _core
-
-
-def _words(text):
-    """'a=1 b=x y' -> {'a': '1', 'b': 'x y'}: a key's value runs to the next 'key='."""
-    out, key = {}, None
-    for word in text.split(" "):
-        name, eq, value = word.partition("=")
-        if eq and name.isidentifier():
-            key = name
-            out[key] = value
-        elif key is not None:
-            out[key] += " " + word
-    return out
 
 
 def check_build():
@@ -29,8 +18,8 @@ def check_build():
     so that a job script can stop before training."""
     try:
         core = _core()
-        build = _words(core.build_info())
-        runtime = _words(core.runtime_info())
+        build = info_fields(core.build_info())
+        runtime = info_fields(core.runtime_info())
     except ImportError as e:
         print("perseus._core could not be loaded: %s" % e)
         return 1
@@ -90,7 +79,7 @@ def _runtime_after_torch():
     result = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, timeout=120)
     lines = result.stdout.strip().splitlines()
-    return _words(lines[-1]) if result.returncode == 0 and lines else {}
+    return info_fields(lines[-1]) if result.returncode == 0 and lines else {}
 
 
 def _version_of(module):
