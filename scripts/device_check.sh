@@ -82,9 +82,9 @@ run_step() {
   grep -q "^\[==========\]" "$OUT/step.tmp" && detail=" ($(grep -c '^\[       OK \] .* ms)$' "$OUT/step.tmp") ok, $(grep -c '^\[  SKIPPED \] .* ms)$' "$OUT/step.tmp") skipped, $(grep -c '^\[  FAILED  \] .* ms)$' "$OUT/step.tmp") failed)"
   local py; py=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$" "$OUT/step.tmp" | tail -1)
   [ -n "$py" ] && detail=" ($py)"
-  rm -f "$OUT/step.tmp"
   step_line "$name $st $(( $(date +%s) - t0 ))s$detail"
-  [ $rc = 0 ] || { grep -E "CHECK FAILED|Error|error:|FAILED|what\(\)" "$LOG" | tail -5 | sed 's/^/  /' | tee -a "$LOG"; }
+  [ $rc = 0 ] || { grep -E "CHECK FAILED|Error|error:|FAILED|what\(\)" "$OUT/step.tmp" | tail -5 | sed 's/^/  /' | tee -a "$LOG"; }
+  rm -f "$OUT/step.tmp"
   return $rc
 }
 
@@ -102,10 +102,26 @@ unset PERSEUS_BUILD_DIR
 export PYTHONPATH="$ROOT/bench/gpu"
 cd /tmp || exit 1
 
+# summarize: the results file and the summary table, last in the output; its status is the run's.
+summarize() {
+(grep -o "RESULT .*" "$LOG"; grep -E "^GPU(BW|STAGED|NCCL|CAPI|WATCHDOG) " "$LOG") >"$OUT/results.txt"
+elapsed=$(( $(date +%s) - t_start ))
+step_line "total elapsed ${elapsed}s mode=$MODE gpus=$NGPU" >/dev/null
+$PY "$ROOT/bench/gpu/summarize.py" "$LOG" >"$OUT/summary.md"
+cat "$OUT/summary.md"
+failed=$(grep -c "^STEP .* FAIL" "$LOG")
+if [ $MODE = dry ]; then
+  [ "$failed" = 0 ] && echo "DRY RUN OK (${elapsed}s)" || echo "DRY RUN: $failed step(s) failed"
+fi
+[ "$failed" = 0 ]
+}
+
 # ---- install: what a user runs ------------------------------------------------------------------
 if ! run_step "install pip install --no-build-isolation ." 300 \
     $PY -m pip install --no-build-isolation --disable-pip-version-check -v "$ROOT"; then
   say "the user's install failed: nothing below can run"
+  summarize
+  exit 1
 fi
 grep -E "perseus: |CUDA architectures|Building CUDA|libstdc|warning" "$LOG" | grep -v "^STEP" | tail -8 >&2
 run_step "install perseusrun --check-build" 60 $PY -m perseus.runner --check-build
@@ -217,13 +233,4 @@ else
 fi
 
 # ---- summary ----------------------------------------------------------------------------------------
-(grep -o "RESULT .*" "$LOG"; grep -E "^GPU(BW|STAGED|NCCL|CAPI|WATCHDOG) " "$LOG") >"$OUT/results.txt"
-elapsed=$(( $(date +%s) - t_start ))
-step_line "total elapsed ${elapsed}s mode=$MODE gpus=$NGPU" >/dev/null
-$PY "$ROOT/bench/gpu/summarize.py" "$LOG" >"$OUT/summary.md"
-cat "$OUT/summary.md"
-failed=$(grep -c "^STEP .* FAIL" "$LOG")
-if [ $MODE = dry ]; then
-  [ "$failed" = 0 ] && echo "DRY RUN OK (${elapsed}s)" || echo "DRY RUN: $failed step(s) failed"
-fi
-[ "$failed" = 0 ]
+summarize

@@ -123,13 +123,12 @@ void Engine::park() {
 }
 
 void Engine::withCycleLock(const std::function<void()>& fn) {
-  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
-  while (!cycle.owns_lock()) {
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
+  while (!cycle.try_lock()) {
     // As drive(): the engine thread gives the lock up between its cycles when asked.
     drive_requested_.store(true);
     if (engine_blocked_.load()) transport_->wake();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
-    cycle.try_lock();
   }
   drive_requested_.store(false);
   fn();
