@@ -19,7 +19,8 @@
 #            the machine), timed; then perseusrun --check-build.
 #   first    the first collectives on that install: world size 1 and perseusrun -np 2, CPU and
 #            CUDA tensors, every dtype and the error paths (tests/python/test_runtime_isolation.py,
-#            which also checks the libraries' exports), then tests/python/test_torch.py.
+#            which also checks the libraries' exports), then tests/python/test_torch.py (CUDA join
+#            included) and tests/python/test_horovod_conformance.py.
 #   quiet    a clean exit after GPU collectives logs no warning (no communicator abort).
 #   a        the C++ GPU tests and the GPU benchmarks (bench/gpu/*_bench.cc), built there by
 #            the same toolchain (CMake, GoogleTest from .devdeps).
@@ -149,6 +150,8 @@ run_step "first test_runtime_isolation.py (exports, dtypes, errors)" 120 \
   $PY -m pytest -q -p no:cacheprovider --timeout=100 "$ROOT/tests/python/test_runtime_isolation.py"
 run_step "first test_torch.py on the install" 150 \
   $PY -m pytest -q -p no:cacheprovider --timeout=100 "$ROOT/tests/python/test_torch.py"
+run_step "first test_horovod_conformance.py on the install" 150 \
+  $PY -m pytest -q -p no:cacheprovider --timeout=100 "$ROOT/tests/python/test_horovod_conformance.py"
 
 # ---- quiet: a clean exit logs nothing ----------------------------------------------------------------
 if [ $MODE = dry ] || [ "$NGPU" -ge 1 ]; then

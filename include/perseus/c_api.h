@@ -177,6 +177,10 @@ PERSEUS_API perseus_status perseus_barrier(int32_t process_set, perseus_handle* 
 /* Horovod's join: this rank has no more work; it takes part with zeros in collectives the
  * others still run until every rank joined. The result is the last rank to join. */
 PERSEUS_API perseus_status perseus_join(perseus_handle* handle);
+/* perseus_join, naming the CUDA device of the zeros this rank contributes to CUDA collectives
+ * after it joined; -1 (what perseus_join passes): the device this process already used, else
+ * local_rank modulo the visible GPUs. */
+PERSEUS_API perseus_status perseus_join_device(perseus_handle* handle, int32_t device);
 
 /* --- collectives (blocking) ---------------------------------------------------------- */
 /* The asynchronous call, then perseus_wait(handle, -1) and perseus_release(handle), in one

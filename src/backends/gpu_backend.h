@@ -92,6 +92,12 @@ class GpuBackend {
   // Device memory for library-owned outputs (allgather, alltoall, reducescatter); given back
   // when the last reference goes (the NCCL backend caches it: Note [Output block cache]).
   virtual std::shared_ptr<void> allocate(int device, size_t bytes) = 0;
+  // Device memory of at least `bytes`, all zero once this returns: what a joined rank
+  // contributes to a CUDA collective (Note [Join on the GPU], gpu_executor.cc). Engine thread.
+  virtual std::shared_ptr<void> zeros(int device, size_t bytes) = 0;
+  // The CUDA ordinal of a process that never named one: local_rank modulo the visible GPUs,
+  // the one-process-per-GPU placement. Throws UnsupportedError where no GPU can be used.
+  virtual int defaultDevice(int local_rank) = 0;
 
   // out[i] = op over the set of in[i] for every tensor of the batch, with prescale before and
   // postscale after the reduction (1.0: none). op is never Average (the engine turns it into

@@ -335,10 +335,12 @@ perseus_status perseus_barrier(int32_t process_set, perseus_handle* handle) {
   });
 }
 
-perseus_status perseus_join(perseus_handle* handle) {
+perseus_status perseus_join(perseus_handle* handle) { return perseus_join_device(handle, -1); }
+
+perseus_status perseus_join_device(perseus_handle* handle, int32_t device) {
   return guarded([&] {
     checkHandle(handle);
-    *handle = capi::publish(capi::requireEngine()->join());
+    *handle = capi::publish(capi::requireEngine()->join(device));
   });
 }
 

@@ -80,7 +80,7 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
   add(kLocalSet, kLocalGroup, local);
   add(kCrossSet, kCrossGroup, cross);
   gpu_ = backends::createGpuBackend({params, rank, topology.hostnames});
-  if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get());
+  if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get(), [this] { return joinedDevice(); });
   // DYNAMIC (Horovod's value) arms the timeline for startTimeline() only.
   if (!params.timeline.empty() && params.timeline != "DYNAMIC") {
     timeline_ =
@@ -214,7 +214,17 @@ std::shared_ptr<Handle> Engine::barrier(int32_t set) {
   return submit(makeEntry(OpType::kBarrier, "__barrier." + std::to_string(n), set, {}));
 }
 
-std::shared_ptr<Handle> Engine::join() {
+std::shared_ptr<Handle> Engine::join(int device) {
+  if (device >= 0) {
+    const int used = gpu_device_.load();
+    if (used >= 0 && used != device) {
+      throw InvalidArgumentError(PERSEUS_STR(
+          "join(device=" << device << "): this process's CUDA tensors are on device " << used
+                         << "; a joined rank contributes its zeros on the same GPU (pass device="
+                         << used << " or leave it out)"));
+    }
+    join_device_.store(device);
+  }
   // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted collectives]).
   posted_.revokeAll();
   return submit(makeEntry(OpType::kJoin, "__join", kGlobalSet, {}));
@@ -352,6 +362,17 @@ void Engine::prepareDevice(Entry& e) {
   }
   // Throws UnsupportedError when the machine has no driver or device.
   e.ready = gpu_->recordReady(e.device, e.cuda_stream);
+}
+
+int Engine::joinedDevice() {
+  int device = gpu_device_.load();
+  if (device >= 0) return device;
+  device = join_device_.load();
+  if (device < 0) device = gpu_->defaultDevice(topology_.local_rank);
+  // From now on this process drives that GPU, as if it had submitted a tensor there.
+  int expected = -1;
+  gpu_device_.compare_exchange_strong(expected, device);
+  return gpu_device_.load();
 }
 
 std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {

@@ -125,7 +125,11 @@ class Engine {
                                         int32_t set = kGlobalSet);
   std::shared_ptr<Handle> barrier(int32_t set = kGlobalSet);
   // Horovod's join on the global set; the handle's intResult() is the last rank to join.
-  std::shared_ptr<Handle> join();
+  // `device`: the CUDA ordinal for the zeros this rank contributes to CUDA collectives after it
+  // joined (Note [Join on the GPU]); -1: the device this process already used, else
+  // GpuBackend::defaultDevice(). Throws InvalidArgumentError if it names another device than
+  // the one this process used.
+  std::shared_ptr<Handle> join(int device = -1);
   // Collective over all ranks; the handle's intResult() is the new set's id.
   std::shared_ptr<Handle> addProcessSet(const std::vector<int>& ranks);
   std::shared_ptr<Handle> removeProcessSet(int32_t id);
@@ -235,6 +239,8 @@ class Engine {
   void finishGpu(ProcessSet& set, Entry* e);
   void pollGpu();
   void prepareDevice(Entry& e);
+  // The CUDA device of a joined rank's zeros (join()'s `device`). Engine thread.
+  int joinedDevice();
   void breakEngine(const Error& cause, const std::string& during);
   // `lost_rank`: the global rank whose loss stops the engine (kPeerLost), else -1.
   void stopAll(StatusCode code, const std::string& message, int lost_rank = -1);
@@ -250,6 +256,7 @@ class Engine {
   std::unique_ptr<backends::GpuBackend> gpu_;
   std::unique_ptr<Executor> gpu_executor_;
   std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
+  std::atomic<int> join_device_{-1};  // join()'s device, -1: none given
   std::unique_ptr<Timeline> timeline_;
   bool mark_cycles_ = false;  // holder of cycle_mu_
   // Note [Posted collectives]; thread-safe on its own.

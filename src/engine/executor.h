@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,7 +76,9 @@ class Executor {
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();
-// `backend` outlives the executor.
-std::unique_ptr<Executor> makeGpuExecutor(backends::GpuBackend* backend);
+// `backend` outlives the executor. `joined_device` gives the CUDA ordinal of a joined rank's
+// zeros (called on the engine thread, only when this rank takes part without an entry).
+std::unique_ptr<Executor> makeGpuExecutor(backends::GpuBackend* backend,
+                                          std::function<int()> joined_device);
 
 }  // namespace perseus::engine

@@ -11,6 +11,16 @@
 // Library-owned outputs (allgather, alltoall, reducescatter) are device memory from
 // GpuBackend::allocate(), owned by the handle's OwnedTensor. One process drives one CUDA
 // device (Engine::submit enforces it), so every rank's groups are the same.
+//
+// Note [Join on the GPU]
+// A joined rank has no entry for the collectives that the others still run, but every rank of
+// an NCCL communicator must make each call, so it takes part with device memory of its own on
+// the device join() named (Engine::joinedDevice): zeros for allreduce, reduced in place and
+// dropped; no rows for allgather, whose result it receives into scratch; scratch for a
+// broadcast (negotiation refuses a joined root, and alltoall and reducescatter while a rank has
+// joined). It then waits for that work before returning: the scratch must outlive the GPU's use
+// of it, and a joined rank has no handle to hold it. The others enqueue the same calls in the
+// same order without waiting for this rank, so the wait ends.
 #include "collectives/collectives.h"
 #include "engine/executor.h"
 #include "engine/timeline.h"
@@ -20,19 +30,13 @@ namespace {
 
 class GpuExecutor final : public Executor {
  public:
-  explicit GpuExecutor(backends::GpuBackend* backend) : backend_(backend) {}
+  GpuExecutor(backends::GpuBackend* backend, std::function<int()> joined_device)
+      : backend_(backend), joined_device_(std::move(joined_device)) {}
 
   void run(const FusionGroup& g, const std::vector<Response>& rs, const std::vector<Entry*>& es,
            collectives::Communicator& comm, FusionBuffer&, Timeline* timeline) override {
-    for (const FusionItem& it : g.items) {
-      if (es[it.response] == nullptr) {
-        // A joined rank would have to contribute device zeros; not supported on the GPU path.
-        throw UnsupportedError(PERSEUS_STR(opTypeName(g.op)
-                                           << " '" << rs[it.response].name
-                                           << "': CUDA collectives cannot run while this rank "
-                                              "has joined; finish GPU collectives before join()"));
-      }
-    }
+    joined_scratch_.clear();
+    joined_works_.clear();
     const auto start = timeline ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     switch (g.op) {
       case OpType::kAllreduce:
@@ -53,6 +57,9 @@ class GpuExecutor final : public Executor {
       default:
         PERSEUS_CHECK(false, "GPU executor got " << opTypeName(g.op));
     }
+    for (const auto& work : joined_works_) work->wait();  // Note [Join on the GPU]
+    joined_works_.clear();
+    joined_scratch_.clear();
     // Enqueueing on the device; the GPU's part is the COMMUNICATE span that completion records.
     if (timeline) {
       const auto end = Timeline::Clock::now();
@@ -70,6 +77,35 @@ class GpuExecutor final : public Executor {
     gt.count = static_cast<size_t>(m.numElements());
     gt.ready = e.ready;
     return gt;
+  }
+
+  // A joined rank's stand-in for an entry's tensor: `bytes` of zeros on its device.
+  backends::GpuTensor joinedTensor(const std::string& name, size_t bytes, size_t count) {
+    joined_scratch_.push_back(backend_->zeros(joined_device_(), bytes));
+    return scratchTensor(name, joined_scratch_.back().get(), count);
+  }
+
+  static backends::GpuTensor scratchTensor(const std::string& name, void* p, size_t count) {
+    backends::GpuTensor gt;
+    gt.name = name;
+    gt.input = gt.output = p;
+    gt.count = count;
+    return gt;
+  }
+
+  int deviceOf(const Entry* e) { return e != nullptr ? e->device : joined_device_(); }
+
+  // Attaches `work` to the entries of `g` that this rank has; when some item is a joined
+  // rank's scratch, run() also waits for it.
+  void attachOrWait(const FusionGroup& g, const std::vector<Entry*>& es,
+                    const std::shared_ptr<backends::GpuWork>& work) {
+    attach(g, es, work);
+    for (const FusionItem& it : g.items) {
+      if (es[it.response] == nullptr) {
+        joined_works_.push_back(work);
+        return;
+      }
+    }
   }
 
   static OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
@@ -96,7 +132,7 @@ class GpuExecutor final : public Executor {
     Entry* last = nullptr;
     for (const FusionItem& it : g.items) {
       Entry* e = es[it.response];
-      if (e != last) e->gpu_works.push_back(work);  // a grouped entry's items are adjacent
+      if (e != nullptr && e != last) e->gpu_works.push_back(work);  // grouped items are adjacent
       last = e;
     }
   }
@@ -106,13 +142,34 @@ class GpuExecutor final : public Executor {
     const Response& r0 = rs[g.items[0].response];
     const Reduction red = reductionOf(r0, comm.size());
     backends::GpuBatch batch;
-    batch.device = es[g.items[0].response]->device;
+    batch.device = deviceOf(es[g.items[0].response]);
     batch.dtype = r0.tensors[g.items[0].tensor].dtype;
+    // A joined rank's zeros: one block for the group, one slice per tensor, each aligned as
+    // an allocation would be.
+    constexpr size_t kAlign = 256;
+    auto aligned = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+    size_t zero_bytes = 0;
     for (const FusionItem& it : g.items) {
-      batch.tensors.push_back(
-          tensorOf(*es[it.response], it.tensor, rs[it.response].tensors[it.tensor]));
+      if (es[it.response] == nullptr)
+        zero_bytes += aligned(rs[it.response].tensors[it.tensor].bytes());
     }
-    attach(g, es, backend_->allreduce(comm, batch, red.op, red.prescale, red.postscale));
+    char* zeros = nullptr;
+    if (zero_bytes > 0) {
+      joined_scratch_.push_back(backend_->zeros(joined_device_(), zero_bytes));
+      zeros = static_cast<char*>(joined_scratch_.back().get());
+    }
+    for (const FusionItem& it : g.items) {
+      const TensorMeta& m = rs[it.response].tensors[it.tensor];
+      const Entry* e = es[it.response];
+      if (e != nullptr) {
+        batch.tensors.push_back(tensorOf(*e, it.tensor, m));
+      } else {
+        batch.tensors.push_back(scratchTensor(rs[it.response].name, zeros,
+                                              static_cast<size_t>(m.numElements())));
+        zeros += aligned(m.bytes());
+      }
+    }
+    attachOrWait(g, es, backend_->allreduce(comm, batch, red.op, red.prescale, red.postscale));
   }
 
   void allgather(const FusionGroup& g, const std::vector<Response>& rs,
@@ -130,6 +187,13 @@ class GpuExecutor final : public Executor {
         bytes[k] = static_cast<size_t>(rows) * row_bytes;
         total += rows;
       }
+      const size_t total_bytes = static_cast<size_t>(total) * row_bytes;
+      if (e == nullptr) {  // joined: no rows to send, everyone's received into scratch
+        backends::GpuTensor none = joinedTensor(r.name, 0, 0);
+        void* out = joinedTensor(r.name, total_bytes, 0).output;
+        joined_works_.push_back(backend_->allgatherv(comm, joined_device_(), none, out, bytes));
+        continue;
+      }
       // Own input metadata: the response holds the reference rank's shape.
       const TensorMeta& mine = e->request.tensors[it.tensor];
       std::vector<int64_t> shape = m.shape;
@@ -146,6 +210,12 @@ class GpuExecutor final : public Executor {
     for (const FusionItem& it : g.items) {
       const TensorMeta& m = rs[it.response].tensors[it.tensor];
       Entry* e = es[it.response];
+      if (e == nullptr) {  // joined, never the root: receives into scratch
+        backends::GpuTensor scratch = joinedTensor(rs[it.response].name, m.bytes(), 0);
+        joined_works_.push_back(
+            backend_->broadcast(comm, joined_device_(), scratch, m.bytes(), root));
+        continue;
+      }
       e->gpu_works.push_back(
           backend_->broadcast(comm, e->device, tensorOf(*e, it.tensor, m), m.bytes(), root));
     }
@@ -187,12 +257,17 @@ class GpuExecutor final : public Executor {
   }
 
   backends::GpuBackend* const backend_;
+  const std::function<int()> joined_device_;
+  // Note [Join on the GPU]: this group's scratch and the works that use it.
+  std::vector<std::shared_ptr<void>> joined_scratch_;
+  std::vector<std::shared_ptr<backends::GpuWork>> joined_works_;
 };
 
 }  // namespace
 
-std::unique_ptr<Executor> makeGpuExecutor(backends::GpuBackend* backend) {
-  return std::make_unique<GpuExecutor>(backend);
+std::unique_ptr<Executor> makeGpuExecutor(backends::GpuBackend* backend,
+                                          std::function<int()> joined_device) {
+  return std::make_unique<GpuExecutor>(backend, std::move(joined_device));
 }
 
 }  // namespace perseus::engine

@@ -219,9 +219,13 @@ void registerCollectives(py::module_& m) {
                       [&](perseus_handle* h) { return perseus_barrier(process_set, h); });
       },
       arg("process_set") = kGlobal);
-  m.def("join", [] {
-    return submit(Args(), "perseus_join", [](perseus_handle* h) { return perseus_join(h); });
-  });
+  m.def(
+      "join",
+      [](int device) {
+        return submit(Args(), "perseus_join_device",
+                      [&](perseus_handle* h) { return perseus_join_device(h, device); });
+      },
+      arg("device") = -1);
 }
 
 }  // namespace perseus_py

@@ -43,3 +43,8 @@ def test_engine_stats_show_cached_negotiation():
 
 def test_engine_stats_show_posted_allreduces():
     assert run_worker(2, "torch_engine_stats.py").stdout.count("PASS engine_stats") == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+def test_join_with_cuda_tensors():
+    assert run_worker(2, "torch_cuda_join.py").stdout.count("PASS check_") == 2 * 3

@@ -300,7 +300,10 @@ def barrier(process_set=global_process_set):
 
 def join(device=-1):
     """This rank has no more work: it contributes zeros to the collectives that other ranks
-    still run until every rank joined. Returns the last rank that joined."""
-    h = _core().join()
+    still run until every rank joined. Returns the last rank that joined.
+
+    device: the CUDA device for the zeros of CUDA collectives after this rank joined; -1: the
+    device this process already used, else ``local_rank() % torch.cuda.device_count()``."""
+    h = _core().join(int(device))
     h.wait()
     return h.join_rank()

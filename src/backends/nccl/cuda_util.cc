@@ -14,16 +14,33 @@ void checkCuda(cudaError_t err, const char* what) {
   throw InternalError(kernels::cuda::cudaErrorText(err, what));
 }
 
-void requireDevice(int device) {
+namespace {
+struct DeviceCount {
+  cudaError_t status = cudaSuccess;
+  int count = 0;
+};
+
+const DeviceCount& deviceCount() {
   // cudaGetDeviceCount is the first call that touches the driver. Its answer cannot change
   // while the process runs, so ask once.
   static std::once_flag once;
-  static cudaError_t status = cudaSuccess;
-  static int count = 0;
+  static DeviceCount dc;
   std::call_once(once, [] {
-    status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) (void)cudaGetLastError();
+    dc.status = cudaGetDeviceCount(&dc.count);
+    if (dc.status != cudaSuccess) (void)cudaGetLastError();
   });
+  return dc;
+}
+}  // namespace
+
+int visibleDeviceCount() {
+  requireDevice(0);
+  return deviceCount().count;
+}
+
+void requireDevice(int device) {
+  const cudaError_t status = deviceCount().status;
+  const int count = deviceCount().count;
   if (status != cudaSuccess) {
     throw UnsupportedError(PERSEUS_STR(
         "a CUDA tensor was given (device "

@@ -15,6 +15,10 @@ void checkCuda(cudaError_t err, const char* what);
 // device, or an ordinal past the device count. Cheap after the first call per process.
 void requireDevice(int device);
 
+// The number of CUDA devices this process sees (> 0); throws as requireDevice() where there
+// is no driver or device.
+int visibleDeviceCount();
+
 // "cuda_archs=... cuda_runtime=13000 cuda_driver=13000 gpus=1 gpu0=NVIDIA_H200:sm_90" (names
 // with '_' for spaces), or "... gpus=0 cuda_error=<name>" where no driver or GPU answers.
 std::string cudaRuntimeReport();

@@ -71,6 +71,20 @@ class NcclBackend : public backends::GpuBackend {
     return context(device).outputs()->acquire(bytes);
   }
 
+  std::shared_ptr<void> zeros(int device, size_t bytes) override {
+    std::shared_ptr<void> block = allocate(device, bytes > 0 ? bytes : 1);
+    DeviceGuard guard(device);
+    // Synchronous: the block is zero before any slot stream of any later call reads it.
+    checkCuda(cudaMemset(block.get(), 0, bytes), "cudaMemset (join zeros)");
+    checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (join zeros)");
+    return block;
+  }
+
+  int defaultDevice(int local_rank) override {
+    const int count = visibleDeviceCount();
+    return local_rank % count;
+  }
+
   std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm, const GpuBatch& batch,
                                      ReduceOp op, double prescale, double postscale) override;
   std::shared_ptr<GpuWork> allgatherv(collectives::Communicator& comm, int device,
