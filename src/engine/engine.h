@@ -255,7 +255,7 @@ class Engine {
   // Null in a build without CUDA. Declared before the pending list: works die first.
   std::unique_ptr<backends::GpuBackend> gpu_;
   std::unique_ptr<Executor> gpu_executor_;
-  std::atomic<int> gpu_device_{-1};  // the one CUDA ordinal this process uses
+  std::atomic<int> gpu_device_{-1};   // the one CUDA ordinal this process uses
   std::atomic<int> join_device_{-1};  // join()'s device, -1: none given
   std::unique_ptr<Timeline> timeline_;
   bool mark_cycles_ = false;  // holder of cycle_mu_

@@ -164,8 +164,8 @@ class GpuExecutor final : public Executor {
       if (e != nullptr) {
         batch.tensors.push_back(tensorOf(*e, it.tensor, m));
       } else {
-        batch.tensors.push_back(scratchTensor(rs[it.response].name, zeros,
-                                              static_cast<size_t>(m.numElements())));
+        batch.tensors.push_back(
+            scratchTensor(rs[it.response].name, zeros, static_cast<size_t>(m.numElements())));
         zeros += aligned(m.bytes());
       }
     }
