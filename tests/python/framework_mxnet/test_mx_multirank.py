@@ -1,6 +1,6 @@
 """perseus.mxnet on 2-4 real ranks started by perseusrun (real MXNet 1.9.1, real core).
 
-Each test launches tests/python/mxnet/mx_worker.py <scenario> on every rank; the scenario
+Each test launches tests/python/framework_mxnet/mx_worker.py <scenario> on every rank; the scenario
 asserts on every rank and the job must exit 0 within its timeout (a hang is a failure).
 """
 import os
