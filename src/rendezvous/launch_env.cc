@@ -179,9 +179,11 @@ bool readHydra(const Reader& env, LaunchInfo* info) {
     const char* fd = env.get("PMI_FD");
     if (fd == nullptr) {
       env.fail(
-          "PMI_FD is not set (a PMI_PORT server or a PMI library of another launcher), so "
-          "the ranks cannot share the rendezvous store's address; use Hydra's default "
-          "(no -pmi-port), or start the job with perseusrun");
+          "PMI_FD is not set, so the ranks cannot share the rendezvous store's address. "
+          "Hydra gives it to every process it starts, unless MPICH's mpiexec runs with "
+          "-pmi-port (PMI_PORT) or something between mpiexec and Python cleared the "
+          "environment (env -i, sudo, a container runtime); run Python directly under "
+          "mpiexec (MPICH: without -pmi-port), or start the job with perseusrun");
     }
     info->pmi_fd = env.parseInt("PMI_FD", fd, 0, INT_MAX);
   }

@@ -37,7 +37,8 @@
 //    InvalidArgumentError that says what to do.
 // Under MPICH's or Intel MPI's mpiexec (Hydra), rank 0 starts a store (on 127.0.0.1 when the
 // job has one host, else on its outward address) with a random secret and puts "host,port,
-// secret" into the job's PMI key-value space; the others read it after a PMI barrier.
+// secret" into the job's PMI key-value space; the others read it after a PMI barrier. PMI_FD
+// must be an open socket (checked first, so that a wrapper that closed it is named).
 // Under torchrun and srun (Note [Launchers]) the ranks know rank 0's host but nothing else:
 // rank 0 serves the store there on all addresses (PERSEUS_IFACE narrows it) at PERSEUS_PORT
 // or the port derived from the launcher's variables, and the secret is the user's
@@ -162,7 +163,31 @@ StoreConnection singleHostOpenMpi(const LaunchInfo& info, const Params& params) 
   return out;
 }
 
+// Hydra hands each process one end of a socket pair as PMI_FD. A wrapper between mpiexec and
+// the program that closes inherited descriptors leaves PMI_FD naming nothing, or another file.
+void checkPmiSocket(const LaunchInfo& info) {
+  struct stat st {};
+  std::string problem;
+  if (::fstat(info.pmi_fd, &st) != 0) {
+    problem = std::strerror(errno);
+  } else if (!S_ISSOCK(st.st_mode)) {
+    problem = "it is open but not a socket";
+  }
+  if (problem.empty()) return;
+  throw InvalidArgumentError(PERSEUS_STR(
+      "started by " << launcherName(info.launcher) << ": PMI_FD=" << info.pmi_fd
+                    << " is not the PMI socket that mpiexec opened for this process ("
+                    << problem
+                    << "), so the ranks cannot share the rendezvous store's address; something "
+                       "between mpiexec and Python closed the descriptor (a wrapper script, a "
+                       "container runtime, a daemonising step): start Python directly under "
+                       "mpiexec or keep the descriptor open, or start the job with perseusrun "
+                       "(launcher variables seen: "
+                    << info.seen << ")"));
+}
+
 StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
+  checkPmiSocket(info);
   PmiClient pmi(info.pmi_fd, startTimeout(params));
   const Topology& t = info.topology;
   const bool all_local = info.has_local && t.local_size == t.size;

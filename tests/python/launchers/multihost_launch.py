@@ -13,6 +13,10 @@ from launchsupport import TEST_SECRET, WORKER, python_env
 
 PY = sys.executable
 MPIEXEC_MPICH = "/usr/bin/mpiexec.mpich"
+# Intel MPI's Hydra, from PyPI's impi-rt under its own prefix (scripts/setup.sh), so that Open
+# MPI's mpirun/mpiexec stay the ones on PATH.
+IMPI_PREFIX = os.environ.get("PERSEUS_IMPI_PREFIX", "/opt/impi")
+MPIEXEC_IMPI = os.path.join(IMPI_PREFIX, "bin", "mpiexec.hydra")
 Launch = collections.namedtuple("Launch", "returncode output started")
 
 
@@ -77,6 +81,13 @@ class MultiHostLaunchers:
         hosts = ",".join("%s:2" % self.net.address(h) for h in (self.h1, self.h2))
         return self._ctl([MPIEXEC_MPICH, "-launcher", "ssh", "-launcher-exec", self.ssh,
                           "-iface", "eth0", "-hosts", hosts, "-n", "4", PY, WORKER], python_env())
+
+    def mpiexec_impi(self):
+        """Intel MPI's mpiexec.hydra over ssh, 2 ranks per host (-ppn)."""
+        hosts = ",".join(self.net.address(h) for h in (self.h1, self.h2))
+        return self._ctl([MPIEXEC_IMPI, "-bootstrap", "ssh", "-bootstrap-exec", self.ssh,
+                          "-iface", "eth0", "-hosts", hosts, "-ppn", "2", "-n", "4", PY, WORKER],
+                         python_env())
 
     def _torchrun_on_each_host(self, args_of_node, api):
         started = time.time()
