@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Perseus needs on a fresh Debian 12 machine: the toolchain, Open MPI,
-# sshd (for the multi-host launcher tests), Slurm, munge and MPICH (for the tests of those
-# launchers; Open MPI stays the default MPI), the Fashion-MNIST data, and the Python packages
-# (MXNet 1.9.1 needs numpy < 1.24). Safe to run twice.
+# sshd (for the multi-host launcher tests), Slurm, munge, MPICH and Intel MPI's runtime (for
+# the tests of those launchers; Open MPI stays the default MPI), the Fashion-MNIST data, and the
+# Python packages (MXNet 1.9.1 needs numpy < 1.24). Safe to run twice.
 set -euo pipefail
 
 SUDO=""
@@ -57,3 +57,13 @@ source scripts/python-env.sh
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \
   'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle' 'pyyaml'
+
+# Intel MPI's Hydra for the launcher tests (tests/python/launchers): PyPI's impi-rt (a 129 MB
+# wheel) under a prefix of its own, so that its mpirun/mpiexec do not shadow Open MPI's; the
+# tests call $PERSEUS_IMPI_PREFIX/bin/mpiexec.hydra by its path. --no-deps: the ranks use only
+# Hydra's PMI, not Intel's libmpi, so libfabric is not needed.
+IMPI_PREFIX=${PERSEUS_IMPI_PREFIX:-/opt/impi}
+if [ ! -x "$IMPI_PREFIX/bin/mpiexec.hydra" ]; then
+  $SUDO "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps --prefix "$IMPI_PREFIX" \
+    'impi-rt==2021.19.0'
+fi

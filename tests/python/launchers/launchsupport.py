@@ -9,6 +9,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "multihost"))
 WORKER = str(HERE / "topology_worker.py")
 SIX = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
+# Intel MPI's runtime from PyPI (impi-rt), installed by scripts/setup.sh under a prefix of its
+# own so that Open MPI's mpirun/mpiexec stay the ones on PATH; called by its full path.
+IMPI_PREFIX = os.environ.get("PERSEUS_IMPI_PREFIX", "/opt/impi")
+MPIEXEC_IMPI = os.path.join(IMPI_PREFIX, "bin", "mpiexec.hydra")
+MPIRUN_IMPI = os.path.join(IMPI_PREFIX, "bin", "mpirun")
 # The secret torchrun and srun jobs need (Note [Launchers]); a test value, not a real one.
 TEST_SECRET = "perseus-test-secret-0123456789"
 
@@ -60,3 +65,20 @@ def python_env(**extra):
         del env[k]
     env.update(extra)
     return env
+
+
+def require(present, what):
+    """Skips a test whose launcher is not installed, except in CI (CI=true), where
+    scripts/setup.sh has installed every launcher the tests use: there it fails."""
+    import pytest  # here: bench/launchers imports this module without pytest
+    if present:
+        return
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail("%s is missing and CI=true: scripts/setup.sh installs it" % what)
+    pytest.skip("needs %s (scripts/setup.sh installs it)" % what)
+
+
+def require_intel_mpi():
+    require(os.access(MPIEXEC_IMPI, os.X_OK),
+            "Intel MPI's mpiexec.hydra at %s (pip's impi-rt; PERSEUS_IMPI_PREFIX names another "
+            "prefix)" % MPIEXEC_IMPI)

@@ -9,14 +9,10 @@ import sys
 import tempfile
 import time
 
-from launchsupport import TEST_SECRET, WORKER, python_env
+from launchsupport import MPIEXEC_IMPI, TEST_SECRET, WORKER, python_env
 
 PY = sys.executable
 MPIEXEC_MPICH = "/usr/bin/mpiexec.mpich"
-# Intel MPI's Hydra, from PyPI's impi-rt under its own prefix (scripts/setup.sh), so that Open
-# MPI's mpirun/mpiexec stay the ones on PATH.
-IMPI_PREFIX = os.environ.get("PERSEUS_IMPI_PREFIX", "/opt/impi")
-MPIEXEC_IMPI = os.path.join(IMPI_PREFIX, "bin", "mpiexec.hydra")
 Launch = collections.namedtuple("Launch", "returncode output started")
 
 

@@ -1,7 +1,7 @@
 """Real launchers on one host: perseusrun and Open MPI's mpirun as the reference, torchrun (from the installed torch; standalone, c10d, and as a
-Kubeflow PyTorchJob configures it through PET_* variables), MPICH's Hydra mpiexec (by its own
-path: Open MPI stays the default mpirun), and the loud failures: a job that cannot form
-raises at init() naming the launcher; it never runs as size 1."""
+Kubeflow PyTorchJob configures it through PET_* variables), MPICH's Hydra mpiexec and Intel
+MPI's (each by its own path: Open MPI stays the default mpirun), and the loud failures: a job
+that cannot form raises at init() naming the launcher; it never runs as size 1."""
 import os
 import shutil
 import socket
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from launchsupport import TEST_SECRET, WORKER, check_job, python_env
+from launchsupport import (MPIEXEC_IMPI, MPIRUN_IMPI, TEST_SECRET, WORKER, check_job, python_env,
+                           require_intel_mpi)
 
 pytestmark = pytest.mark.timeout(120)
 PY = sys.executable
@@ -121,6 +122,30 @@ def test_mpich_hydra_one_host():
     r, out = _run([MPIEXEC_MPICH, "-n", "3", PY, WORKER], python_env())
     assert r.returncode == 0, out
     check_job(out, [3])
+
+
+@pytest.mark.parametrize("mpiexec", [MPIEXEC_IMPI, MPIRUN_IMPI], ids=["mpiexec.hydra", "mpirun"])
+def test_intel_mpi_hydra_one_host(mpiexec):
+    """Intel MPI's Hydra (pip's impi-rt) gives the MPICH variables and PMI_FD; its mpirun is a
+    script around mpiexec.hydra. No secret, and no Intel MPI library in the ranks."""
+    require_intel_mpi()
+    r, out = _run([mpiexec, "-n", "3", PY, WORKER], python_env())
+    assert r.returncode == 0, out
+    check_job(out, [3])
+
+
+def test_intel_mpi_without_pmi_socket_fails_at_init():
+    """A wrapper between mpiexec and Python that closes the inherited PMI socket: init()
+    names the launcher, PMI_FD and the variables seen, on every rank."""
+    require_intel_mpi()
+    code = ("import os, runpy, sys\nos.close(int(os.environ['PMI_FD']))\n"
+            "sys.argv = [%r]\nrunpy.run_path(%r, run_name='__main__')\n" % (WORKER, WORKER))
+    r, out = _run([MPIEXEC_IMPI, "-n", "2", PY, "-c", code], python_env())
+    assert r.returncode != 0, out
+    assert out.count("InvalidArgumentError: started by MPICH's (or Intel MPI's) mpiexec: "
+                     "PMI_FD=") == 2, out
+    assert "is not the PMI socket" in out and "PMI_SIZE=2" in out, out
+    assert "PERSEUS_RESULT" not in out, out
 
 
 def test_perseusrun_one_host():

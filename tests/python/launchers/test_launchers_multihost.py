@@ -1,8 +1,8 @@
 """Every launcher across two hosts (network namespaces with their own addresses, host names
 and sshd: tests/python/multihost/netns_hosts.py), 2 ranks on each: torchrun with a static and
-a c10d rendezvous, MPICH's Hydra mpiexec over ssh, Open MPI's mpirun with a hostfile (what a
-Kubeflow MPIJob runs), and a real Slurm (slurmctld, one slurmd per host, munge) with srun,
-sbatch, and perseusrun inside an allocation. Each job must match perseusrun's topology for
+a c10d rendezvous, MPICH's and Intel MPI's Hydra mpiexec over ssh, Open MPI's mpirun with a
+hostfile (what a Kubeflow MPIJob runs), and a real Slurm (slurmctld, one slurmd per host,
+munge) with srun, sbatch, perseusrun and Intel MPI's mpirun inside an allocation. Each job must match perseusrun's topology for
 the same placement; Slurm is stopped afterwards."""
 import os
 import shutil
@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from launchsupport import TEST_SECRET, WORKER, check_job, python_env, results
+from launchsupport import (MPIRUN_IMPI, TEST_SECRET, WORKER, check_job, python_env,
+                           require_intel_mpi, results)
 
 netns_hosts = pytest.importorskip("netns_hosts")
 import slurm_cluster  # noqa: E402
@@ -58,6 +59,12 @@ def test_torchrun_c10d_rendezvous(launchers):
 @pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
 def test_mpich_hydra_across_hosts(launchers):
     _check(launchers.mpiexec_mpich(), ["h1", "h1", "h2", "h2"])
+
+
+def test_intel_mpi_hydra_across_hosts(launchers):
+    """Intel MPI's mpiexec.hydra, -bootstrap ssh and -ppn 2; the secret comes through PMI."""
+    require_intel_mpi()
+    _check(launchers.mpiexec_impi(), ["h1", "h1", "h2", "h2"])
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI")
@@ -124,3 +131,14 @@ def test_perseusrun_in_allocation_takes_its_hosts(slurm, net):
     text = _sbatch(slurm, "exec %s -m perseus.runner --verbose %s %s %s" % (PY, ssh, PY, WORKER))
     assert "Slurm allocation" in text and "pn01:2,pn02:2" in text, text
     check_job(text, [2, 2], ["pn01", "pn01", "h2", "h2"])
+
+
+def test_intel_mpi_mpirun_in_allocation(slurm):
+    """Intel MPI's mpirun in an sbatch script, with neither -n nor hosts: it takes them from
+    the allocation and starts its proxies with srun (one task per node). The ranks see that
+    step's SLURM_PROCID/SLURM_STEP_NUM_TASKS too, which must not hide Hydra's PMI_*."""
+    require_intel_mpi()
+    text = _sbatch(slurm, "%s sh -c 'echo STEP_TASKS=$SLURM_STEP_NUM_TASKS'\nexec %s %s %s"
+                   % (MPIRUN_IMPI, MPIRUN_IMPI, PY, WORKER))
+    assert text.count("STEP_TASKS=2") == 4, text
+    check_job(text, [2, 2], ["pn01", "pn01", "pn02", "pn02"])
