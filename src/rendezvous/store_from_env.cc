@@ -176,8 +176,7 @@ void checkPmiSocket(const LaunchInfo& info) {
   if (problem.empty()) return;
   throw InvalidArgumentError(PERSEUS_STR(
       "started by " << launcherName(info.launcher) << ": PMI_FD=" << info.pmi_fd
-                    << " is not the PMI socket that mpiexec opened for this process ("
-                    << problem
+                    << " is not the PMI socket that mpiexec opened for this process (" << problem
                     << "), so the ranks cannot share the rendezvous store's address; something "
                        "between mpiexec and Python closed the descriptor (a wrapper script, a "
                        "container runtime, a daemonising step): start Python directly under "

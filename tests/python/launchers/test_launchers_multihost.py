@@ -2,8 +2,8 @@
 and sshd: tests/python/multihost/netns_hosts.py), 2 ranks on each: torchrun with a static and
 a c10d rendezvous, MPICH's and Intel MPI's Hydra mpiexec over ssh, Open MPI's mpirun with a
 hostfile (what a Kubeflow MPIJob runs), and a real Slurm (slurmctld, one slurmd per host,
-munge) with srun, sbatch, perseusrun and Intel MPI's mpirun inside an allocation. Each job must match perseusrun's topology for
-the same placement; Slurm is stopped afterwards."""
+munge) with srun, sbatch, perseusrun and Intel MPI's mpirun inside an allocation. Each job
+must match perseusrun's topology for the same placement; Slurm is stopped afterwards."""
 import os
 import shutil
 import subprocess
