@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Time from launch to the first completed allreduce: 4 ranks on 2 network-namespace hosts
 (tests/python/multihost/netns_hosts.py), 2 per host, under perseusrun, Open MPI's mpirun,
-MPICH's mpiexec, Slurm's srun (a real slurmctld/slurmd started here) and torchrun (static
-rendezvous, one agent per host), with the same worker (tests/python/launchers/
-topology_worker.py, perseus._core and numpy; no torch import in the ranks).
+MPICH's mpiexec, Intel MPI's mpiexec.hydra, Slurm's srun (a real slurmctld/slurmd started
+here) and torchrun (static rendezvous, one agent per host), with the same worker
+(tests/python/launchers/topology_worker.py, perseus._core and numpy; no torch import in the
+ranks).
 
 For each launcher and repetition it reports, in seconds:
   total     launch command started -> the last rank's first allreduce completed;
@@ -11,8 +12,9 @@ For each launcher and repetition it reports, in seconds:
   perseus   the last rank to have imported perseus -> the last rank's first allreduce
             completed: init() (rendezvous, connections) and one allreduce once every rank
             is ready, i.e. what Perseus adds to the launcher's own start time.
-Prints a Markdown table of medians. Needs root, Debian's mpich, slurm and munge
-(scripts/setup.sh). Usage: sudo python3 bench/launchers/launch_to_first_allreduce.py [--reps 5]
+Prints a Markdown table of medians. Needs root, Debian's mpich, slurm and munge, and Intel
+MPI's runtime under /opt/impi (scripts/setup.sh).
+Usage: sudo python3 bench/launchers/launch_to_first_allreduce.py [--reps 5]
 """
 import argparse
 import os
@@ -49,6 +51,7 @@ def main():
         cases = [("perseusrun -np 4 -H h1:2,h2:2", runners.perseusrun),
                  ("mpirun (Open MPI 4.1, hostfile, ssh)", runners.mpirun),
                  ("mpiexec (MPICH 4.0 Hydra, ssh)", runners.mpiexec_mpich),
+                 ("mpiexec.hydra (Intel MPI 2021.19, ssh)", runners.mpiexec_impi),
                  ("srun -N 2 --ntasks-per-node 2 (Slurm 22.05)", runners.srun),
                  ("torchrun --nnodes 2 --nproc-per-node 2 (static)", runners.torchrun_static)]
         rows = []
