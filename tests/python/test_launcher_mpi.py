@@ -6,10 +6,14 @@ import sys
 
 import pytest
 
-from perseus_test_support import job_env, perseusrun
+from perseus_test_support import job_env, perseusrun, require
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI")]
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _open_mpi():
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
 
 CODE = ("import numpy as np; from perseus import _core; _core.init(); t = _core.topology();"
         "a = np.full(2, t['rank'] + 1.0, dtype=np.float32); _core.allreduce('x', a).wait();"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "multihost"))
+sys.path.insert(0, str(HERE.parent))
+from perseus_test_support import require  # noqa: E402  (re-exported for the launcher tests)
 WORKER = str(HERE / "topology_worker.py")
 SIX = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
 # Intel MPI's runtime from PyPI (impi-rt), installed by scripts/setup.sh under a prefix of its
@@ -65,17 +67,6 @@ def python_env(**extra):
         del env[k]
     env.update(extra)
     return env
-
-
-def require(present, what):
-    """Skips a test whose launcher is not installed, except in CI (CI=true), where
-    scripts/setup.sh has installed every launcher the tests use: there it fails."""
-    import pytest  # here: bench/launchers imports this module without pytest
-    if present:
-        return
-    if os.environ.get("CI", "").lower() in ("true", "1"):
-        pytest.fail("%s is missing and CI=true: scripts/setup.sh installs it" % what)
-    pytest.skip("needs %s (scripts/setup.sh installs it)" % what)
 
 
 def require_intel_mpi():

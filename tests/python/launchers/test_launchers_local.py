@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from launchsupport import (MPIEXEC_IMPI, MPIRUN_IMPI, TEST_SECRET, WORKER, check_job, python_env,
-                           require_intel_mpi)
+                           require, require_intel_mpi)
 
 pytestmark = pytest.mark.timeout(120)
 PY = sys.executable
@@ -117,8 +117,8 @@ def test_torchrun_without_secret_fails_at_init():
     assert "PERSEUS_RESULT" not in out, out
 
 
-@pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
 def test_mpich_hydra_one_host():
+    require(os.path.exists(MPIEXEC_MPICH), "Debian's mpich (its mpiexec at %s)" % MPIEXEC_MPICH)
     r, out = _run([MPIEXEC_MPICH, "-n", "3", PY, WORKER], python_env())
     assert r.returncode == 0, out
     check_job(out, [3])
@@ -154,8 +154,8 @@ def test_perseusrun_one_host():
     check_job(out, [3])
 
 
-@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI")
 def test_open_mpi_one_host():
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
     env = python_env()
     forward = [a for k in ("PYTHONPATH", "PERSEUS_BUILD_DIR") if k in env for a in ("-x", k)]
     r, out = _run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"] + forward +
@@ -165,8 +165,7 @@ def test_open_mpi_one_host():
 
 
 def test_open_mpi_stays_the_default():
-    if not shutil.which("mpirun"):
-        pytest.skip("needs Open MPI")
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
     version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
     assert "Open MPI" in version, version
 

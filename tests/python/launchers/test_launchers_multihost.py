@@ -13,7 +13,7 @@ import time
 import pytest
 
 from launchsupport import (MPIRUN_IMPI, TEST_SECRET, WORKER, check_job, python_env,
-                           require_intel_mpi, results)
+                           require, require_intel_mpi, results)
 
 netns_hosts = pytest.importorskip("netns_hosts")
 import slurm_cluster  # noqa: E402
@@ -56,8 +56,8 @@ def test_torchrun_c10d_rendezvous(launchers):
     assert res[0]["host"] == res[1]["host"] != res[2]["host"] == res[3]["host"], res
 
 
-@pytest.mark.skipif(not os.path.exists(MPIEXEC_MPICH), reason="needs Debian's mpich")
 def test_mpich_hydra_across_hosts(launchers):
+    require(os.path.exists(MPIEXEC_MPICH), "Debian's mpich (its mpiexec at %s)" % MPIEXEC_MPICH)
     _check(launchers.mpiexec_mpich(), ["h1", "h1", "h2", "h2"])
 
 
@@ -67,8 +67,8 @@ def test_intel_mpi_hydra_across_hosts(launchers):
     _check(launchers.mpiexec_impi(), ["h1", "h1", "h2", "h2"])
 
 
-@pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI")
 def test_open_mpi_hostfile_across_hosts(launchers):
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
     _check(launchers.mpirun(), ["h1", "h1", "h2", "h2"])
 
 
@@ -76,8 +76,7 @@ def test_open_mpi_hostfile_across_hosts(launchers):
 
 @pytest.fixture(scope="module")
 def slurm(net):
-    if not slurm_cluster.available():
-        pytest.skip("needs slurmctld, slurmd and munge (scripts/setup.sh installs them)")
+    require(slurm_cluster.available(), "slurmctld, slurmd and munge")
     with slurm_cluster.SlurmCluster(net) as s:
         yield s
 
