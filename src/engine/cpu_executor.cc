@@ -2,17 +2,9 @@
 // One fusion group runs as: copy-in (prescale fused into the copy), one collective over the
 // fusion buffer, copy-out (postscale fused into the copy). A group of one tensor skips the
 // buffer and runs on the caller's buffers. Average is Sum with a postscale of 1/size.
-//
-// Note [Cache-sized pieces]
-// An allreduce group is run in pieces of at most kPieceBytes: small tensors (up to
-// kAloneBytes) are packed into a piece of the fusion buffer, larger ones run alone on their
-// own buffers: in one collective call that applies the postscale itself, or in pieces when a
-// prescale must be copied first. A piece's fusion copy-in, its collective and its copy-out
-// (or, for a tensor run alone, its prescale) all touch data that is still in the last-level
-// cache, so the memory sees one read of each input and one write of each output, as for a
-// single allreduce. One 64 MiB fusion buffer would make three passes through DRAM (copy-in,
-// collective, copy-out). Every rank cuts the same pieces: they depend only on the negotiated
-// response.
+
+// Tensors of an allreduce group run in cache-sized pieces (Note [Cache-sized pieces],
+// fusion/cpu_pieces.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -20,6 +12,7 @@
 #include "collectives/collectives.h"
 #include "engine/executor.h"
 #include "engine/timeline.h"
+#include "fusion/cpu_pieces.h"
 #include "kernels/reduce.h"
 
 namespace perseus::engine {
@@ -35,17 +28,6 @@ uint8_t* FusionBuffer::reserve(size_t bytes) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Note [Cache-sized pieces]: a piece, its input and its output together stay well inside a
-// 32 MiB L3 shared by the ranks of a host.
-// Measured (ResNet-50 step, 2 ranks, the same bench): 0.5-2 MiB pieces put the step
-// within 1.03-1.06x of one allreduce of the same bytes, 4 MiB 1.10-1.16x, one buffer 1.3x.
-constexpr size_t kPieceBytes = 2u << 20;
-// Above this a tensor's collective runs on its own buffers: copying it into and out of the
-// fusion buffer costs more than the collective's fixed per-call cost it would share
-// (ResNet-50 step, 2 ranks, `perseus_collectives_bench model-step` under perseusrun: 1.04-1.08x of
-// one allreduce of the same bytes with 64 KiB, 1.14-1.19x with 256 KiB or 2 MiB).
-constexpr size_t kAloneBytes = 64u << 10;
 
 // Records one phase for every tensor of the group (no clock reads when the timeline is off).
 class PhaseTimer {
@@ -115,24 +97,16 @@ class CpuExecutor final : public Executor {
     const Response& r0 = rs[g.items[0].response];
     const Reduction red = reductionOf(r0, comm.size());
     const DataType dt = r0.tensors[g.items[0].tensor].dtype;
-    auto bytesOf = [&](const FusionItem& it) { return rs[it.response].tensors[it.tensor].bytes(); };
-    // Note [Cache-sized pieces]: consecutive small tensors share a piece; a tensor above
-    // kAloneBytes runs alone, on its own buffers.
-    auto alone = [&](const FusionItem& it) { return bytesOf(it) > kAloneBytes; };
-    size_t i = 0;
-    while (i < g.items.size()) {
-      if (!g.fused() || alone(g.items[i])) {
-        allreduceAlone(g.items[i], rs, es, comm, buffer, timer, red, dt);
-        ++i;
-        continue;
+    std::vector<size_t> bytes(g.items.size());
+    for (size_t i = 0; i < g.items.size(); ++i)
+      bytes[i] = rs[g.items[i].response].tensors[g.items[i].tensor].bytes();
+    for (const fusion::CpuPiece& p : fusion::planCpuPieces(bytes, g.fused())) {
+      if (p.alone) {
+        allreduceAlone(g.items[p.begin], rs, es, comm, buffer, timer, red, dt);
+      } else {
+        allreducePiece(g.items.data() + p.begin, p.end - p.begin, p.bytes, rs, es, comm, buffer,
+                       timer, red, dt);
       }
-      size_t j = i, bytes = 0;
-      while (j < g.items.size() && !alone(g.items[j]) &&
-             bytes + bytesOf(g.items[j]) <= kPieceBytes) {
-        bytes += bytesOf(g.items[j++]);
-      }
-      allreducePiece(g.items.data() + i, j - i, bytes, rs, es, comm, buffer, timer, red, dt);
-      i = j;
     }
   }
 
@@ -162,7 +136,8 @@ class CpuExecutor final : public Executor {
     // call that sees the whole tensor knows to stream its output past the caches (Note
     // [Shared-memory allreduce]). In 2 MiB pieces an out-of-place 256 MiB Sum read every
     // output line before writing it: 5.7 GB/s against 9.2 in place.
-    const size_t step = red.prescale != 1.0 ? std::max<size_t>(1, kPieceBytes / esize) : count;
+    const size_t step =
+        red.prescale != 1.0 ? std::max<size_t>(1, fusion::kCpuPieceBytes / esize) : count;
     timer.begin();
     for (size_t k = 0; k < count; k += step) {
       const size_t n = std::min(step, count - k);

@@ -35,7 +35,8 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
     }
   }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
-  std::vector<FusionGroup> plan = planFusion(responses, set.comm->size(), params_.fusion_threshold);
+  std::vector<FusionGroup> plan =
+      fusion::planGroups(responses, set.comm->size(), params_.fusion_threshold);
   std::string stop_message;  // set by a stall-shutdown response: the job stops after this list
   for (const FusionGroup& g : plan) {
     const Response& first = responses[g.items[0].response];

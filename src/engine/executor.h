@@ -16,9 +16,12 @@
 #include "backends/gpu_backend.h"
 #include "collectives/communicator.h"
 #include "engine/entry.h"
-#include "engine/fusion.h"
+#include "fusion/tensor_groups.h"
 
 namespace perseus::engine {
+
+using fusion::FusionGroup;
+using fusion::FusionItem;
 
 class Timeline;
 

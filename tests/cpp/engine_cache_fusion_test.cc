@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/control.h"
-#include "engine/fusion.h"
 #include "engine/response_cache.h"
+#include "fusion/tensor_groups.h"
 
 namespace perseus::engine {
 namespace {
@@ -84,7 +84,7 @@ TEST(EngineControlVector, OrFlagsAreInvertedAndBits) {
 TEST(EngineFusion, PacksSameKindUpToThreshold) {
   std::vector<Response> rs;
   for (int i = 0; i < 5; ++i) rs.push_back(resp(req("t" + std::to_string(i), {16})));  // 64 B each
-  auto plan = planFusion(rs, 2, 150);
+  auto plan = fusion::planGroups(rs, 2, 150);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].items.size(), 2u);
   EXPECT_EQ(plan[0].bytes, 128u);
@@ -115,7 +115,7 @@ TEST(EngineFusion, KeysSeparateDtypeOpScaleAndRoot) {
   Response err = resp(req("i", {4}));
   err.is_error = true;
   rs.push_back(err);
-  auto plan = planFusion(rs, 2, 1 << 20);
+  auto plan = fusion::planGroups(rs, 2, 1 << 20);
   ASSERT_EQ(plan.size(), 8u);
   EXPECT_EQ(plan[0].items.size(), 2u);
   EXPECT_EQ(plan[0].items[1].response, 4u);
@@ -123,9 +123,9 @@ TEST(EngineFusion, KeysSeparateDtypeOpScaleAndRoot) {
 
 TEST(EngineFusion, ZeroThresholdAndHugeTensorsRunAlone) {
   std::vector<Response> rs = {resp(req("a", {4})), resp(req("b", {4}))};
-  EXPECT_EQ(planFusion(rs, 2, 0).size(), 2u);
+  EXPECT_EQ(fusion::planGroups(rs, 2, 0).size(), 2u);
   rs.insert(rs.begin() + 1, resp(req("big", {1000})));
-  auto plan = planFusion(rs, 2, 64);
+  auto plan = fusion::planGroups(rs, 2, 64);
   ASSERT_EQ(plan.size(), 2u);  // a+b fuse around the big one
   EXPECT_EQ(plan[0].items.size(), 2u);
   EXPECT_EQ(plan[1].items[0].response, 1u);
@@ -137,10 +137,10 @@ TEST(EngineFusion, GroupedRequestTensorsAndAllgatherBytes) {
   Response g = resp(q);
   Response ag = resp(req("ag", {2, 3}, OpType::kAllgather));
   ag.first_dims = {2, 5};
-  auto plan = planFusion({g, ag}, 2, 1 << 20);
+  auto plan = fusion::planGroups({g, ag}, 2, 1 << 20);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].items.size(), 2u);
-  EXPECT_EQ(fusionBytes(ag, 0, 2), (2 + 5) * 3 * 4u);
+  EXPECT_EQ(fusion::fusionBytes(ag, 0, 2), (2 + 5) * 3 * 4u);
 }
 
 }  // namespace

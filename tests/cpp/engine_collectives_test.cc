@@ -77,7 +77,7 @@ TEST_P(EngineCollectives, ManySmallTensorsFuseAndGroupedAllreduce) {
   });
 }
 
-// Note [Cache-sized pieces] (cpu_executor.cc): a fused group larger than a piece, tensors
+// Note [Cache-sized pieces] (fusion/cpu_pieces.h): a fused group larger than a piece, tensors
 // larger than a piece (run alone, themselves in pieces, one of them not a multiple of one)
 // and small ones between them, with prescale and Average's postscale.
 TEST_P(EngineCollectives, LargeFusedGroupRunsInPieces) {

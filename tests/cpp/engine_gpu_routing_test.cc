@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "backends/gpu_backend.h"
-#include "engine/fusion.h"
 #include "engine/negotiation.h"
 #include "engine/wire.h"
+#include "fusion/tensor_groups.h"
 #include "perseus/c_api.h"
 #include "support/engine_ranks.h"
 #include "support/gpu_presence.h"
@@ -66,7 +66,7 @@ TEST(EngineGpuRouting, FusionNeverMixesDevices) {
     r.device_kind = i % 2 ? DeviceKind::kCuda : DeviceKind::kCpu;
     rs.push_back(r);
   }
-  auto plan = planFusion(rs, 2, 1 << 20);
+  auto plan = fusion::planGroups(rs, 2, 1 << 20);
   ASSERT_EQ(plan.size(), 2u);
   for (const FusionGroup& g : plan) {
     ASSERT_EQ(g.items.size(), 2u);

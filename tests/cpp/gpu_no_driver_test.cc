@@ -29,5 +29,12 @@ TEST(GpuNoDriver, CudaTensorFailsClearly) {
   EXPECT_THROW(backend->allocate(0, 16), UnsupportedError);
 }
 
+TEST(GpuBackendFactory, MatchesTheBuild) {
+  GpuBackendOptions options;
+  auto backend = createGpuBackend(options);
+  // Creating the backend touches no driver, so this holds on machines without a GPU too.
+  EXPECT_EQ(backend != nullptr, gpuBuildEnabled());
+}
+
 }  // namespace
 }  // namespace perseus::backends

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <numeric>
 
-#include "backends/fusion_plan.h"
 #include "backends/nccl/comm_state.h"
 #include "backends/nccl/cuda_util.h"
 #include "backends/nccl/device_context.h"
@@ -15,6 +14,7 @@
 #include "backends/nccl/nccl_types.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "fusion/buffer_rounds.h"
 #include "kernels/cuda/fusion_kernels.h"
 
 namespace perseus::nccl {
@@ -122,7 +122,7 @@ class NcclBackend : public backends::GpuBackend {
                                   const int* nan_host = nullptr,
                                   std::vector<std::string> names = {});
   void fusedRound(const Call& call, collectives::Communicator& comm, const GpuBatch& batch,
-                  const backends::FusionRound& round, DataType wire, ReduceOp op, double prescale,
+                  const fusion::FusionRound& round, DataType wire, ReduceOp op, double prescale,
                   double postscale, int* nan_flag, bool hierarchical, bool mixed);
   void hierarchicalAllreduce(const Call& call, void* buf, size_t count, DataType wire, ReduceOp op,
                              bool mixed);
@@ -278,9 +278,9 @@ void NcclBackend::hierarchicalAllreduce(const Call& call, void* buf, size_t coun
 }
 
 void NcclBackend::fusedRound(const Call& call, collectives::Communicator& comm,
-                             const GpuBatch& batch, const backends::FusionRound& round,
-                             DataType wire, ReduceOp op, double prescale, double postscale,
-                             int* nan_flag, bool hierarchical, bool mixed) {
+                             const GpuBatch& batch, const fusion::FusionRound& round, DataType wire,
+                             ReduceOp op, double prescale, double postscale, int* nan_flag,
+                             bool hierarchical, bool mixed) {
   const size_t es = dataTypeSize(batch.dtype), ws = dataTypeSize(wire);
   void* fusion = call.slot->fusion;
   std::vector<CopyEntry> in, out;
@@ -376,7 +376,7 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     const size_t align = hierarchical ? 64 * static_cast<size_t>(s.local_size) : 64;
     size_t capacity = call.dc->fusionBytes() / align * align;
     for (const auto& round :
-         backends::planFusion(counts, dataTypeSize(wire), capacity, std::min(align, capacity))) {
+         fusion::planRounds(counts, dataTypeSize(wire), capacity, std::min(align, capacity))) {
       fusedRound(call, comm, batch, round, wire, op, prescale, postscale, nan_flag, hierarchical,
                  mixed);
     }

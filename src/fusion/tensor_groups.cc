@@ -1,9 +1,11 @@
-#include "engine/fusion.h"
+#include "fusion/tensor_groups.h"
 
 #include <map>
 #include <tuple>
 
-namespace perseus::engine {
+namespace perseus::fusion {
+
+using engine::TensorMeta;
 namespace {
 
 // Tensors with equal keys may share a group.
@@ -45,7 +47,7 @@ size_t fusionBytes(const Response& r, size_t tensor, int set_size) {
   return static_cast<size_t>(rows * t.rowElements()) * dataTypeSize(t.dtype);
 }
 
-std::vector<FusionGroup> planFusion(const std::vector<Response>& responses, int set_size,
+std::vector<FusionGroup> planGroups(const std::vector<Response>& responses, int set_size,
                                     int64_t threshold) {
   std::vector<FusionGroup> groups;
   std::map<Key, size_t> open;  // key -> index of the group still accepting tensors
@@ -83,4 +85,4 @@ std::vector<FusionGroup> planFusion(const std::vector<Response>& responses, int 
   return groups;
 }
 
-}  // namespace perseus::engine
+}  // namespace perseus::fusion

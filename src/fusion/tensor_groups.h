@@ -1,4 +1,4 @@
-// Fusion planning (Note [Fusion]): which tensors of a cycle's ready responses move together
+// Fusion groups (Note [Fusion]): which tensors of a cycle's ready responses move together
 // through one fusion buffer and one collective. A pure function of the response list, so that
 // every rank computes the same plan.
 //
@@ -19,7 +19,10 @@
 
 #include "engine/request.h"
 
-namespace perseus::engine {
+namespace perseus::fusion {
+
+using engine::OpType;
+using engine::Response;
 
 struct FusionItem {
   size_t response;  // index into the response list
@@ -37,7 +40,7 @@ struct FusionGroup {
 // every rank's rows for allgather.
 size_t fusionBytes(const Response& response, size_t tensor, int set_size);
 
-std::vector<FusionGroup> planFusion(const std::vector<Response>& responses, int set_size,
+std::vector<FusionGroup> planGroups(const std::vector<Response>& responses, int set_size,
                                     int64_t threshold);
 
-}  // namespace perseus::engine
+}  // namespace perseus::fusion

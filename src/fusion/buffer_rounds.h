@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace perseus::backends {
+namespace perseus::fusion {
 
 struct FusionPiece {
   size_t tensor;         // index in the batch
@@ -25,7 +25,7 @@ struct FusionRound {
 };
 
 // capacity_bytes >= align_bytes; elem_bytes divides align_bytes. Empty tensors get no piece.
-std::vector<FusionRound> planFusion(const std::vector<size_t>& counts, size_t elem_bytes,
+std::vector<FusionRound> planRounds(const std::vector<size_t>& counts, size_t elem_bytes,
                                     size_t capacity_bytes, size_t align_bytes = 64);
 
-}  // namespace perseus::backends
+}  // namespace perseus::fusion

@@ -1,15 +1,15 @@
-#include "backends/fusion_plan.h"
+#include "fusion/buffer_rounds.h"
 
 #include <algorithm>
 
 #include "common/status.h"
 
-namespace perseus::backends {
+namespace perseus::fusion {
 
-std::vector<FusionRound> planFusion(const std::vector<size_t>& counts, size_t elem_bytes,
+std::vector<FusionRound> planRounds(const std::vector<size_t>& counts, size_t elem_bytes,
                                     size_t capacity_bytes, size_t align_bytes) {
   PERSEUS_CHECK(elem_bytes > 0 && align_bytes % elem_bytes == 0 && capacity_bytes >= align_bytes,
-                "planFusion(elem " << elem_bytes << ", capacity " << capacity_bytes << ", align "
+                "planRounds(elem " << elem_bytes << ", capacity " << capacity_bytes << ", align "
                                    << align_bytes << ")");
   const size_t capacity = capacity_bytes / elem_bytes;
   const size_t align = align_bytes / elem_bytes;
@@ -35,4 +35,4 @@ std::vector<FusionRound> planFusion(const std::vector<size_t>& counts, size_t el
   return rounds;
 }
 
-}  // namespace perseus::backends
+}  // namespace perseus::fusion
