@@ -1,6 +1,6 @@
-// Completing handles: a negotiated group's CPU entries, GPU work once the device finished it,
-// posted allreduces (Note [Posted collectives]) once every rank posted; and failing everything
-// pending when the engine stops.
+// Completing handles: a negotiated group's CPU entries, GPU work once the device finished it
+// (GpuCompletion), posted allreduces (Note [Posted collectives]) once every rank posted; and
+// failing everything pending when the engine stops.
 #include "common/logging.h"
 #include "engine/engine.h"
 
@@ -43,41 +43,14 @@ void Engine::finishGpu(ProcessSet& set, Entry* e) {
   }
   auto node = set.entries.extract(e->request.name);
   e->handle->setGpuWork(e->gpu_works);
-  gpu_pending_.push_back({e->handle, std::move(e->gpu_works), e->error, e->error_message,
-                          timeline_ ? Clock::now() : Clock::time_point{}});
+  gpu_completion_.add(e->handle, std::move(e->gpu_works), e->error, e->error_message,
+                      timeline_ ? Clock::now() : Clock::time_point{});
 }
 
 void Engine::pollGpu() {
-  for (size_t i = 0; i < gpu_pending_.size();) {
-    GpuPending& p = gpu_pending_[i];
-    bool done = true;
-    try {
-      for (auto& w : p.works) done = w->poll() && done;
-    } catch (const Error& err) {
-      // The backend aborted its communicators: a lost peer or a timeout breaks the engine as
-      // on the CPU path; anything else fails this handle only.
-      if (err.code() == StatusCode::kPeerLost || err.code() == StatusCode::kTimeout ||
-          err.code() == StatusCode::kShutDown) {
-        breakEngine(err, PERSEUS_STR("GPU collective '" << p.handle->name() << "'"));
-        return;
-      }
-      p.code = err.code();
-      p.message = PERSEUS_STR("'" << p.handle->name() << "': " << err.what());
-    }
-    if (!done && p.code == StatusCode::kOk) {
-      ++i;
-      continue;
-    }
-    // launched is unset for work started before startTimeline().
-    if (timeline_ && p.launched != Clock::time_point{}) {
-      timeline_->span(p.handle->name(), "COMMUNICATE", p.launched, Clock::now());
-    }
-    auto handle = std::move(p.handle);
-    StatusCode code = p.code;
-    std::string message = std::move(p.message);
-    gpu_pending_.erase(gpu_pending_.begin() + static_cast<std::ptrdiff_t>(i));
-    handle->complete(code, message);
-  }
+  gpu_completion_.poll(timeline_.get(), [this](const Error& cause, const std::string& during) {
+    breakEngine(cause, during);
+  });
 }
 
 void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank) {
@@ -119,10 +92,7 @@ void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank)
       gpu_->abort(reason);
     }
   }
-  for (auto& p : gpu_pending_) {
-    p.handle->complete(code, PERSEUS_STR("'" << p.handle->name() << "' failed: " << message));
-  }
-  gpu_pending_.clear();
+  gpu_completion_.failAll(code, message);
   for (auto& [group, set] : sets_) {
     for (auto& [name, e] : set->entries) e->handle->complete(code, describe(*e));
     set->entries.clear();

@@ -39,7 +39,7 @@ void Engine::idleWait(bool pending, bool spin) {
     }
     // GPU work finishing during the spin completes its handle now, not after the spin and
     // the blocking wait below (up to spin_us + 50 us later).
-    if (!gpu_pending_.empty()) {
+    if (!gpu_completion_.empty()) {
       pollGpu();
       if (stopped_.load()) return;
     }
@@ -48,9 +48,9 @@ void Engine::idleWait(bool pending, bool spin) {
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
   // Pending posts ring this rank when they complete; the bound is for their patience.
-  auto timeout = std::chrono::microseconds(!gpu_pending_.empty()  ? 50
-                                           : posted_.hasPending() ? 2000
-                                                                  : 100000);
+  auto timeout = std::chrono::microseconds(!gpu_completion_.empty() ? 50
+                                           : posted_.hasPending()   ? 2000
+                                                                    : 100000);
   if (pending) {
     auto until_retry =
         std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
@@ -73,7 +73,7 @@ void Engine::idleWait(bool pending, bool spin) {
       !drive_requested_.load()) {
     // This thread spun already (above), but pending GPU work is polled only between these
     // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
-    const auto spin = !gpu_pending_.empty() ? timeout : std::chrono::microseconds(0);
+    const auto spin = !gpu_completion_.empty() ? timeout : std::chrono::microseconds(0);
     transport_->waitIncoming(timeout, rings, spin);
   }
   if (listening) posted_.stopListening();
@@ -85,7 +85,7 @@ bool Engine::step(bool* pending) {
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
   *pending = false;
   sweepPosted();
-  if (!gpu_pending_.empty()) pollGpu();
+  if (!gpu_completion_.empty()) pollGpu();
   if (stopped_.load()) return false;
   bool fresh = drainQueue();
   if (t_driving_engine == this && gpu_device_.load() >= 0) {
@@ -174,7 +174,7 @@ void Engine::loop() {
       idle = false;
     } else {
       // Pending GPU work is polled in the spin (Note [GPU completion]): keep spinning for it.
-      idleWait(pending, !idle || !gpu_pending_.empty());
+      idleWait(pending, !idle || !gpu_completion_.empty());
       idle = true;
     }
   }

@@ -61,6 +61,7 @@
 #include "common/params.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
+#include "engine/gpu_completion.h"
 #include "engine/handle.h"
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
@@ -312,15 +313,7 @@ class Engine {
   // set): the next submission of the name fails with this message instead of waiting.
   std::map<std::string, std::string> conflicted_names_;
   std::chrono::steady_clock::time_point next_retry_{};
-  // Handles whose GPU work is enqueued but not done (Note [GPU completion], gpu_executor.cc).
-  struct GpuPending {
-    std::shared_ptr<Handle> handle;
-    std::vector<std::shared_ptr<backends::GpuWork>> works;
-    StatusCode code = StatusCode::kOk;
-    std::string message;
-    std::chrono::steady_clock::time_point launched;  // for the timeline's COMMUNICATE span
-  };
-  std::vector<GpuPending> gpu_pending_;
+  GpuCompletion gpu_completion_;      // CUDA handles whose work is enqueued but not done
   std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries
 
   // Note [Caller-run cycles]: whoever holds cycle_mu_ owns everything marked "engine thread".
