@@ -25,10 +25,7 @@ void Engine::finish(ProcessSet& set, Entry* e, StatusCode code, const std::strin
 
 void Engine::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
   if (n == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < n; ++i) in_flight_.erase({set.id, done[i]->request.name});
-  }
+  submissions_.release(set.id, done, n);
   for (size_t i = 0; i < n; ++i) {
     // Keep the entry (and the name the map key refers to) alive until its handle completed.
     auto node = set.entries.extract(done[i]->request.name);
@@ -37,10 +34,7 @@ void Engine::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
 }
 
 void Engine::finishGpu(ProcessSet& set, Entry* e) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase({set.id, e->request.name});
-  }
+  submissions_.release(set.id, e->request.name);
   auto node = set.entries.extract(e->request.name);
   e->handle->setGpuWork(e->gpu_works);
   gpu_completion_.add(e->handle, std::move(e->gpu_works), e->error, e->error_message,
@@ -54,16 +48,7 @@ void Engine::pollGpu() {
 }
 
 void Engine::stopAll(StatusCode code, const std::string& message, int lost_rank) {
-  std::vector<std::unique_ptr<Entry>> queued;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_code_ == StatusCode::kOk) {
-      stop_code_ = code;
-      stop_message_ = message;
-    }
-    queued.swap(queue_);
-    in_flight_.clear();
-  }
+  std::vector<std::unique_ptr<Entry>> queued = submissions_.stop(code, message);
   auto describe = [&](const Entry& e) {
     return PERSEUS_STR(opTypeName(e.request.op)
                        << " '" << e.request.name << "' failed: " << message);

@@ -33,8 +33,8 @@ int64_t nowNs() {
 void Engine::idleWait(bool pending, bool spin) {
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin ? params_.spin_us : 0);
   do {
-    if (queue_nonempty_.load(std::memory_order_acquire) || shutdown_requested_.load() ||
-        drive_requested_.load() || transport_->hasIncoming()) {
+    if (submissions_.hasQueued() || shutdown_requested_.load() || drive_requested_.load() ||
+        transport_->hasIncoming()) {
       return;
     }
     // GPU work finishing during the spin completes its handle now, not after the spin and
@@ -69,7 +69,7 @@ void Engine::idleWait(bool pending, bool spin) {
     listening = posted_.listen();
     settle_now = !listening;
   }
-  if (!settle_now && !queue_nonempty_.load() && !shutdown_requested_.load() &&
+  if (!settle_now && !submissions_.hasQueued() && !shutdown_requested_.load() &&
       !drive_requested_.load()) {
     // This thread spun already (above), but pending GPU work is polled only between these
     // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.

@@ -383,9 +383,9 @@ std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
       return nullptr;
     case PostedCollectives::Outcome::kClosed: {
       // stopAll() recorded why before it closed the post board.
-      std::lock_guard<std::mutex> lock(mu_);
-      throw Error(stop_code_, PERSEUS_STR(opTypeName(a.kind)
-                                          << " '" << a.name << "' failed: " << stop_message_));
+      const Submissions::Stop stop = submissions_.stopCause();
+      throw Error(stop.code, PERSEUS_STR(opTypeName(a.kind)
+                                         << " '" << a.name << "' failed: " << stop.message));
     }
     case PostedCollectives::Outcome::kPosted:
       progressPosted(*handle);  // the other ranks may have posted already
@@ -410,72 +410,57 @@ DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int
 std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
   e->submitted = Clock::now();
   prepareDevice(*e);
-  StatusCode stop_code;
-  std::string stop_message;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_code = stop_code_;
-    stop_message = stop_message_;
-    if (stop_code == StatusCode::kOk) {
+  Submissions::Stop stop = submissions_.stopCause();
+  if (!stop.stopped()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       validateSet(*e);
-      auto key = std::make_pair(e->request.process_set, e->request.name);
-      if (in_flight_.count(key))
-        throw duplicateName(e->request.op, e->request.name, e->request.process_set);
-      in_flight_.insert(key);
-      e->handle = Handle::create(e->request.name);
-      if (!posted_.enabled() || e->request.process_set != kGlobalSet) {
-        auto handle = e->handle;
-        queue_.push_back(std::move(e));
-        queue_nonempty_.store(true);
-        if (engine_blocked_.load()) transport_->wake();
-        return handle;
-      }
     }
-  }
-  if (stop_code == StatusCode::kOk) {
-    // Posted names are in flight in their slots, not in in_flight_ (Note [Posted collectives]).
-    if (posted_.screen(e->request.name)) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        in_flight_.erase({e->request.process_set, e->request.name});
-      }
-      throw duplicateName(e->request.op, e->request.name, e->request.process_set);
-    }
+    e->handle = Handle::create(e->request.name);
     auto handle = e->handle;
-    enqueue(std::move(e), false);
-    return handle;
+    // Posted names are in flight in their slots (Note [Posted collectives]): the post path is
+    // asked once the name is claimed here.
+    const bool ask_posts = posted_.enabled() && e->request.process_set == kGlobalSet;
+    switch (submissions_.submit(e, !ask_posts, &stop)) {
+      case Submissions::Outcome::kQueued:
+        wakeEngine();
+        return handle;
+      case Submissions::Outcome::kDuplicate:
+        throw duplicateName(e->request.op, e->request.name, e->request.process_set);
+      case Submissions::Outcome::kClaimed:
+        if (posted_.screen(e->request.name)) {
+          submissions_.release(e->request.process_set, e->request.name);
+          throw duplicateName(e->request.op, e->request.name, e->request.process_set);
+        }
+        enqueue(std::move(e), false);
+        return handle;
+      case Submissions::Outcome::kStopped:
+        break;
+    }
   }
   auto handle = Handle::create(e->request.name);
-  handle->complete(stop_code,
+  handle->complete(stop.code,
                    PERSEUS_STR(opTypeName(e->request.op)
-                               << " '" << e->request.name << "' was not run: " << stop_message));
+                               << " '" << e->request.name << "' was not run: " << stop.message));
   return handle;
 }
 
 void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
-  StatusCode stop_code;
-  std::string stop_message;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_code = stop_code_;
-    const std::pair<int32_t, std::string> key{e->request.process_set, e->request.name};
-    if (stop_code == StatusCode::kOk && from_post && !in_flight_.insert(key).second) {
-      // Another thread submitted the name while the post fell back: the later one fails.
-      stop_code = StatusCode::kDuplicateName;
-      stop_message = duplicateName(e->request.op, e->request.name, e->request.process_set).what();
-    } else if (stop_code == StatusCode::kOk) {
-      queue_.push_back(std::move(e));
-      queue_nonempty_.store(true);
-      if (engine_blocked_.load()) transport_->wake();
+  Submissions::Stop stop;
+  switch (submissions_.queue(e, from_post, &stop)) {
+    case Submissions::Outcome::kQueued:
+      wakeEngine();
       return;
-    } else {
-      stop_message = stop_message_;
-      if (!from_post) in_flight_.erase(key);
-    }
+    case Submissions::Outcome::kDuplicate:
+      stop.code = StatusCode::kDuplicateName;
+      stop.message = duplicateName(e->request.op, e->request.name, e->request.process_set).what();
+      break;
+    default:
+      break;
   }
-  e->handle->complete(stop_code,
+  e->handle->complete(stop.code,
                       PERSEUS_STR(opTypeName(e->request.op)
-                                  << " '" << e->request.name << "' failed: " << stop_message));
+                                  << " '" << e->request.name << "' failed: " << stop.message));
 }
 
 Engine::Stats Engine::stats() const {
@@ -501,16 +486,10 @@ std::string Engine::lastStallWarning() const {
 // --- engine thread -------------------------------------------------------------------------
 
 bool Engine::drainQueue() {
-  if (!queue_nonempty_.load(std::memory_order_acquire)) return false;
-  std::vector<std::unique_ptr<Entry>> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(queue_);
-    queue_nonempty_.store(false, std::memory_order_relaxed);
-  }
+  if (!submissions_.hasQueued()) return false;
+  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain();
   auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase({raw->request.process_set, raw->request.name});
+    submissions_.release(raw->request.process_set, raw->request.name);
     raw->handle->complete(code, message);
   };
   for (auto& e : batch) {

@@ -66,6 +66,7 @@
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
 #include "engine/set_conflict.h"
+#include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
 #include "transport/shm/shm_arena.h"
@@ -189,8 +190,12 @@ class Engine {
   void sweepPosted();
   void progressPosted(Handle& h);  // h's post only
   // Queues `e` for negotiation, or fails it if the engine stopped. `from_post`: a post that
-  // falls back, whose name is not in in_flight_ yet. Any thread, mu_ not held.
+  // falls back, whose name is not claimed in submissions_ yet. Any thread.
   void enqueue(std::unique_ptr<Entry> e, bool from_post);
+  // After a queueing: the engine thread hears of it if it blocks (Dekker with idleWait()).
+  void wakeEngine() {
+    if (engine_blocked_.load()) transport_->wake();
+  }
   DuplicateNameError duplicateName(OpType op, const std::string& name, int32_t set) const;
   void validateSet(Entry& entry) const;  // caller holds mu_
 
@@ -265,28 +270,17 @@ class Engine {
   std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
   std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of cycle_mu_
 
-  // Submission side (any thread), guarded by mu_.
+  Submissions submissions_;  // the queue, the in-flight names, the stop cause; any thread
+
+  // Any thread, guarded by mu_.
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> queue_;
-  // (set id, name) of every submitted, not yet completed request. Hashed: the engine thread
-  // erases one key per completed tensor, and a tree erase (rebalance, string compares) was a
-  // tenth of its time with 1000 tensors per step.
-  struct InFlightHash {
-    size_t operator()(const std::pair<int32_t, std::string>& k) const {
-      return std::hash<std::string>()(k.second) ^ static_cast<size_t>(k.first);
-    }
-  };
-  std::unordered_set<std::pair<int32_t, std::string>, InFlightHash> in_flight_;
   std::map<int32_t, ProcessSetInfo> set_info_;
   // Names of the collective calls without a user name: every rank counts its calls, and
   // ranks call them in the same order, so the n-th call has the same name everywhere.
   int add_set_calls_ = 0;
   int remove_set_calls_ = 0;
   std::map<int32_t, int> barrier_calls_;
-  StatusCode stop_code_ = StatusCode::kOk;  // kOk while running
-  std::string stop_message_;
   std::string last_stall_warning_;
-  std::atomic<bool> queue_nonempty_{false};
   // True while the engine thread blocks in waitIncoming(): only then does submit() pay for
   // Transport::wake() (a futex/eventfd syscall). Both sides use seq_cst (Dekker): a submission
   // either sees the flag or is seen by the engine's re-check after setting it.

@@ -1,0 +1,80 @@
+// The submission side of the engine (Note [Engine cycle]): the queue that the cycle drains, the
+// (process set, name) of every submitted request that has not completed yet, and why the
+// engine stopped.
+//
+// Contract: any thread. One mutex guards it all; it is held for a few container operations
+// only, never while a handle completes or the transport is touched. A name is claimed once
+// per submission and released when its request completes (or fails), so a second submission
+// of a name in flight is a DuplicateNameError at the caller.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/entry.h"
+
+namespace perseus::engine {
+
+class Submissions {
+ public:
+  struct Stop {
+    StatusCode code = StatusCode::kOk;  // kOk while the engine runs
+    std::string message;
+    bool stopped() const { return code != StatusCode::kOk; }
+  };
+
+  enum class Outcome {
+    kQueued,     // claimed and queued: the entry is the queue's now
+    kClaimed,    // claimed only (submit with queue=false): the caller queues it or releases
+    kDuplicate,  // the name is in flight: nothing was done
+    kStopped,    // the engine stopped (`*stop` says why): nothing is claimed
+  };
+
+  // Claims e's (set, name), and queues e when `queue`.
+  Outcome submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop);
+  // Queues e, whose name the caller holds claimed, or, with `claim`, claims it first (a post
+  // falling back: its name was in flight in its slot, not here). On kStopped an existing claim
+  // is released; on kDuplicate or kStopped e stays with the caller.
+  Outcome queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop);
+
+  void release(int32_t set, const std::string& name);
+  // The names of `n` completed entries of `set`, under one lock.
+  void release(int32_t set, Entry* const* done, size_t n);
+
+  // Whether entries wait in the queue. A seq_cst load: the engine thread re-checks it after
+  // announcing that it blocks (Dekker, Note [Engine cycle]).
+  bool hasQueued() const { return queued_.load(); }
+  // The queued entries, in submission order (the cycle holder).
+  std::vector<std::unique_ptr<Entry>> drain();
+
+  // Records the first stop's cause, forgets every in-flight name and returns the queued
+  // entries for the caller to fail.
+  std::vector<std::unique_ptr<Entry>> stop(StatusCode code, const std::string& message);
+  Stop stopCause() const;
+
+ private:
+  using Key = std::pair<int32_t, std::string>;
+  // Hashed: the engine thread erases one key per completed tensor, and a tree erase
+  // (rebalance, string compares) was a tenth of its time with 1000 tensors per step.
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<std::string>()(k.second) ^ static_cast<size_t>(k.first);
+    }
+  };
+  void pushLocked(std::unique_ptr<Entry>& e);
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> queue_;
+  std::unordered_set<Key, KeyHash> in_flight_;
+  Stop stop_;
+  std::atomic<bool> queued_{false};
+};
+
+}  // namespace perseus::engine
