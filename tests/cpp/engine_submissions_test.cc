@@ -25,7 +25,7 @@ TEST(Submissions, ANameInFlightIsADuplicateUntilReleased) {
   EXPECT_EQ(s.submit(a, true, &stop), Outcome::kQueued);
   EXPECT_EQ(a, nullptr);  // the queue's now
   EXPECT_EQ(s.submit(b, true, &stop), Outcome::kDuplicate);
-  ASSERT_NE(b, nullptr);  // untouched
+  ASSERT_NE(b, nullptr);                                          // untouched
   EXPECT_EQ(s.submit(other_set, true, &stop), Outcome::kQueued);  // names are per set
   s.release(0, "grad");
   EXPECT_EQ(s.submit(b, true, &stop), Outcome::kQueued);
