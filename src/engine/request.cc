@@ -55,6 +55,10 @@ std::string shapeString(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+std::string rankVector(const std::vector<int>& ranks) {
+  return shapeString(std::vector<int64_t>(ranks.begin(), ranks.end()));
+}
+
 bool Request::sameMetadata(const Request& o) const {
   return op == o.op && tensors == o.tensors && reduce_op == o.reduce_op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && num_splits == o.num_splits &&

@@ -43,6 +43,7 @@ struct TensorMeta {
   bool operator!=(const TensorMeta& o) const { return !(*this == o); }
 };
 std::string shapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
+std::string rankVector(const std::vector<int>& ranks);       // "[0, 2]"
 
 struct Request {
   OpType op = OpType::kAllreduce;
