@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/from_posts.h"
 #include "common/logging.h"
 #include "kernels/reduce.h"
 
@@ -389,54 +390,54 @@ PostedCollectives::Settled PostedCollectives::settle(Claim c) {
 
 void PostedCollectives::finish(const Slot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
-  // The generation's payloads stay put until this rank posts again (post_board.h).
+  // The generation's payloads stay put until this rank posts again (post_board.h); the data
+  // movement is collectives/from_posts.h, the output and the counts are kept here.
   const int n = board_->size();
+  size_t from = s.offset;
+  if (s.kind == OpType::kBroadcast) {
+    const void* root = s.root == board_->rank() ? input : board_->payload(s.root, gen, from);
+    collectives::copyFromPost(output, root, s.meta.bytes());
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (s.kind != OpType::kAllreduce) {
+    // Allgather and reducescatter: a library-owned output.
+    std::vector<OwnedTensor>& outs = handle->outputs();
+    outs.resize(1);
+    outs[0].allocate(s.meta.dtype, s.out_shape);
+    output = outs[0].ptr();
+  }
+  if (s.kind == OpType::kReducescatter) from += s.block_offset;  // its own block of rows
+  const void* stack[64];
+  std::vector<const void*> many;
+  const void** posts = stack;
+  if (n > 64) {
+    many.resize(static_cast<size_t>(n));
+    posts = many.data();
+  }
+  for (int r = 0; r < n; ++r) posts[r] = board_->payload(r, gen, from);
   switch (s.kind) {
     case OpType::kAllreduce:
-    case OpType::kReducescatter: {
-      // An allreduce reduces every post whole; a reducescatter its own block of rows into a
-      // library-owned output.
-      void* out = output;
-      size_t from = s.offset;
-      size_t count = static_cast<size_t>(s.meta.numElements());
-      if (s.kind == OpType::kReducescatter) {
-        std::vector<OwnedTensor>& outs = handle->outputs();
-        outs.resize(1);
-        outs[0].allocate(s.meta.dtype, s.out_shape);
-        out = outs[0].ptr();
-        from += s.block_offset;
-        count = static_cast<size_t>(s.out_shape[0] * s.meta.rowElements());
-      }
-      const void* sources[64];
-      std::vector<const void*> many;
-      const void** srcs = sources;
+      collectives::reduceFromPosts(output, posts, n, static_cast<size_t>(s.meta.numElements()),
+                                   s.meta.dtype, s.reduction.op, s.reduction.postscale);
+      completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case OpType::kReducescatter:
+      collectives::reduceFromPosts(output, posts, n,
+                                   static_cast<size_t>(s.out_shape[0] * s.meta.rowElements()),
+                                   s.meta.dtype, s.reduction.op, s.reduction.postscale);
+      break;
+    default: {  // allgather
+      size_t stack_bytes[64];
+      std::vector<size_t> many_bytes;
+      size_t* bytes = stack_bytes;
       if (n > 64) {
-        many.resize(static_cast<size_t>(n));
-        srcs = many.data();
+        many_bytes.resize(static_cast<size_t>(n));
+        bytes = many_bytes.data();
       }
-      for (int r = 0; r < n; ++r) srcs[r] = board_->payload(r, gen, from);
-      kernels::reduceN(out, srcs, n, count, s.meta.dtype, s.reduction.op);
-      if (s.reduction.postscale != 1.0)
-        kernels::scale(out, count, s.meta.dtype, s.reduction.postscale);
-      if (s.kind == OpType::kAllreduce)
-        completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    }
-    case OpType::kBroadcast: {
-      const void* from = s.root == board_->rank() ? input : board_->payload(s.root, gen, s.offset);
-      if (from != output) std::memcpy(output, from, s.meta.bytes());
-      break;
-    }
-    default: {  // allgather, into a library-owned output
-      std::vector<OwnedTensor>& outs = handle->outputs();
-      outs.resize(1);
-      outs[0].allocate(s.meta.dtype, s.out_shape);
-      auto* dst = static_cast<unsigned char*>(outs[0].ptr());
-      for (int r = 0; r < n; ++r) {
-        const size_t bytes = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
-        std::memcpy(dst, board_->payload(r, gen, s.offset), bytes);
-        dst += bytes;
-      }
+      for (int r = 0; r < n; ++r)
+        bytes[r] = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
+      collectives::gatherFromPosts(output, posts, bytes, n);
     }
   }
   completed_.fetch_add(1, std::memory_order_relaxed);
