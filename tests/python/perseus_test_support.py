@@ -53,3 +53,15 @@ def require(present, what):
     if os.environ.get("CI", "").lower() in ("true", "1"):
         pytest.fail("%s is missing and CI=true: scripts/setup.sh installs it" % what)
     pytest.skip("needs %s (scripts/setup.sh installs it)" % what)
+
+
+def require_mxnet():
+    """Skips a test that needs MXNet where it is not installed (fails under CI=true, where
+    scripts/setup.sh installs it). importorskip("mxnet") alone is not enough: any folder named
+    mxnet on sys.path (the working directory's, for one) imports as an empty namespace package."""
+    try:
+        import mxnet
+        present = hasattr(mxnet, "nd")
+    except ImportError:
+        present = False
+    require(present, "MXNet (mxnet==1.9.1)")

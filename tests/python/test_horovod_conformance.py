@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from horovod_names import HOROVOD_ENV, HOROVODRUN_FLAGS, MXNET, TORCH
-from perseus_test_support import REPO, job_env, perseusrun, run_worker
+from perseus_test_support import REPO, job_env, perseusrun, require_mxnet, run_worker
 
 pytestmark = pytest.mark.timeout(200)
 
@@ -53,7 +53,7 @@ def test_table_matches_perseus_torch_exports():
 
 
 def test_table_matches_perseus_mxnet_exports():
-    pytest.importorskip("mxnet")
+    require_mxnet()
     import perseus.mxnet as mx_module
     _check_module_table("horovod.mxnet", MXNET, mx_module)
 
@@ -181,7 +181,7 @@ def test_perseusrun_version_and_elastic_refusal():
 
 @pytest.mark.parametrize("np", [2, 3])
 def test_mxnet_behaves_as_horovod(np):
-    pytest.importorskip("mxnet")
+    require_mxnet()
     out = run_worker(np, "mx_conformance.py").stdout
     assert out.count("PASS check_") == np * 9, out
 

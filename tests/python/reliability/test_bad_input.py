@@ -4,6 +4,7 @@ error within a bounded time, and the job keeps working after it."""
 import pytest
 
 import relsupport as rs
+from perseus_test_support import require_mxnet
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -31,7 +32,7 @@ def test_torch_bad_input(tmp_path):
 
 
 def test_mxnet_bad_input(tmp_path):
-    pytest.importorskip("mxnet")
+    require_mxnet()
     _run(tmp_path, "mx_bad_input.py")
 
 
