@@ -15,6 +15,7 @@ void reduceFromPosts(void* out, const void* const* posts, int n, size_t count, D
 void gatherFromPosts(void* out, const void* const* posts, const size_t* bytes, int n) {
   auto* dst = static_cast<unsigned char*>(out);
   for (int r = 0; r < n; ++r) {
+    if (bytes[r] == 0) continue;  // a rank with no rows may have no buffer either
     std::memcpy(dst, posts[r], bytes[r]);
     dst += bytes[r];
   }
