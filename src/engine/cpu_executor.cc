@@ -97,10 +97,13 @@ class CpuExecutor final : public Executor {
     const Response& r0 = rs[g.items[0].response];
     const Reduction red = reductionOf(r0, comm.size());
     const DataType dt = r0.tensors[g.items[0].tensor].dtype;
-    std::vector<size_t> bytes(g.items.size());
-    for (size_t i = 0; i < g.items.size(); ++i)
-      bytes[i] = rs[g.items[i].response].tensors[g.items[i].tensor].bytes();
-    for (const fusion::CpuPiece& p : fusion::planCpuPieces(bytes, g.fused())) {
+    auto bytes_of = [&](size_t i) {
+      return rs[g.items[i].response].tensors[g.items[i].tensor].bytes();
+    };
+    const size_t n = g.items.size();
+    for (size_t i = 0; i < n;) {
+      const fusion::CpuPiece p = fusion::nextCpuPiece(bytes_of, n, i, g.fused());
+      i = p.end;
       if (p.alone) {
         allreduceAlone(g.items[p.begin], rs, es, comm, buffer, timer, red, dt);
       } else {

@@ -236,11 +236,11 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
         break;
     }
   }
-  auto handle = Handle::create(e->request.name);
-  handle->complete(stop.code,
-                   PERSEUS_STR(opTypeName(e->request.op)
-                               << " '" << e->request.name << "' was not run: " << stop.message));
-  return handle;
+  if (!e->handle) e->handle = Handle::create(e->request.name);
+  e->handle->complete(stop.code,
+                      PERSEUS_STR(opTypeName(e->request.op)
+                                  << " '" << e->request.name << "' was not run: " << stop.message));
+  return e->handle;
 }
 
 void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {

@@ -34,8 +34,27 @@ struct CpuPiece {
   bool alone = false;         // one tensor on its own buffers (end == begin + 1)
 };
 
-// `item_bytes`: each tensor's bytes, in group order. `fused`: the group has more than one
-// tensor (a group of one always runs alone, whatever its size).
+// The piece that starts at item `begin` of a group of `n` items, whose bytes `bytes_of(i)`
+// gives. `fused`: the group has more than one tensor (a group of one always runs alone,
+// whatever its size). Allocates nothing: the CPU executor cuts every allreduce group with it.
+template <typename BytesOf>
+CpuPiece nextCpuPiece(const BytesOf& bytes_of, size_t n, size_t begin, bool fused) {
+  auto alone = [&](size_t i) { return !fused || bytes_of(i) > kCpuAloneBytes; };
+  CpuPiece p;
+  p.begin = begin;
+  p.end = begin + 1;
+  if (alone(begin)) {
+    p.alone = true;
+    return p;
+  }
+  // Consecutive small tensors share a piece while it stays within kCpuPieceBytes.
+  size_t i = begin;
+  while (i < n && !alone(i) && p.bytes + bytes_of(i) <= kCpuPieceBytes) p.bytes += bytes_of(i++);
+  p.end = i;
+  return p;
+}
+
+// Every piece of a group, in order (nextCpuPiece from the first item to the last).
 std::vector<CpuPiece> planCpuPieces(const std::vector<size_t>& item_bytes, bool fused);
 
 }  // namespace perseus::fusion
