@@ -185,6 +185,28 @@ void checkPmiSocket(const LaunchInfo& info) {
                     << info.seen << ")"));
 }
 
+// How rank 0 hands its store to the other ranks through the launcher's own channel (a PMI
+// value, an MPI broadcast): "host,port,secret" (PMI values hold no spaces).
+std::string publishedStore(const std::string& host, int port, const std::string& secret_hex) {
+  return host + "," + std::to_string(port) + "," + secret_hex;
+}
+
+// A rank other than 0: connects to the store that rank 0 published through `via`.
+StoreConnection connectPublished(std::string value, const char* via, const Params& params) {
+  const std::string published = value;
+  for (char& c : value) c = c == ',' ? ' ' : c;
+  std::istringstream in(value);
+  std::string host;
+  int port = 0;
+  StoreConnection out;
+  if (!(in >> host >> port >> out.secret_hex)) {
+    throw InternalError("rank 0 published '" + published + "' as the store's address through " +
+                        via + "; are all ranks running the same Perseus?");
+  }
+  out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
+  return out;
+}
+
 StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
   checkPmiSocket(info);
   PmiClient pmi(info.pmi_fd, startTimeout(params));
@@ -199,22 +221,10 @@ StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
             : transport::tcp::chooseListenHost(params.iface, std::string(), 0, false);
     int port = static_cast<int>(params.port);
     out = startLocalServer(host, params, &port);
-    pmi.put(key, host + "," + std::to_string(port) + "," + out.secret_hex);
+    pmi.put(key, publishedStore(host, port, out.secret_hex));
   }
   pmi.barrier();
-  if (t.rank != 0) {
-    std::string value = pmi.get(key);
-    for (char& c : value) c = c == ',' ? ' ' : c;
-    std::istringstream in(value);
-    std::string host;
-    int port = 0;
-    if (!(in >> host >> port >> out.secret_hex)) {
-      throw InternalError("rank 0 published '" + value +
-                          "' as the store in PMI; are all "
-                          "ranks running the same Perseus?");
-    }
-    out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
-  }
+  if (t.rank != 0) out = connectPublished(pmi.get(key), "PMI", params);
   // Perseus is done with PMI; an MPI library that the program loads later opens its own.
   pmi.finalize();
   return out;
@@ -274,21 +284,12 @@ StoreConnection multiHostOpenMpi(const LaunchInfo& info, const Params& params) {
     std::string host = transport::tcp::chooseListenHost(params.iface, std::string(), 0, false);
     int port = 0;
     out = startLocalServer(host, params, &port);
-    message = host + " " + std::to_string(port) + " " + out.secret_hex;
+    message = publishedStore(host, port, out.secret_hex);
   }
   // The MPI data plane keeps MPI for the job; otherwise MPI served only this broadcast.
   message = openMpiBroadcast(message, params.cpu_operations == "mpi");
   if (info.topology.rank == 0) return out;
-  std::istringstream in(message);
-  std::string host;
-  int port = 0;
-  if (!(in >> host >> port >> out.secret_hex)) {
-    throw InternalError("rank 0 broadcast '" + message +
-                        "' as the store's address; are all "
-                        "ranks running the same Perseus?");
-  }
-  out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
-  return out;
+  return connectPublished(std::move(message), "an MPI broadcast", params);
 }
 
 }  // namespace
