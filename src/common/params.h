@@ -37,8 +37,8 @@ namespace perseus {
     "rank 0 draws a random one.")                                                                  \
   X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                                     \
     "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, "      \
-    "Intel MPI); 0: torchrun's MASTER_PORT+1, a port derived from Slurm's job and step ids, any "  \
-    "free port under mpiexec.")                                                                    \
+    "Intel MPI); 0: the first free one of 8 ports from torchrun's MASTER_PORT+1 or from a port "   \
+    "derived from Slurm's job and step ids, any free port under mpiexec.")                         \
   X(std::string, port_range, "PERSEUS_PORT_RANGE", std::string(),                                  \
     "lo-hi: every rank's data-plane listener takes the first free port in this range (for "        \
     "firewalls and NetworkPolicies); empty: any free port.")                                       \

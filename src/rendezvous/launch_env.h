@@ -29,8 +29,9 @@ struct LaunchInfo {
   std::string ompi_job_id;  // Open MPI only: OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE
   int pmi_fd = -1;          // Hydra only: PMI_FD
   // torchrun and Slurm name a host but no store: rank 0 serves one on `store_host` at
-  // PERSEUS_PORT, or at `derived_port` (torchrun: MASTER_PORT+1; Slurm: from the job and step
-  // ids). `launch_id` tells this job's store from another one found at the same address.
+  // PERSEUS_PORT, or at the first free port from `derived_port` on (torchrun: MASTER_PORT+1;
+  // Slurm: from the job and step ids; Note [Derived store port] in store_from_env.cc).
+  // `launch_id` tells this job's store from another one found at the same address.
   std::string store_host;
   int derived_port = 0;
   std::string launch_id;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -230,51 +231,85 @@ StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
   return out;
 }
 
+// Note [Derived store port]
+// Without PERSEUS_PORT the store's port is derived from what every rank sees (torchrun:
+// MASTER_PORT+1; Slurm: the job and step ids), but nothing reserves it: any socket on rank 0's
+// host may hold it, an ephemeral client port included (under `torchrun --standalone` that was
+// about one start in eight on a 2-core machine). So the derived port is the first of
+// kDerivedPortCandidates consecutive ports: rank 0 listens on the first free one, and the
+// others try them in turn until the start timeout, skipping what refuses, answers nothing or
+// fails authentication (not this job's store). A port the user gave (PERSEUS_PORT) is the only
+// one tried.
+constexpr int kDerivedPortCandidates = 8;
+constexpr std::chrono::milliseconds kCandidateAttempt{250};
+
 StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params) {
   const std::string secret = userSecretHex(info, params.secret_file);
   const bool given = params.port != 0;
-  int port = given ? static_cast<int>(params.port) : info.derived_port;
+  const int first = given ? static_cast<int>(params.port) : info.derived_port;
+  const int candidates = given ? 1 : std::min(kDerivedPortCandidates, 65536 - first);
   const std::string origin =
       given ? std::string("PERSEUS_PORT")
             : std::string(info.launcher == Launcher::kTorchrun ? "MASTER_PORT+1"
                                                                : "derived from SLURM_JOB_ID/"
                                                                  "SLURM_STEP_ID");
-  const std::string where = PERSEUS_STR(info.store_host << ":" << port << " (" << origin << ")");
+  const std::string where =
+      candidates == 1 ? PERSEUS_STR(info.store_host << ":" << first << " (" << origin << ")")
+                      : PERSEUS_STR(info.store_host << ":" << first << "-" << first + candidates - 1
+                                                    << " (" << origin << " and the "
+                                                    << candidates - 1 << " ports after it)");
   if (info.topology.rank == 0) {
     const std::string bind = params.iface.empty()
                                  ? std::string("0.0.0.0")
                                  : transport::tcp::chooseListenHost(params.iface, "", 0, false);
-    try {
-      StoreConnection out = startLocalServer(bind, params, &port, secret);
-      return out;
-    } catch (const InvalidArgumentError& e) {
-      throw InvalidArgumentError(PERSEUS_STR(
-          "rank 0 (" << launcherName(info.launcher) << ") cannot open the rendezvous store at "
-                     << where << ": " << e.what()
-                     << "; set PERSEUS_PORT to a free port, the same on every rank"));
+    for (int k = 0;; ++k) {
+      int port = first + k;
+      try {
+        return startLocalServer(bind, params, &port, secret);
+      } catch (const InvalidArgumentError& e) {
+        if (k + 1 < candidates) continue;  // taken: the next candidate
+        throw InvalidArgumentError(PERSEUS_STR(
+            "rank 0 (" << launcherName(info.launcher) << ") cannot open the rendezvous store at "
+                       << where << ": " << e.what()
+                       << "; set PERSEUS_PORT to a free port, the same on every rank"));
+      }
     }
   }
-  StoreConnection out;
-  out.secret_hex = secret;
-  try {
-    out.store =
-        std::make_unique<TcpStoreClient>(info.store_host, port, secret, startTimeout(params));
-  } catch (const AuthError& e) {
-    throw AuthError(PERSEUS_STR(
-        "rank " << info.topology.rank << " reached a store at " << where
-                << " that is not this job's (" << e.what()
-                << "): another job uses the port, or the ranks were given different "
-                   "PERSEUS_SECRETs; set PERSEUS_PORT to a free port and the same secret on "
-                   "every rank"));
-  } catch (const TimeoutError& e) {
+  const auto deadline = Clock::now() + startTimeout(params);
+  std::string auth_failure;
+  while (true) {
+    for (int k = 0; k < candidates; ++k) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto attempt = candidates == 1 ? left : std::min(left, kCandidateAttempt);
+      StoreConnection out;
+      out.secret_hex = secret;
+      try {
+        out.store = std::make_unique<TcpStoreClient>(
+            info.store_host, first + k, secret, std::max(attempt, std::chrono::milliseconds(1)));
+        return out;
+      } catch (const AuthError& e) {
+        auth_failure = e.what();  // another job's store, or a different secret
+      } catch (const TimeoutError&) {
+      } catch (const PeerLostError&) {
+      }
+    }
+    if (Clock::now() < deadline) continue;
+    if (!auth_failure.empty()) {
+      throw AuthError(PERSEUS_STR(
+          "rank " << info.topology.rank << " reached a store at " << where
+                  << " that is not this job's (" << auth_failure
+                  << "): another job uses the port, or the ranks were given different "
+                     "PERSEUS_SECRETs; set PERSEUS_PORT to a free port and the same secret on "
+                     "every rank"));
+    }
     throw TimeoutError(PERSEUS_STR(
         "rank " << info.topology.rank << " (" << launcherName(info.launcher)
                 << ") found no rendezvous store at " << where
-                << " within PERSEUS_START_TIMEOUT=" << params.start_timeout_s << " s (" << e.what()
-                << "); rank 0 opens it there: did rank 0 start, is " << info.store_host
+                << " within PERSEUS_START_TIMEOUT=" << params.start_timeout_s
+                << " s; rank 0 opens it there: did rank 0 start, is " << info.store_host
                 << " its address as seen from here, and does a firewall let the port through?"));
   }
-  return out;
 }
 
 StoreConnection multiHostOpenMpi(const LaunchInfo& info, const Params& params) {

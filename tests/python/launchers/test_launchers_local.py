@@ -96,6 +96,19 @@ def test_fixed_store_port_and_data_port_range():
         assert all(lo <= l <= lo + 20 or lo <= r <= lo + 20 for l, r in data), (rank, rec["tcp"])
 
 
+def test_a_taken_derived_store_port_moves_to_the_next():
+    """Note [Derived store port]: something else listens on MASTER_PORT+1 (and answers nothing,
+    the hardest case for the other ranks): rank 0 opens the store on the next port, and the
+    others find it there."""
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        codes, out = _pods(2, MASTER_PORT=str(taken - 1))
+    assert codes == [0, 0], out
+    check_job(out, [2])
+
+
 def test_ports_that_are_taken_fail_loudly():
     with socket.socket() as busy:
         busy.bind(("0.0.0.0", 0))
