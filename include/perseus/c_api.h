@@ -243,6 +243,25 @@ PERSEUS_API perseus_status perseus_store_server_start(const char* bind_address, 
                                                       void** server);
 PERSEUS_API perseus_status perseus_store_server_stop(void* server);
 
+/* --- rendezvous store client, for launchers and elastic workers --------------------------
+ * One authenticated connection to a store server; any thread may use it (calls are
+ * serialised). Keys are plain strings; values are bytes. */
+PERSEUS_API perseus_status perseus_store_client_connect(const char* host, int32_t port,
+                                                        const char* secret, double timeout_s,
+                                                        void** client);
+PERSEUS_API perseus_status perseus_store_client_set(void* client, const char* key,
+                                                    const void* value, int64_t bytes);
+/* Waits up to timeout_s for the key (PERSEUS_ERR_TIMEOUT after). timeout_s < 0 does not wait:
+ * *found is 0 when the key does not exist. On success *value is a buffer of *bytes bytes to be
+ * released with perseus_store_free. */
+PERSEUS_API perseus_status perseus_store_client_get(void* client, const char* key, double timeout_s,
+                                                    int32_t* found, void** value, int64_t* bytes);
+/* Atomically adds delta to the key's counter (a missing key counts as 0); *result: the sum. */
+PERSEUS_API perseus_status perseus_store_client_add(void* client, const char* key, int64_t delta,
+                                                    int64_t* result);
+PERSEUS_API void perseus_store_free(void* value);
+PERSEUS_API perseus_status perseus_store_client_close(void* client);
+
 #ifdef __cplusplus
 }
 #endif

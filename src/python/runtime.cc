@@ -1,4 +1,5 @@
-// Bindings of lifetime, topology, process sets, introspection and the launcher's store server.
+// Bindings of lifetime, topology, process sets, introspection and the launcher's store server
+// and client.
 #include <pybind11/stl.h>
 
 #include <string>
@@ -38,6 +39,74 @@ class StoreServer {
  private:
   int32_t port_ = 0;
   void* server_ = nullptr;
+};
+
+// A connection to a rendezvous store (perseusrun's elastic driver and its workers); closed on
+// close() or destruction. Every call releases the GIL: a get may wait.
+class StoreClient {
+ public:
+  StoreClient(const std::string& host, int32_t port, const std::string& secret, double timeout_s) {
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_store_client_connect(host.c_str(), port, secret.c_str(), timeout_s, &client_);
+    }
+    check(s, "perseus_store_client_connect");
+  }
+  ~StoreClient() {
+    if (client_ != nullptr) perseus_store_client_close(client_);
+  }
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void close() {
+    if (client_ == nullptr) return;
+    void* client = client_;
+    client_ = nullptr;
+    check(perseus_store_client_close(client), "perseus_store_client_close");
+  }
+  void set(const std::string& key, const py::bytes& value) {
+    std::string v = value;
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_store_client_set(open(), key.c_str(), v.data(), static_cast<int64_t>(v.size()));
+    }
+    check(s, "perseus_store_client_set");
+  }
+  // timeout_s < 0: None when the key is missing; otherwise waits, raising on timeout.
+  py::object get(const std::string& key, double timeout_s) {
+    int32_t found = 0;
+    void* value = nullptr;
+    int64_t bytes = 0;
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_store_client_get(open(), key.c_str(), timeout_s, &found, &value, &bytes);
+    }
+    check(s, "perseus_store_client_get");
+    if (!found) return py::none();
+    py::bytes out(static_cast<const char*>(value), static_cast<size_t>(bytes));
+    perseus_store_free(value);
+    return std::move(out);
+  }
+  int64_t add(const std::string& key, int64_t delta) {
+    int64_t result = 0;
+    perseus_status s;
+    {
+      py::gil_scoped_release release;
+      s = perseus_store_client_add(open(), key.c_str(), delta, &result);
+    }
+    check(s, "perseus_store_client_add");
+    return result;
+  }
+
+ private:
+  void* open() const {
+    if (client_ == nullptr) throw std::runtime_error("StoreClient is closed");
+    return client_;
+  }
+  void* client_ = nullptr;
 };
 
 py::dict topology() {
@@ -173,6 +242,16 @@ void registerRuntime(py::module_& m) {
            arg("port"), arg("secret"))
       .def("stop", &StoreServer::stop)
       .def_property_readonly("port", &StoreServer::port);
+
+  py::class_<StoreClient>(m, "StoreClient",
+                          "A connection to an authenticated rendezvous store.")
+      .def(py::init<const std::string&, int32_t, const std::string&, double>(), arg("host"),
+           arg("port"), arg("secret"), arg("timeout_s") = 30.0)
+      .def("set", &StoreClient::set, arg("key"), arg("value"))
+      .def("get", &StoreClient::get, arg("key"), arg("timeout_s") = -1.0,
+           "bytes; timeout_s < 0: None at once when the key is missing.")
+      .def("add", &StoreClient::add, arg("key"), arg("delta"))
+      .def("close", &StoreClient::close);
 
   m.attr("PROCESS_SET_GLOBAL") = PERSEUS_PROCESS_SET_GLOBAL;
   m.attr("PROCESS_SET_LOCAL") = PERSEUS_PROCESS_SET_LOCAL;

@@ -1,7 +1,7 @@
 // bootstrap(): environment -> store -> addresses of all ranks -> shared memory within a host and
 // authenticated TCP across hosts -> one ChannelTransport.
 //
-// Store keys (all under "perseus/"):
+// Store keys (all under "perseus/", itself under PERSEUS_STORE_PREFIX when that is set):
 //   job_id     set by rank 0 before its rank record: names the shared-memory segments
 //   claim/<r>  counter: a second process with the same rank is refused
 //   rank/<r>   "<size>\n<hostname>\n<data-plane host:port>" of rank r
@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "rendezvous/launch_env.h"
+#include "rendezvous/prefix_store.h"
 #include "rendezvous/store_from_env.h"
 #include "rendezvous/world.h"
 #include "transport/channel_transport.h"
@@ -37,13 +38,41 @@ milliseconds until(Clock::time_point deadline) {
 
 std::string rankKey(int r) { return "perseus/rank/" + std::to_string(r); }
 
+// True once the launcher has given up on this membership (perseus/abort, set by perseusrun's
+// elastic driver when a member is lost before the rendezvous completed).
+bool aborted(Store& store) {
+  try {
+    store.get("perseus/abort", milliseconds(1));
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+}
+
+// Waits for rank r's record. An elastic membership (abortable) is waited for in slices, so that
+// a member lost during start-up ends the wait at once instead of at the deadline.
+std::vector<uint8_t> waitRecord(Store& store, int r, bool abortable, Clock::time_point deadline) {
+  if (!abortable) return store.get(rankKey(r), until(deadline));
+  while (true) {
+    try {
+      return store.get(rankKey(r), std::min(milliseconds(200), until(deadline)));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    if (aborted(store)) {
+      throw PeerLostError(r, PERSEUS_STR("rank " << r << " was lost while this membership "
+                                                    "started; perseusrun publishes the next one"));
+    }
+  }
+}
+
 // Waits for every rank's record; on timeout names all the ranks still missing.
 std::vector<std::string> gatherRecords(Store& store, const Topology& t, double timeout_s,
-                                       Clock::time_point deadline) {
+                                       bool abortable, Clock::time_point deadline) {
   std::vector<std::string> records(t.size);
   for (int r = 0; r < t.size; ++r) {
     try {
-      records[r] = fromBytes(store.get(rankKey(r), until(deadline)));
+      records[r] = fromBytes(waitRecord(store, r, abortable, deadline));
     } catch (const TimeoutError&) {
       std::ostringstream missing;
       for (int m = r; m < t.size; ++m) {
@@ -123,8 +152,15 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   const auto deadline =
       Clock::now() + milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
   StoreConnection conn = connectStore(info, params);
-  Store& store = *conn.store;
   auto secret = transport::tcp::Secret::fromHex(conn.secret_hex, "PERSEUS_SECRET");
+  if (!params.store_prefix.empty()) {
+    // Note [Epoch isolation] (docs/elastic.md): this membership's keys live under its prefix,
+    // and its data-plane handshakes use a key derived from it, so a rank of another epoch can
+    // neither read these records nor pass a handshake with a rank of this one.
+    conn.store = std::make_unique<PrefixStore>(params.store_prefix, std::move(conn.store));
+    secret = secret.derive("data/" + params.store_prefix);
+  }
+  Store& store = *conn.store;
 
   auto world = std::make_unique<World>();
   Topology& t = world->topology;
@@ -157,7 +193,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   }
   store.set(rankKey(t.rank),
             toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" + listener.address().str()));
-  std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s, deadline);
+  std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s,
+                                                       !params.store_prefix.empty(), deadline);
   const std::string job_id =
       job_id_given ? params.job_id : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();

@@ -170,13 +170,12 @@ def test_horovod_launch_line_runs_and_reports_what_has_no_effect(tmp_path):
     assert "did you mean PERSEUS_FUSION_THRESHOLD?" in err
 
 
-def test_perseusrun_version_and_elastic_refusal():
+def test_perseusrun_version_and_elastic_flags_alone():
     result = perseusrun(["--version"])
     assert result.returncode == 0 and "Horovod 0.28 API" in result.stdout
-    result = perseusrun(["-np", "2", "--min-np", "1", "true"])
-    assert result.returncode == 2
-    assert "elastic mode is not supported" in result.stderr
-    assert "unrecognized" not in result.stderr
+    result = perseusrun(["-np", "1", "--reset-limit", "1", "true"])
+    assert result.returncode == 0, result.stderr
+    assert "--reset-limit has no effect without elastic mode" in result.stderr
 
 
 @pytest.mark.parametrize("np", [2, 3])

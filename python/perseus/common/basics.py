@@ -35,6 +35,9 @@ def init(comm=None, process_sets=None):
     c = core()
     ignored = horovod_env.apply_before_init()
     first = not c.is_initialized()
+    if first:
+        from perseus.common import elastic_worker
+        elastic_worker.prepare_init()  # elastic mode: this worker's place in the membership
     c.init()
     with _lock:
         _topology = c.topology()

@@ -2,12 +2,24 @@
 run()) asks of the launcher. Every function here is called on every rank of the current
 membership, from the training thread.
 
-Without elastic mode (the process was not started by `perseusrun --min-np/--max-np/
---host-discovery-script`), membership never changes: host_updates_pending() is False and
-reset() re-initialises the same job, which fails if a peer is gone.
+In elastic mode (perseusrun --min-np/--max-np/--host-discovery-script, docs/elastic.md) the
+launcher publishes each membership in its rendezvous store under an epoch number; this module
+reads this worker's place in it (prepare_init), sees newer ones (host_updates_pending), and
+moves from one to the next (reset). The store keys are listed in runner/elastic_store.py.
+
+Without elastic mode (the process was not started that way), membership never changes:
+host_updates_pending() is False and reset() re-initialises the same job, which fails if a peer
+is gone.
 """
 
 import os
+import time
+
+from perseus.runner import elastic_store as keys
+
+_POLL_S = 0.05
+_client = None
+_epoch = 0  # the epoch of the membership this worker last joined; 0: none yet
 
 
 def enabled():
@@ -15,20 +27,127 @@ def enabled():
     return os.environ.get("PERSEUS_ELASTIC") == "1"
 
 
+def epoch():
+    """The epoch number of the membership this worker belongs to (0 before the first init, and
+    always 0 outside elastic mode)."""
+    return _epoch
+
+
+def _store():
+    global _client
+    if _client is None:
+        from perseus.common import basics
+        _client = basics.core().StoreClient(
+            os.environ["PERSEUS_CONTROLLER_ADDR"], int(os.environ["PERSEUS_CONTROLLER_PORT"]),
+            os.environ["PERSEUS_SECRET"], 30.0)
+    return _client
+
+
+def _worker_id():
+    return os.environ["PERSEUS_ELASTIC_WORKER_ID"]
+
+
+def _newest_epoch(store):
+    value = store.get(keys.EPOCH)
+    return int(value) if value else 0
+
+
+def _wait_timeout_s():
+    # The driver itself gives up after --elastic-timeout; a worker that outlives it (its
+    # launcher gone without a word) must not wait forever.
+    return float(os.environ.get("PERSEUS_ELASTIC_TIMEOUT", "600")) + 60.0
+
+
+def _set_topology(assignment, epoch_number):
+    fields = dict(f.split("=", 1) for f in assignment.decode().split())
+    for prefix in ("PERSEUS_", "HOROVOD_"):
+        for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE"):
+            os.environ[prefix + name] = fields[name.lower()]
+        os.environ[prefix + "HOSTNAME"] = fields["host"]
+    os.environ.update({"RANK": fields["rank"], "WORLD_SIZE": fields["size"],
+                       "LOCAL_RANK": fields["local_rank"]})
+    # Note [Epoch isolation]: store keys, data-plane handshakes and shared-memory names are
+    # this epoch's own.
+    os.environ["PERSEUS_STORE_PREFIX"] = keys.epoch_prefix(epoch_number)
+    os.environ["PERSEUS_JOB_ID"] = "%s-e%d" % (os.environ["PERSEUS_ELASTIC_JOB_ID"],
+                                               epoch_number)
+
+
 def prepare_init():
     """Called by init() before the core's rendezvous. In elastic mode, waits until the
-    launcher has placed this worker in a membership and sets the rank variables for it."""
+    launcher has placed this worker in a membership newer than the last one it joined and sets
+    the rank variables for it. Raises SystemExit(0) when the launcher ends the job meanwhile
+    (the job finished or this worker was left out of it for good), RuntimeError when no
+    membership comes within the elastic timeout."""
+    global _epoch
+    if not enabled():
+        return
+    store = _store()
+    me = _worker_id()
+    deadline = time.monotonic() + _wait_timeout_s()
+    while True:
+        if store.get(keys.STOP) is not None:
+            raise SystemExit(0)
+        newest = _newest_epoch(store)
+        if newest > _epoch:
+            assignment = store.get(keys.assignment(newest, me))
+            if assignment is not None:
+                _set_topology(assignment, newest)
+                store.set(keys.joined(newest, me), b"1")
+                _epoch = newest
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                "elastic worker %s: perseusrun published no membership with this worker for "
+                "%.0f s after epoch %d; is perseusrun still running?"
+                % (me, _wait_timeout_s(), _epoch))
+        time.sleep(_POLL_S)
 
 
 def host_updates_pending():
     """Collective: True on every rank when the launcher has announced a membership newer than
-    the current one (hosts added or removed), False on every rank otherwise."""
-    return False
+    the current one (hosts added or removed), False on every rank otherwise. Every rank reads
+    the newest epoch and the ranks take the maximum (an allreduce), so they all answer alike
+    even when the announcement reaches them at different times (horovod#3494)."""
+    if not enabled():
+        return False
+    import numpy as np
+    from perseus.common import basics
+    seen = np.array([_newest_epoch(_store())], dtype=np.int64)
+    basics.core().allreduce_blocking("perseus.elastic.epoch", seen, None, op=3)  # Max
+    return int(seen[0]) > _epoch
+
+
+def report_failure():
+    """Tells the launcher that this worker saw the current membership fail (a collective
+    raised), so that it publishes the next one even when no process exited (a cut link, a
+    hung peer)."""
+    if enabled() and _epoch > 0:
+        try:
+            _store().add(keys.failed(_epoch), 1)
+        except Exception:  # noqa: BLE001 (the launcher is gone: reset's wait says so)
+            pass
 
 
 def reset():
     """Leaves the current membership (the core is shut down, even with peers gone) and joins
-    the next one: on return init() has run again and rank()/size() describe the new job."""
+    the next one: on return init() has run again and rank()/size() describe the new job. A
+    membership that fails while it starts (a member lost during rendezvous) is left the same
+    way and the next one is joined."""
     from perseus.common import basics
-    basics.shutdown()
-    basics.init()
+    if not enabled():
+        basics.shutdown()
+        basics.init()
+        return
+    while True:
+        report_failure()
+        basics.shutdown()
+        try:
+            basics.init()  # calls prepare_init(), which waits for the next membership
+            return
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001 (any failure to start: try the next epoch)
+            from perseus.common.exceptions import PerseusInternalError
+            if not isinstance(e, (PerseusInternalError, TimeoutError, OSError)):
+                raise

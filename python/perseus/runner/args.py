@@ -1,8 +1,9 @@
 """perseusrun's command line. Every tuning flag becomes a PERSEUS_* variable (env.py).
 
 Every horovodrun flag is accepted (docs/horovod-compatibility.md): those with a Perseus meaning
-set it, the others are reported on stderr as having no effect, with the reason; elastic mode
-and jsrun, which Perseus does not have, stop with an error that says so."""
+set it, the others are reported on stderr as having no effect, with the reason; jsrun, which
+Perseus does not have, stops with an error that says so. The elastic flags (--min-np, --max-np,
+--host-discovery-script) start elastic mode (runner/elastic_driver.py)."""
 
 import argparse
 import os
@@ -18,6 +19,7 @@ examples:
   mpirun -np 4 python train.py                     # also works: ranks read OMPI_* variables
   perseusrun --check-build
   salloc -N 2 --ntasks-per-node 4 perseusrun python train.py   # hosts and -np from Slurm
+  perseusrun -np 4 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py
 
 Every rank's output is prefixed '[rank]<stdout>:' or '[rank]<stderr>:'. When a rank fails,
 the others are stopped (SIGTERM, then SIGKILL) and perseusrun exits with the failed rank's code

@@ -1,7 +1,7 @@
 """horovodrun's flags that perseusrun takes so that a Horovod launch line runs unchanged, and
 horovodrun's --config-file (YAML). Each flag either sets the PERSEUS_* variable with the same
 meaning (env.py) or is reported as having no effect here, with the reason; what Perseus cannot
-do at all (elastic mode, jsrun) stops with an error saying so."""
+do at all (jsrun) stops with an error saying so. The elastic flags start elastic mode."""
 
 
 def _on_off(group, name, dest, help_on, help_off=None):
@@ -56,13 +56,27 @@ def add_arguments(p):
                    const=True, help="No effect.")
     h.add_argument("-prefix-timestamp", "--prefix-timestamp", dest="prefix_timestamp",
                    action="store_true", default=None, help="No effect.")
-    # Elastic mode: refused with a clear error.
-    e = p.add_argument_group("horovodrun elastic flags (not supported: perseusrun says so)")
-    for flag, kw in (("--min-np", {"type": int}), ("--max-np", {"type": int}),
-                     ("--slots-per-host", {"type": int}), ("--elastic-timeout", {"type": int}),
-                     ("--reset-limit", {"type": int}), ("--host-discovery-script", {}),
-                     ("--blacklist-cooldown-range", {"type": int, "nargs": 2})):
-        e.add_argument(flag, help="Not supported.", **kw)
+    # Elastic mode (runner/elastic_driver.py, docs/elastic.md).
+    e = p.add_argument_group("elastic mode (horovodrun's flags; docs/elastic.md)")
+    e.add_argument("--min-np", type=int,
+                   help="Fewest workers the job runs with; below it perseusrun waits up to "
+                        "--elastic-timeout for hosts (default: -np).")
+    e.add_argument("--max-np", type=int,
+                   help="Most workers the job grows to (default: no limit).")
+    e.add_argument("--slots-per-host", type=int,
+                   help="Slots of a host that the discovery script prints without ':slots' "
+                        "(default 1).")
+    e.add_argument("--elastic-timeout", type=int,
+                   help="Seconds to wait for --min-np workers before failing (default "
+                        "HOROVOD_ELASTIC_TIMEOUT or 600).")
+    e.add_argument("--reset-limit", type=int,
+                   help="Most membership changes before the job fails (default: no limit).")
+    e.add_argument("--host-discovery-script",
+                   help="Executable printing the available hosts, one 'host:slots' per line; "
+                        "run about once a second.")
+    e.add_argument("--blacklist-cooldown-range", type=int, nargs=2, metavar=("LO", "HI"),
+                   help="Seconds a failed host stays blacklisted: LO the first time, doubling "
+                        "(with jitter) up to HI (default: for good).")
 
 
 _NO_EFFECT = {
@@ -95,17 +109,42 @@ _ELASTIC = ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limi
             "host_discovery_script", "blacklist_cooldown_range")
 
 
+def _resolve_elastic(parser, args):
+    """Elastic mode is on with --min-np, --max-np or --host-discovery-script."""
+    args.elastic = any(getattr(args, k, None) is not None
+                       for k in ("min_np", "max_np", "host_discovery_script"))
+    if not args.elastic:
+        return ["--%s has no effect without elastic mode (--min-np, --max-np or "
+                "--host-discovery-script)" % k.replace("_", "-")
+                for k in _ELASTIC if getattr(args, k, None) is not None]
+    if args.mpi:
+        parser.error("--mpi: elastic mode starts its workers itself; drop --mpi")
+    if args.host_discovery_script and (args.hosts or args.hostfile):
+        parser.error("--host-discovery-script and -H/--hostfile both name the hosts; give one")
+    if args.np is None:
+        args.np = args.min_np or args.max_np
+    for name in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name in ("reset_limit", "elastic_timeout")
+                                          else 1):
+            parser.error("--%s must be positive, got %d" % (name.replace("_", "-"), value))
+    min_np = args.min_np if args.min_np is not None else args.np
+    if args.max_np is not None and min_np is not None and args.max_np < min_np:
+        parser.error("--max-np %d is below --min-np %d" % (args.max_np, min_np))
+    lo_hi = args.blacklist_cooldown_range
+    if lo_hi and not 0 <= lo_hi[0] <= lo_hi[1]:
+        parser.error("--blacklist-cooldown-range LO HI needs 0 <= LO <= HI")
+    return []
+
+
 def resolve(parser, args):
     """Checks the horovodrun flags; returns the lines to print for those with no effect."""
-    given = [k for k in _ELASTIC if getattr(args, k, None) is not None]
-    if given:
-        parser.error("--%s: Horovod's elastic mode is not supported by Perseus; start a "
-                     "fixed-size job with -np and -H/--hostfile" % given[0].replace("_", "-"))
+    elastic_notes = _resolve_elastic(parser, args)
     if args.jsrun:
         parser.error("--jsrun: LSF's jsrun is not supported; give the hosts with -H/--hostfile")
     if args.log_level == "fatal":
         args.log_level = "error"
-    notes = []
+    notes = elastic_notes
     if args.binding_args:
         if args.mpi:
             args.mpi_args = ("%s %s" % (args.mpi_args, args.binding_args)).strip()

@@ -36,8 +36,8 @@ def _raise_interrupt(signum, frame):
 
 
 def _shm_names(job_id):
-    """This job's shared-memory segments (the ranks name them perseus-<job id>-<rank>), never
-    another job's."""
+    """This job's shared-memory segments (the ranks name them perseus-<job id>-<rank>, and
+    perseus-<job id>-e<epoch>-<rank> in elastic mode), never another job's."""
     try:
         return {n for n in os.listdir(_SHM_DIR) if n.startswith("perseus-%s-" % job_id)}
     except OSError:
@@ -170,6 +170,9 @@ def _launch_mpi(job, host_list, args, base_env):
 
 
 def run(args):
+    if args.elastic:
+        from perseus.runner.elastic_launch import run_elastic
+        return run_elastic(args, _start_store, _shm_names, _raise_interrupt, _Interrupted)
     allocation = None if args.hostfile or args.hosts else hostmod.slurm_allocation(os.environ)
     if args.hostfile:
         host_list = hostmod.parse_hostfile(args.hostfile)

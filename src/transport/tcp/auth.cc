@@ -74,6 +74,14 @@ Secret Secret::random(size_t bytes) {
 
 std::string Secret::hex() const { return toHex(bytes_.data(), bytes_.size()); }
 
+Secret Secret::derive(const std::string& label) const {
+  const std::string text = "perseus/derive/" + label;
+  Digest d = hmacSha256(bytes_.data(), bytes_.size(), text.data(), text.size());
+  Secret s;
+  s.bytes_.assign(d.begin(), d.end());
+  return s;
+}
+
 std::vector<uint8_t> encodeHello(const Hello& hello) {
   PERSEUS_CHECK(hello.meta.size() <= kMaxMetaBytes, "hello meta too large");
   std::vector<uint8_t> out(kMagic, kMagic + 4);

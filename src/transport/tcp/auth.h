@@ -32,6 +32,9 @@ class Secret {
   static Secret fromHex(const std::string& hex, const std::string& what);  // InvalidArgumentError
   static Secret random(size_t bytes = 32);
   std::string hex() const;
+  // HMAC(this, "perseus/derive/" + label): a key that only holders of this secret can compute,
+  // and that differs per label (each elastic membership gets its own data-plane key).
+  Secret derive(const std::string& label) const;
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   bool empty() const { return bytes_.empty(); }
 

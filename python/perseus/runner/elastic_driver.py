@@ -1,0 +1,319 @@
+"""perseusrun's elastic mode (docs/elastic.md): it starts workers on the hosts that discovery
+reports, publishes each membership in the rendezvous store under a new epoch number
+(runner/elastic_store.py lists the keys), and replaces a membership when a worker fails, a
+worker reports a failure, or hosts come and go. One thread (perseusrun's main thread) runs the
+loop; the workers' output pumps are the only other threads.
+
+Rules (Horovod's where it has one):
+  - a worker that exits non-zero or is killed leaves the job; its slot is blacklisted, and its
+    host too once every worker it had has failed (for the cooldown range, or for good);
+  - surviving members keep their relative rank order; new workers are appended;
+  - below --min-np the driver waits up to --elastic-timeout for hosts, then fails;
+  - after --reset-limit new memberships it fails;
+  - the job is over when a member exits 0: the driver waits for the other members to end, and
+    perseusrun exits 0 when every one of them exited 0 (horovodrun's rule).
+"""
+
+import collections
+import os
+import signal
+import sys
+import time
+
+from perseus.runner import elastic_store as keys
+from perseus.runner import env as envmod
+from perseus.runner import hosts as hostmod
+from perseus.runner.discovery import Blacklist
+from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
+from perseus.runner.remote import env_block, ssh_argv
+
+DISCOVERY_INTERVAL_S = 1.0
+LOOP_INTERVAL_S = 0.05
+KILL_GRACE_S = 3.0
+# After the first member finishes, how long the others may take to finish too.
+FINISH_GRACE_S = 60.0
+
+
+def _log(msg):
+    print("perseusrun: %s" % msg, file=sys.stderr, flush=True)
+
+
+class ElasticError(Exception):
+    """Ends the job: perseusrun prints the message and exits non-zero."""
+
+
+class Worker:
+    """One worker process; `wid` ("host:slot") is its identity across memberships."""
+
+    def __init__(self, wid, host, slot, index, proc):
+        self.wid, self.host, self.slot, self.index, self.proc = wid, host, slot, index, proc
+        self.code = None
+        self.removed = False  # stopped because discovery no longer lists its slot
+
+    def alive(self):
+        return self.code is None
+
+
+def place(members):
+    """SlotInfo per member, in rank order: local ranks count the earlier members of the same
+    host, cross ranks the hosts with that local rank (as hosts.assign_slots)."""
+    local_size = collections.Counter(w.host for w in members)
+    seen = collections.Counter()
+    local = []
+    for w in members:
+        local.append(seen[w.host])
+        seen[w.host] += 1
+    hosts_with = collections.defaultdict(list)
+    for w, lr in zip(members, local):
+        if w.host not in hosts_with[lr]:
+            hosts_with[lr].append(w.host)
+    return [hostmod.SlotInfo(r, len(members), w.host, lr, local_size[w.host],
+                             hosts_with[lr].index(w.host), len(hosts_with[lr]))
+            for r, (w, lr) in enumerate(zip(members, local))]
+
+
+class ElasticDriver:
+    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s):
+        self.args = args
+        self.discovery = discovery
+        self.store = store
+        self.base_env = base_env
+        self.sink = sink
+        self.min_np = args.min_np if args.min_np is not None else args.np
+        self.max_np = args.max_np
+        self.reset_limit = args.reset_limit
+        self.elastic_timeout = float(args.elastic_timeout if args.elastic_timeout is not None
+                                     else os.environ.get("HOROVOD_ELASTIC_TIMEOUT", 600))
+        self.join_timeout = start_timeout_s
+        self.blacklist = Blacklist(tuple(args.blacklist_cooldown_range)
+                                   if args.blacklist_cooldown_range else None)
+        self.workers = []  # every worker ever started
+        self.members = []  # the current epoch's, in rank order
+        self.epoch = 0
+        self.resets = 0
+        self.published_at = 0.0
+        self.hosts = {}
+        self.next_discovery = 0.0
+        self.waiting_since = None
+        self.finishing_since = None
+        self.dirty = False  # the current membership lost a member or saw a failure
+
+    # --- discovery -------------------------------------------------------------------------
+    def _discover(self, now):
+        if now < self.next_discovery:
+            return
+        self.next_discovery = now + DISCOVERY_INTERVAL_S
+        try:
+            self.hosts = self.discovery.find()
+        except RuntimeError as e:
+            _log("%s; keeping the last host list" % e)
+
+    def _free_slots(self):
+        """(host, slot) pairs that discovery offers and no live worker holds, in order."""
+        held = {(w.host, w.slot) for w in self.workers if w.alive()}
+        free = []
+        for host, slots in self.hosts.items():
+            if self.blacklist.contains(host):
+                continue
+            for slot in range(slots):
+                if (host, slot) not in held and not self.blacklist.contains((host, slot)):
+                    free.append((host, slot))
+        return free
+
+    # --- workers ---------------------------------------------------------------------------
+    def _spawn(self, host, slot, info):
+        wid = "%s:%d" % (host, slot)
+        index = len(self.workers)
+        env = dict(self.base_env)
+        env.update(envmod.rank_env(info))
+        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
+        if hostmod.is_local(host):
+            proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
+        else:
+            remote = envmod.forwardable(env)
+            remote["PERSEUS_SECRET"] = env["PERSEUS_SECRET"]
+            argv = ssh_argv(host, self.args.command, self.args.ssh_port,
+                            self.args.ssh_identity_file)
+            proc = LaunchedProcess(argv, None, index, host, self.sink,
+                                   stdin_data=env_block(remote))
+        w = Worker(wid, host, slot, index, proc)
+        self.workers.append(w)
+        if self.args.verbose:
+            _log("started worker %s (output prefix [%d], pid %d)" % (wid, index, proc.popen.pid))
+        return w
+
+    def _kill(self, w, sig=signal.SIGKILL):
+        w.proc.signal_group(sig)
+
+    def _reap(self):
+        """Collects exits; returns the members that exited since the last call."""
+        ended = []
+        for w in self.workers:
+            if w.code is None:
+                code = w.proc.poll()
+                if code is not None:
+                    w.code = code
+                    ended.append(w)
+        for w in ended:
+            if w in self.members and (w.code != 0 or w.removed):
+                _log("worker %s (rank %d of epoch %d) %s" % (
+                    w.wid, self.members.index(w), self.epoch, describe_exit(w.code)))
+                if not w.removed:
+                    self._blacklist_failed(w)
+                self.dirty = True
+            elif w in self.members and self.finishing_since is None:
+                self.finishing_since = time.monotonic()
+        return ended
+
+    def _blacklist_failed(self, w):
+        self.blacklist.add((w.host, w.slot))
+        on_host = [x for x in self.workers if x.host == w.host and (x in self.members or
+                                                                       x.alive())]
+        if on_host and all(x.code not in (None, 0) for x in on_host):
+            delay = self.blacklist.add(w.host)
+            _log("host %s blacklisted %s: every worker it had failed" % (
+                w.host, "for good" if delay is None else "for %.0f s" % delay))
+
+    # --- memberships -----------------------------------------------------------------------
+    def _publish(self, members):
+        epoch = self.epoch + 1
+        infos = place(members)
+        for w, info in zip(members, infos):
+            self.store.set(keys.assignment(epoch, w.wid), keys.encode_assignment(info))
+        if self.epoch:
+            self.store.set(keys.abort(self.epoch), b"1")
+        self.store.set(keys.EPOCH, str(epoch).encode())
+        self.epoch = epoch
+        self.members = members
+        self.published_at = time.monotonic()
+        self.dirty = False
+        self.waiting_since = None
+        _log("epoch %d: %d workers (%s)" % (epoch, len(members),
+                                            ", ".join(w.wid for w in members)))
+
+    def _next_membership(self, now):
+        """Publishes the next membership if one is due; raises ElasticError at a limit."""
+        survivors = [w for w in self.members if w.alive()]
+        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors)
+        free = self._free_slots()[:max(0, room)]
+        if not self.dirty and not free:
+            return
+        if len(survivors) + len(free) < self.min_np:
+            if self.waiting_since is None:
+                self.waiting_since = now
+                if self.epoch:
+                    self.store.set(keys.abort(self.epoch), b"1")
+                _log("%d workers available, --min-np is %d: waiting up to %.0f s "
+                     "(--elastic-timeout) for more from %s"
+                     % (len(survivors) + len(free), self.min_np, self.elastic_timeout,
+                        self.discovery.describe()))
+            if now - self.waiting_since > self.elastic_timeout:
+                raise ElasticError(
+                    "timed out after %.0f s (--elastic-timeout) waiting for at least %d workers "
+                    "(--min-np) from %s; %d available%s" % (
+                        self.elastic_timeout, self.min_np, self.discovery.describe(),
+                        len(survivors) + len(free), self._blacklist_note()))
+            return
+        if self.epoch and self.reset_limit is not None and self.resets >= self.reset_limit:
+            raise ElasticError("the membership changed %d times, the --reset-limit; stopping"
+                               % self.resets)
+        new_infos = place(survivors + [Worker("%s:%d" % hs, hs[0], hs[1], -1, None)
+                                       for hs in free])
+        added = [self._spawn(host, slot, info)
+                 for (host, slot), info in zip(free, new_infos[len(survivors):])]
+        if self.epoch:
+            self.resets += 1
+        self._publish(survivors + added)
+
+    def _blacklist_note(self):
+        listed = self.blacklist.listed()
+        return "; blacklisted: %s" % ", ".join(listed) if listed else ""
+
+    def _check_health(self, now):
+        """A failure only a worker saw (a cut link, a hung peer), and members that never joined
+        the current epoch within the start timeout (they are stopped)."""
+        if self.dirty or not self.members:
+            return
+        if self.store.add(keys.failed(self.epoch), 0) > 0:
+            _log("epoch %d: a worker reported a failed collective" % self.epoch)
+            self.dirty = True
+        if now - self.published_at > self.join_timeout:
+            for w in self.members:
+                if w.alive() and self.store.get(keys.joined(self.epoch, w.wid)) is None:
+                    _log("worker %s did not join epoch %d within %.0f s "
+                         "(PERSEUS_START_TIMEOUT); stopping it"
+                         % (w.wid, self.epoch, self.join_timeout))
+                    self._kill(w)
+                    self.published_at = now  # check the others again a timeout later
+
+    def _drop_removed_hosts(self):
+        """Workers on hosts that discovery no longer lists are stopped (not blacklisted)."""
+        for w in self.members:
+            if w.alive() and not w.removed and self.hosts.get(w.host, 0) <= w.slot:
+                _log("host slot %s is no longer listed by %s; stopping its worker"
+                     % (w.wid, self.discovery.describe()))
+                self._kill(w, signal.SIGTERM)
+                w.removed = True
+
+    def _finish_status(self, now):
+        """None while members are still running; the exit status once all have ended."""
+        running = [w for w in self.members if w.alive()]
+        if running and now - self.finishing_since < FINISH_GRACE_S:
+            return None
+        if running:
+            raise ElasticError("a worker finished but %s did not end within %.0f s"
+                               % (", ".join(w.wid for w in running), FINISH_GRACE_S))
+        failed = [w for w in self.members if w.code != 0]
+        if failed:
+            w = failed[0]
+            _log("worker %s %s after another had finished" % (w.wid, describe_exit(w.code)))
+            return exit_status(w.code)
+        return 0
+
+    def run(self):
+        """Runs the job; returns perseusrun's exit status."""
+        start = time.monotonic()
+        while True:
+            now = time.monotonic()
+            self._discover(now)
+            self._reap()
+            if self.finishing_since is not None:
+                status = self._finish_status(now)
+                if status is not None:
+                    return status
+            elif not self.epoch:
+                if len(self._free_slots()) >= self.min_np:
+                    self._next_membership(now)
+                elif now - start > self.elastic_timeout:
+                    raise ElasticError(
+                        "timed out after %.0f s (--elastic-timeout) waiting for %d slots "
+                        "(--min-np) from %s; found %d" % (
+                            self.elastic_timeout, self.min_np, self.discovery.describe(),
+                            len(self._free_slots())))
+            else:
+                self._drop_removed_hosts()
+                self._check_health(now)
+                self._next_membership(now)
+            time.sleep(LOOP_INTERVAL_S)
+
+    def stop(self):
+        """Ends every worker: the stop key (for those waiting for a membership), SIGTERM, then
+        SIGKILL; drains their output."""
+        try:
+            self.store.set(keys.STOP, b"1")
+        except Exception:  # noqa: BLE001 (the store is going away anyway)
+            pass
+        alive = [w for w in self.workers if w.proc.poll() is None]
+        for w in alive:
+            w.proc.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline and any(w.proc.poll() is None for w in alive):
+            time.sleep(0.05)
+        for w in self.workers:
+            w.proc.signal_group(signal.SIGKILL)
+        for w in self.workers:
+            try:
+                w.proc.popen.wait(timeout=5)
+            except Exception:  # noqa: BLE001
+                pass
+            w.proc.finish()

@@ -1,0 +1,44 @@
+"""The rendezvous store keys of an elastic job: what the driver (runner/elastic_driver.py)
+publishes and what its workers (perseus/common/elastic_worker.py) read and report. Both import
+this module, so the two sides cannot drift apart.
+
+  elastic/epoch                      newest published epoch (decimal); workers poll it
+  elastic/stop                       set when the job ends: waiting workers exit
+  elastic/<E>/assign/<worker id>     "rank=.. size=.. local_rank=.. local_size=.. cross_rank=..
+                                      cross_size=.. host=.." of one member of epoch E
+  elastic/<E>/joined/<worker id>     set by the member when it starts epoch E's rendezvous
+  elastic/<E>/failed                 counter: members that saw epoch E fail
+  elastic/<E>/perseus/...            epoch E's own rendezvous (PERSEUS_STORE_PREFIX); the
+                                      driver sets elastic/<E>/perseus/abort when it gives up on
+                                      E, which ends a rendezvous still waiting for a lost member
+
+A worker id is "<host>:<local slot>", stable for the life of the worker."""
+
+EPOCH = "elastic/epoch"
+STOP = "elastic/stop"
+
+
+def epoch_prefix(epoch):
+    return "elastic/%d/" % epoch
+
+
+def assignment(epoch, worker_id):
+    return "elastic/%d/assign/%s" % (epoch, worker_id)
+
+
+def joined(epoch, worker_id):
+    return "elastic/%d/joined/%s" % (epoch, worker_id)
+
+
+def failed(epoch):
+    return "elastic/%d/failed" % epoch
+
+
+def abort(epoch):
+    return epoch_prefix(epoch) + "perseus/abort"
+
+
+def encode_assignment(slot):
+    return ("rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d host=%s"
+            % (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank,
+               slot.cross_size, slot.host)).encode()
