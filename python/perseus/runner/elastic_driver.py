@@ -56,17 +56,18 @@ class Worker:
 
 def place(members):
     """SlotInfo per member, in rank order: local ranks count the earlier members of the same
-    host, cross ranks the hosts with that local rank (as hosts.assign_slots)."""
+    host; the cross group of local rank L is the hosts with an L-th member, in the order of
+    their lowest rank (what the core derives from the host names: derivePlacement)."""
     local_size = collections.Counter(w.host for w in members)
     seen = collections.Counter()
     local = []
     for w in members:
         local.append(seen[w.host])
         seen[w.host] += 1
+    host_order = list(dict.fromkeys(w.host for w in members))
     hosts_with = collections.defaultdict(list)
-    for w, lr in zip(members, local):
-        if w.host not in hosts_with[lr]:
-            hosts_with[lr].append(w.host)
+    for lr in set(local):
+        hosts_with[lr] = [h for h in host_order if local_size[h] > lr]
     return [hostmod.SlotInfo(r, len(members), w.host, lr, local_size[w.host],
                              hosts_with[lr].index(w.host), len(hosts_with[lr]))
             for r, (w, lr) in enumerate(zip(members, local))]

@@ -47,7 +47,8 @@ def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type)
                               secret, 10.0)
     max_local = args.max_np or args.np or 1
     base_env = envmod.job_env(os.environ, args, max(1, min(max_local, os.cpu_count() or 1)))
-    base_env.pop("PERSEUS_JOB_ID", None)
+    for name in ("PERSEUS_JOB_ID", "PERSEUS_STORE_PREFIX"):  # set per epoch by the workers
+        base_env.pop(name, None)
     base_env.update({"PERSEUS_CONTROLLER_ADDR": address,
                      "PERSEUS_CONTROLLER_PORT": str(server.port),
                      "PERSEUS_SECRET": secret,

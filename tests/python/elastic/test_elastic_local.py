@@ -1,0 +1,197 @@
+"""perseusrun's elastic mode on this machine, with real processes: a worker killed mid-loop, a
+job that grows when the discovery script lists more slots, a job that drops below --min-np and
+recovers, and the --elastic-timeout and --reset-limit failures. Every test is bounded in time
+and ends with the reliability suite's leak check (no process of the job, no shared-memory
+name left)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "reliability"))
+import relsupport  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+WORKER = HERE / "workers" / "elastic_loop.py"
+
+
+class ElasticJob:
+    def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120):
+        self.tag = "eltag-" + uuid.uuid4().hex[:10]
+        self.results = Path(tmp_path) / self.tag
+        self.results.mkdir(parents=True)
+        self.cmd = ([relsupport.PY, "-m", "perseus.runner"] + [str(f) for f in flags]
+                    + [relsupport.PY, str(WORKER), "--tag", self.tag, "--results",
+                       str(self.results), "--steps", str(steps), "--step-sleep",
+                       str(step_sleep)])
+        self.timeout = timeout
+        self.shm_before = relsupport.shm_names()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd, env=relsupport.job_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=str(relsupport.REPO))
+        return self
+
+    def wait(self):
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.stdout, self.stderr = self.proc.communicate()
+            raise AssertionError("perseusrun did not end within %ds (a hang)\n%s"
+                                 % (self.timeout, self.output()))
+        return self.proc.returncode
+
+    def output(self):
+        return "stderr:\n%s" % getattr(self, "stderr", "")[-6000:]
+
+    def records(self):
+        out = {}
+        for path in self.results.glob("*.json"):
+            with open(path) as f:
+                out[path.stem] = [json.loads(line) for line in f if line.strip()]
+        return out
+
+    def wait_steps(self, count, at_least, timeout=60):
+        """Until `count` workers have recorded step >= at_least."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            done = [w for w, recs in self.records().items()
+                    if any(r.get("event") == "step" and r["step"] >= at_least for r in recs)]
+            if len(done) >= count:
+                return
+            assert self.proc.poll() is None, "perseusrun ended early\n" + self.output()
+            time.sleep(0.1)
+        raise AssertionError("%d workers did not reach step %d\n%s"
+                             % (count, at_least, self.output()))
+
+    def pid(self, worker_id):
+        return int((self.results / ("pid." + worker_id)).read_text())
+
+    def finish(self):
+        relsupport.kill_tagged(self.tag)
+        job = relsupport.Job.__new__(relsupport.Job)
+        job.tag, job.shm_before = self.tag, self.shm_before
+        relsupport.Job.assert_clean(job)
+
+
+@pytest.fixture
+def elastic_job(tmp_path):
+    jobs = []
+
+    def make(*args, **kw):
+        jobs.append(ElasticJob(tmp_path, *args, **kw))
+        return jobs[-1]
+    yield make
+    for job in jobs:
+        if getattr(job, "proc", None) is not None and job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.communicate()
+        job.finish()
+
+
+def final(records):
+    return {w: [r for r in recs if r["event"] == "done"] for w, recs in records.items()}
+
+
+def test_killed_worker_leaves_and_the_job_finishes_on_the_rest(elastic_job):
+    job = elastic_job(["-np", "4", "--min-np", "2", "-H", "localhost:4"], steps=60).start()
+    job.wait_steps(4, 10)
+    os.kill(job.pid("localhost:2"), signal.SIGKILL)
+    code = job.wait()
+    assert code == 0, job.output()
+    done = final(job.records())
+    assert not done["localhost:2"]
+    for w in ("localhost:0", "localhost:1", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 60, (w, done)
+    # Surviving ranks keep their relative order.
+    assert [done[w][0]["rank"] for w in ("localhost:0", "localhost:1", "localhost:3")] == [0, 1, 2]
+    assert "epoch 2: 3 workers" in job.stderr, job.output()
+
+
+def test_a_slot_added_by_discovery_joins_and_the_job_grows(elastic_job, tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:2\n")
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "4",
+                       "--host-discovery-script", "cat %s" % hosts], steps=80).start()
+    job.wait_steps(2, 10)
+    hosts.write_text("localhost:4\n")
+    code = job.wait()
+    assert code == 0, job.output()
+    done = final(job.records())
+    assert sorted(done) == ["localhost:%d" % i for i in range(4)], done
+    for w, recs in done.items():
+        assert recs and recs[0]["size"] == 4 and recs[0]["step"] == 80, (w, done)
+    grown = [r for r in job.records()["localhost:0"] if r["event"] == "hosts_updated"]
+    assert grown, "the survivors never saw the new membership"
+    joined = [r for r in job.records()["localhost:3"] if r["event"] == "joined"]
+    assert joined[0]["step"] > 0, "the new worker did not take the others' step"
+
+
+def test_below_min_np_waits_and_recovers_when_a_slot_is_added(elastic_job, tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:3\n")
+    job = elastic_job(["-np", "3", "--min-np", "3", "--elastic-timeout", "60",
+                       "--host-discovery-script", "cat %s" % hosts], steps=60).start()
+    job.wait_steps(3, 10)
+    os.kill(job.pid("localhost:1"), signal.SIGKILL)
+    deadline = time.time() + 30
+    while time.time() < deadline:  # both survivors saw the loss and wait for a membership
+        recs = job.records()
+        if all(any(r["event"] == "failed" for r in recs[w])
+               for w in ("localhost:0", "localhost:2")):
+            break
+        time.sleep(0.2)
+    time.sleep(2)
+    hosts.write_text("localhost:4\n")
+    code = job.wait()
+    assert code == 0, job.output()
+    assert "--min-np is 3: waiting up to 60 s" in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:2", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 60, (w, done)
+
+
+def test_elastic_timeout_fails_the_job_with_what_it_waited_for(elastic_job, tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:3\n")
+    job = elastic_job(["-np", "3", "--min-np", "3", "--elastic-timeout", "4",
+                       "--host-discovery-script", "cat %s" % hosts], steps=400).start()
+    job.wait_steps(3, 5)
+    os.kill(job.pid("localhost:0"), signal.SIGKILL)
+    code = job.wait()
+    assert code != 0, job.output()
+    assert ("timed out after 4 s (--elastic-timeout) waiting for at least 3 workers (--min-np) "
+            "from the host discovery script cat %s" % hosts) in job.stderr, job.output()
+
+
+def test_reset_limit_fails_the_job(elastic_job):
+    job = elastic_job(["-np", "3", "--min-np", "1", "--reset-limit", "1", "-H", "localhost:3"],
+                      steps=400).start()
+    job.wait_steps(3, 5)
+    os.kill(job.pid("localhost:2"), signal.SIGKILL)
+    job.wait_steps(2, 15)  # the first reset is allowed
+    os.kill(job.pid("localhost:1"), signal.SIGKILL)
+    code = job.wait()
+    assert code != 0, job.output()
+    assert "the membership changed 1 times, the --reset-limit; stopping" in job.stderr, \
+        job.output()
+
+
+def test_no_hosts_at_start_fails_after_the_elastic_timeout(elastic_job, tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("")
+    job = elastic_job(["-np", "2", "--elastic-timeout", "2",
+                       "--host-discovery-script", "cat %s" % hosts]).start()
+    code = job.wait()
+    assert code != 0, job.output()
+    assert "waiting for 2 slots (--min-np)" in job.stderr, job.output()

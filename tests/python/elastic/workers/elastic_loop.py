@@ -1,0 +1,73 @@
+"""A minimal elastic worker over perseus.common.elastic_worker and the core alone (no State
+layer): an allreduce loop that leaves a failed membership with reset(), joins a newer one when
+host_updates_pending() says so, and carries its step across memberships (the maximum over the
+members, so that a newcomer takes the others' step).
+
+Each worker appends one JSON record per step to <results>/<worker id>.json and writes its pid
+to <results>/pid.<worker id>, so that the test can kill it."""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from perseus.common import basics, elastic_worker
+from perseus.common.exceptions import PerseusInternalError
+
+SUM, MAX = 0, 3  # perseus_reduce_op
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--tag", required=True)
+    p.add_argument("--results", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--step-sleep", type=float, default=0.1)
+    args = p.parse_args()
+    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
+    with open(os.path.join(args.results, "pid." + wid), "w") as f:
+        f.write(str(os.getpid()))
+    out = open(os.path.join(args.results, wid + ".json"), "a")
+
+    def record(**r):
+        r.update(worker=wid, epoch=elastic_worker.epoch(), time=time.time())
+        out.write(json.dumps(r) + "\n")
+        out.flush()
+
+    c = basics.core()
+    basics.init()
+    step = 0
+    synced = False
+    while True:
+        try:
+            if not synced:
+                s = np.array([step], dtype=np.int64)
+                c.allreduce_blocking("loop.step", s, None, op=MAX)
+                step = int(s[0])
+                synced = True
+                record(event="joined", rank=basics.rank(), size=basics.size(), step=step)
+            if step >= args.steps:
+                break
+            if elastic_worker.host_updates_pending():
+                record(event="hosts_updated", step=step)
+                elastic_worker.reset()
+                synced = False
+                continue
+            x = np.ones(8, dtype=np.float32)
+            c.allreduce_blocking("loop.grad", x, None, op=SUM)
+            assert float(x[0]) == basics.size(), (float(x[0]), basics.size())
+            step += 1
+            record(event="step", rank=basics.rank(), size=basics.size(), step=step)
+            time.sleep(args.step_sleep)
+        except PerseusInternalError as e:
+            record(event="failed", step=step, error=str(e)[:300])
+            elastic_worker.reset()
+            synced = False
+    record(event="done", rank=basics.rank(), size=basics.size(), step=step)
+    basics.shutdown()
+
+
+if __name__ == "__main__":
+    main()
