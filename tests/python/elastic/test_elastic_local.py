@@ -103,8 +103,11 @@ def final(records):
     return {w: [r for r in recs if r["event"] == "done"] for w, recs in records.items()}
 
 
-def test_killed_worker_leaves_and_the_job_finishes_on_the_rest(elastic_job):
-    job = elastic_job(["-np", "4", "--min-np", "2", "-H", "localhost:4"], steps=60).start()
+@pytest.mark.parametrize("plane", ["shm", "tcp"])
+def test_killed_worker_leaves_and_the_job_finishes_on_the_rest(elastic_job, plane):
+    tcp = ["--tcp"] if plane == "tcp" else []
+    job = elastic_job(["-np", "4", "--min-np", "2", "-H", "localhost:4"] + tcp,
+                      steps=60).start()
     job.wait_steps(4, 10)
     os.kill(job.pid("localhost:2"), signal.SIGKILL)
     code = job.wait()
@@ -195,3 +198,27 @@ def test_no_hosts_at_start_fails_after_the_elastic_timeout(elastic_job, tmp_path
     code = job.wait()
     assert code != 0, job.output()
     assert "waiting for 2 slots (--min-np)" in job.stderr, job.output()
+
+
+def test_repeated_losses_and_regrowth_reinit_in_the_same_processes(elastic_job, tmp_path):
+    """Three memberships lost one worker at a time, then growth back: the survivors shut down
+    and initialise again in the same process each time with another rank and size."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:4\n")
+    job = elastic_job(["-np", "4", "--min-np", "2", "--host-discovery-script",
+                       "cat %s" % hosts], steps=120).start()
+    job.wait_steps(4, 5)
+    os.kill(job.pid("localhost:0"), signal.SIGKILL)
+    job.wait_steps(3, 25)
+    os.kill(job.pid("localhost:2"), signal.SIGKILL)
+    job.wait_steps(2, 45)
+    hosts.write_text("localhost:6\n")  # slots 4 and 5 are new; 0 and 2 stay blacklisted
+    code = job.wait()
+    assert code == 0, job.output()
+    done = final(job.records())
+    survivors = ["localhost:1", "localhost:3", "localhost:4", "localhost:5"]
+    for w in survivors:
+        assert done[w] and done[w][0]["size"] == 4 and done[w][0]["step"] == 120, (w, done)
+    assert [done[w][0]["rank"] for w in survivors] == [0, 1, 2, 3]
+    epochs = {r["epoch"] for r in job.records()["localhost:1"]}
+    assert epochs == {1, 2, 3, 4}, epochs
