@@ -222,3 +222,20 @@ def test_repeated_losses_and_regrowth_reinit_in_the_same_processes(elastic_job, 
     assert [done[w][0]["rank"] for w in survivors] == [0, 1, 2, 3]
     epochs = {r["epoch"] for r in job.records()["localhost:1"]}
     assert epochs == {1, 2, 3, 4}, epochs
+
+
+def test_a_hung_worker_is_reported_by_its_peers_and_removed(elastic_job):
+    """A worker that stops (SIGSTOP) but does not exit: the driver sees no exit. Its peers'
+    collectives fail within PERSEUS_TIMEOUT, they report it through the store, the next
+    membership waits for it at most PERSEUS_START_TIMEOUT, and then the driver stops it and
+    the others go on without it."""
+    job = elastic_job(["-np", "3", "--min-np", "2", "-H", "localhost:3"], steps=60).start()
+    job.wait_steps(3, 10)
+    os.kill(job.pid("localhost:1"), signal.SIGSTOP)
+    code = job.wait()
+    assert code == 0, job.output()
+    assert "a worker reported a failed collective" in job.stderr, job.output()
+    assert "worker localhost:1 did not join epoch 2" in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:2"):
+        assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 60, (w, done)
