@@ -36,9 +36,9 @@ namespace perseus {
     "removes exactly this job's segments when ranks die. perseusrun sets it; unset (mpirun), "     \
     "rank 0 draws a random one.")                                                                  \
   X(std::string, store_prefix, "PERSEUS_STORE_PREFIX", std::string(),                              \
-    "Prefix of every rendezvous store key of this membership, and a label the data-plane "       \
-    "handshake is bound to, so that memberships sharing one store stay apart (perseusrun's "     \
-    "elastic mode sets it per epoch; docs/elastic.md).")                                         \
+    "Prefix of every rendezvous store key of this membership, and a label the data-plane "         \
+    "handshake is bound to, so that memberships sharing one store stay apart (perseusrun's "       \
+    "elastic mode sets it per epoch; docs/elastic.md).")                                           \
   X(int64_t, port, "PERSEUS_PORT", int64_t{0},                                                     \
     "Port of the rendezvous store that rank 0 opens under torchrun, srun or mpiexec (MPICH, "      \
     "Intel MPI); 0: the first free one of 8 ports from torchrun's MASTER_PORT+1 or from a port "   \

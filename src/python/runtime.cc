@@ -243,8 +243,7 @@ void registerRuntime(py::module_& m) {
       .def("stop", &StoreServer::stop)
       .def_property_readonly("port", &StoreServer::port);
 
-  py::class_<StoreClient>(m, "StoreClient",
-                          "A connection to an authenticated rendezvous store.")
+  py::class_<StoreClient>(m, "StoreClient", "A connection to an authenticated rendezvous store.")
       .def(py::init<const std::string&, int32_t, const std::string&, double>(), arg("host"),
            arg("port"), arg("secret"), arg("timeout_s") = 30.0)
       .def("set", &StoreClient::set, arg("key"), arg("value"))

@@ -60,7 +60,8 @@ std::vector<uint8_t> waitRecord(Store& store, int r, bool abortable, Clock::time
       if (Clock::now() >= deadline) throw;
     }
     if (aborted(store)) {
-      throw PeerLostError(r, PERSEUS_STR("rank " << r << " was lost while this membership "
+      throw PeerLostError(r, PERSEUS_STR("rank " << r
+                                                 << " was lost while this membership "
                                                     "started; perseusrun publishes the next one"));
     }
   }
@@ -193,8 +194,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   }
   store.set(rankKey(t.rank),
             toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" + listener.address().str()));
-  std::vector<std::string> records = gatherRecords(store, t, params.start_timeout_s,
-                                                       !params.store_prefix.empty(), deadline);
+  std::vector<std::string> records =
+      gatherRecords(store, t, params.start_timeout_s, !params.store_prefix.empty(), deadline);
   const std::string job_id =
       job_id_given ? params.job_id : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
