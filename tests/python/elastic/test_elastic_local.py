@@ -25,14 +25,14 @@ WORKER = HERE / "workers" / "elastic_loop.py"
 
 
 class ElasticJob:
-    def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120):
+    def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120, worker_args=()):
         self.tag = "eltag-" + uuid.uuid4().hex[:10]
         self.results = Path(tmp_path) / self.tag
         self.results.mkdir(parents=True)
         self.cmd = ([relsupport.PY, "-m", "perseus.runner"] + [str(f) for f in flags]
                     + [relsupport.PY, str(WORKER), "--tag", self.tag, "--results",
                        str(self.results), "--steps", str(steps), "--step-sleep",
-                       str(step_sleep)])
+                       str(step_sleep)] + list(worker_args))
         self.timeout = timeout
         self.shm_before = relsupport.shm_names()
 
@@ -202,11 +202,12 @@ def test_no_hosts_at_start_fails_after_the_elastic_timeout(elastic_job, tmp_path
 
 def test_repeated_losses_and_regrowth_reinit_in_the_same_processes(elastic_job, tmp_path):
     """Three memberships lost one worker at a time, then growth back: the survivors shut down
-    and initialise again in the same process each time with another rank and size."""
+    and initialise again in the same process each time with another rank and size, and
+    register a process set anew in each membership of 3 or more."""
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:4\n")
     job = elastic_job(["-np", "4", "--min-np", "2", "--host-discovery-script",
-                       "cat %s" % hosts], steps=120).start()
+                       "cat %s" % hosts], steps=120, worker_args=["--process-set"]).start()
     job.wait_steps(4, 5)
     os.kill(job.pid("localhost:0"), signal.SIGKILL)
     job.wait_steps(3, 25)
@@ -239,3 +240,24 @@ def test_a_hung_worker_is_reported_by_its_peers_and_removed(elastic_job):
     done = final(job.records())
     for w in ("localhost:0", "localhost:2"):
         assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 60, (w, done)
+
+
+def test_a_member_lost_while_the_next_membership_starts(elastic_job):
+    """horovod#3264's case: a second worker dies while the survivors rendezvous for the
+    membership that replaces the first loss. The driver gives up on that membership (its abort
+    key ends the survivors' wait at once, not at PERSEUS_START_TIMEOUT) and publishes the
+    next; nobody else dies."""
+    job = elastic_job(["-np", "4", "--min-np", "2", "-H", "localhost:4"], steps=60,
+                      worker_args=["--exit-on-failure", "localhost:1"]).start()
+    job.wait_steps(4, 10)
+    os.kill(job.pid("localhost:0"), signal.SIGKILL)
+    code = job.wait()
+    assert code == 0, job.output()
+    assert "epoch 3: 2 workers (localhost:2, localhost:3)" in job.stderr, job.output()
+    records = job.records()
+    done = final(records)
+    for w in ("localhost:2", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 60, (w, done)
+    exited = [r for r in records["localhost:1"] if r["event"] == "failed"][0]["time"] + 1.0
+    rejoined = [r for r in records["localhost:2"] if r["event"] == "joined" and r["epoch"] == 3]
+    assert rejoined and rejoined[0]["time"] - exited < 8, (rejoined, exited)

@@ -15,6 +15,7 @@ import numpy as np
 
 from perseus.common import basics, elastic_worker
 from perseus.common.exceptions import PerseusInternalError
+from perseus.common.process_sets import add_process_set
 
 SUM, MAX = 0, 3  # perseus_reduce_op
 
@@ -25,6 +26,11 @@ def main():
     p.add_argument("--results", required=True)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--step-sleep", type=float, default=0.1)
+    p.add_argument("--process-set", action="store_true",
+                   help="each membership registers the set {0, 1} and reduces over it too")
+    p.add_argument("--exit-on-failure", default="",
+                   help="this worker id exits (code 3) 1 s after its first failure instead of "
+                        "resetting: a member lost while the next membership starts")
     args = p.parse_args()
     wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     with open(os.path.join(args.results, "pid." + wid), "w") as f:
@@ -40,6 +46,7 @@ def main():
     basics.init()
     step = 0
     synced = False
+    pair = None
     while True:
         try:
             if not synced:
@@ -48,21 +55,34 @@ def main():
                 step = int(s[0])
                 synced = True
                 record(event="joined", rank=basics.rank(), size=basics.size(), step=step)
+                if args.process_set and basics.size() >= 3:
+                    # The sets of the last membership were dropped by its shutdown.
+                    pair = add_process_set([0, 1])
             if step >= args.steps:
                 break
             if elastic_worker.host_updates_pending():
                 record(event="hosts_updated", step=step)
+                pair = None
                 elastic_worker.reset()
                 synced = False
                 continue
             x = np.ones(8, dtype=np.float32)
             c.allreduce_blocking("loop.grad", x, None, op=SUM)
             assert float(x[0]) == basics.size(), (float(x[0]), basics.size())
+            if pair is not None and pair.included():
+                y = np.ones(2, dtype=np.float32)
+                c.allreduce_blocking("loop.pair", y, None, op=SUM,
+                                     process_set=pair.process_set_id)
+                assert float(y[0]) == 2.0, float(y[0])
             step += 1
             record(event="step", rank=basics.rank(), size=basics.size(), step=step)
             time.sleep(args.step_sleep)
         except PerseusInternalError as e:
             record(event="failed", step=step, error=str(e)[:300])
+            if args.exit_on_failure == wid:
+                time.sleep(1.0)
+                os._exit(3)
+            pair = None
             elastic_worker.reset()
             synced = False
     record(event="done", rank=basics.rank(), size=basics.size(), step=step)
