@@ -47,8 +47,22 @@ def _worker_id():
     return os.environ["PERSEUS_ELASTIC_WORKER_ID"]
 
 
+class LauncherLostError(RuntimeError):
+    """perseusrun's store cannot be reached: the launcher is gone, so no membership will come.
+    Not a PerseusInternalError: the run loop must not retry it."""
+
+
+def _read(store, key):
+    try:
+        return store.get(key)
+    except Exception as e:  # noqa: BLE001 (any store failure means the same here)
+        raise LauncherLostError(
+            "elastic worker %s: perseusrun's rendezvous store is gone (%s); the launcher "
+            "exited, so this worker stops" % (os.environ.get("PERSEUS_ELASTIC_WORKER_ID"), e))
+
+
 def _newest_epoch(store):
-    value = store.get(keys.EPOCH)
+    value = _read(store, keys.EPOCH)
     return int(value) if value else 0
 
 
@@ -77,8 +91,8 @@ def prepare_init():
     """Called by init() before the core's rendezvous. In elastic mode, waits until the
     launcher has placed this worker in a membership newer than the last one it joined and sets
     the rank variables for it. Raises SystemExit(0) when the launcher ends the job meanwhile
-    (the job finished or this worker was left out of it for good), RuntimeError when no
-    membership comes within the elastic timeout."""
+    (the job finished or this worker was left out of it for good), LauncherLostError when the
+    launcher is gone, RuntimeError when no membership comes within the elastic timeout."""
     global _epoch
     if not enabled():
         return
@@ -86,11 +100,11 @@ def prepare_init():
     me = _worker_id()
     deadline = time.monotonic() + _wait_timeout_s()
     while True:
-        if store.get(keys.STOP) is not None:
+        if _read(store, keys.STOP) is not None:
             raise SystemExit(0)
         newest = _newest_epoch(store)
         if newest > _epoch:
-            assignment = store.get(keys.assignment(newest, me))
+            assignment = _read(store, keys.assignment(newest, me))
             if assignment is not None:
                 _set_topology(assignment, newest)
                 store.set(keys.joined(newest, me), b"1")
@@ -113,7 +127,7 @@ def host_updates_pending():
         return False
     import numpy as np
     from perseus.common import basics
-    seen = np.array([_newest_epoch(_store())], dtype=np.int64)
+    seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
     basics.core().allreduce_blocking("perseus.elastic.epoch", seen, None, op=3)  # Max
     return int(seen[0]) > _epoch
 

@@ -110,9 +110,15 @@ def test_killed_worker_leaves_and_the_job_finishes_on_the_rest(elastic_job, plan
                       steps=60).start()
     job.wait_steps(4, 10)
     os.kill(job.pid("localhost:2"), signal.SIGKILL)
+    killed = time.time()
     code = job.wait()
     assert code == 0, job.output()
-    done = final(job.records())
+    records = job.records()
+    for w in ("localhost:0", "localhost:1", "localhost:3"):
+        # Every survivor's pending collective failed, within PERSEUS_TIMEOUT (job_env: 5 s).
+        failed = [r for r in records[w] if r["event"] == "failed"]
+        assert failed and failed[0]["time"] - killed < 5 + relsupport.TIMEOUT_MARGIN_S, failed
+    done = final(records)
     assert not done["localhost:2"]
     for w in ("localhost:0", "localhost:1", "localhost:3"):
         assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 60, (w, done)
@@ -261,3 +267,26 @@ def test_a_member_lost_while_the_next_membership_starts(elastic_job):
     exited = [r for r in records["localhost:1"] if r["event"] == "failed"][0]["time"] + 1.0
     rejoined = [r for r in records["localhost:2"] if r["event"] == "joined" and r["epoch"] == 3]
     assert rejoined and rejoined[0]["time"] - exited < 8, (rejoined, exited)
+
+
+def test_sigterm_to_perseusrun_stops_every_worker(elastic_job):
+    job = elastic_job(["-np", "3", "--min-np", "2", "-H", "localhost:3"], steps=1000).start()
+    job.wait_steps(3, 5)
+    job.proc.send_signal(signal.SIGTERM)
+    code = job.wait()
+    assert code == 128 + signal.SIGTERM, job.output()
+    assert "received SIGTERM; stopping all workers" in job.stderr, job.output()
+
+
+def test_workers_stop_when_perseusrun_is_killed(elastic_job):
+    """perseusrun SIGKILLed: its workers find the store gone at their next
+    host_updates_pending() and exit instead of training on unsupervised."""
+    job = elastic_job(["-np", "2", "--min-np", "2", "-H", "localhost:2"], steps=1000).start()
+    job.wait_steps(2, 5)
+    job.proc.kill()
+    job.wait()
+    deadline = time.time() + 20
+    while relsupport.tagged_pids(job.tag) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not relsupport.tagged_pids(job.tag), relsupport.describe_pids(
+        relsupport.tagged_pids(job.tag))
