@@ -25,12 +25,13 @@ WORKER = HERE / "workers" / "elastic_loop.py"
 
 
 class ElasticJob:
-    def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120, worker_args=()):
+    def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120, worker_args=(),
+                 worker=WORKER):
         self.tag = "eltag-" + uuid.uuid4().hex[:10]
         self.results = Path(tmp_path) / self.tag
         self.results.mkdir(parents=True)
         self.cmd = ([relsupport.PY, "-m", "perseus.runner"] + [str(f) for f in flags]
-                    + [relsupport.PY, str(WORKER), "--tag", self.tag, "--results",
+                    + [relsupport.PY, str(worker), "--tag", self.tag, "--results",
                        str(self.results), "--steps", str(steps), "--step-sleep",
                        str(step_sleep)] + list(worker_args))
         self.timeout = timeout
