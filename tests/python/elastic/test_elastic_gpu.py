@@ -32,3 +32,22 @@ def test_gpu_workers_survive_a_loss_and_rebuild_their_gpu_state(tmp_path):
             assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 40, (w, done)
     finally:
         job.finish()
+
+
+def test_gpu_job_grows_when_discovery_adds_a_slot(tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:2\n")
+    job = ElasticJob(tmp_path, ["-np", "2", "--min-np", "2", "--max-np", "3",
+                                "--host-discovery-script", "cat %s" % hosts], steps=60,
+                     worker=HERE / "workers" / "elastic_torch_gpu.py", timeout=200)
+    try:
+        job.start()
+        job.wait_steps(2, 10, timeout=120)
+        hosts.write_text("localhost:3\n")
+        code = job.wait()
+        assert code == 0, job.output()
+        done = final(job.records())
+        for w in ("localhost:0", "localhost:1", "localhost:2"):
+            assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 60, (w, done)
+    finally:
+        job.finish()
