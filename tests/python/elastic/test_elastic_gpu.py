@@ -25,7 +25,7 @@ def test_gpu_workers_survive_a_loss_and_rebuild_their_gpu_state(tmp_path):
         job.start()
         job.wait_steps(3, 10, timeout=120)
         os.kill(job.pid("localhost:1"), signal.SIGKILL)
-        code = job.wait()
+        code = job.wait().returncode
         assert code == 0, job.output()
         done = final(job.records())
         for w in ("localhost:0", "localhost:2"):
@@ -44,7 +44,7 @@ def test_gpu_job_grows_when_discovery_adds_a_slot(tmp_path):
         job.start()
         job.wait_steps(2, 10, timeout=120)
         hosts.write_text("localhost:3\n")
-        code = job.wait()
+        code = job.wait().returncode
         assert code == 0, job.output()
         done = final(job.records())
         for w in ("localhost:0", "localhost:1", "localhost:2"):

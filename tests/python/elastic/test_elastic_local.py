@@ -7,7 +7,6 @@ name left)."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -24,36 +23,24 @@ pytestmark = pytest.mark.timeout(180)
 WORKER = HERE / "workers" / "elastic_loop.py"
 
 
-class ElasticJob:
+class ElasticJob(relsupport.Job):
+    """perseusrun in elastic mode running workers/elastic_loop.py (or `worker`); waiting,
+    output and the leak check are the reliability suite's."""
+
     def __init__(self, tmp_path, flags, steps=40, step_sleep=0.1, timeout=120, worker_args=(),
                  worker=WORKER):
         self.tag = "eltag-" + uuid.uuid4().hex[:10]
         self.results = Path(tmp_path) / self.tag
         self.results.mkdir(parents=True)
+        self.cluster = None
         self.cmd = ([relsupport.PY, "-m", "perseus.runner"] + [str(f) for f in flags]
                     + [relsupport.PY, str(worker), "--tag", self.tag, "--results",
                        str(self.results), "--steps", str(steps), "--step-sleep",
                        str(step_sleep)] + list(worker_args))
+        self.env = relsupport.job_env()
         self.timeout = timeout
         self.shm_before = relsupport.shm_names()
-
-    def start(self):
-        self.proc = subprocess.Popen(self.cmd, env=relsupport.job_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=str(relsupport.REPO))
-        return self
-
-    def wait(self):
-        try:
-            self.stdout, self.stderr = self.proc.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.stdout, self.stderr = self.proc.communicate()
-            raise AssertionError("perseusrun did not end within %ds (a hang)\n%s"
-                                 % (self.timeout, self.output()))
-        return self.proc.returncode
-
-    def output(self):
-        return "stderr:\n%s" % getattr(self, "stderr", "")[-6000:]
+        self.proc = self.started = self.ended = None
 
     def records(self):
         out = {}
@@ -80,9 +67,7 @@ class ElasticJob:
 
     def finish(self):
         relsupport.kill_tagged(self.tag)
-        job = relsupport.Job.__new__(relsupport.Job)
-        job.tag, job.shm_before = self.tag, self.shm_before
-        relsupport.Job.assert_clean(job)
+        self.assert_clean()
 
 
 @pytest.fixture
@@ -112,7 +97,7 @@ def test_killed_worker_leaves_and_the_job_finishes_on_the_rest(elastic_job, plan
     job.wait_steps(4, 10)
     os.kill(job.pid("localhost:2"), signal.SIGKILL)
     killed = time.time()
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     records = job.records()
     for w in ("localhost:0", "localhost:1", "localhost:3"):
@@ -135,7 +120,7 @@ def test_a_slot_added_by_discovery_joins_and_the_job_grows(elastic_job, tmp_path
                        "--host-discovery-script", "cat %s" % hosts], steps=80).start()
     job.wait_steps(2, 10)
     hosts.write_text("localhost:4\n")
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     done = final(job.records())
     assert sorted(done) == ["localhost:%d" % i for i in range(4)], done
@@ -163,7 +148,7 @@ def test_below_min_np_waits_and_recovers_when_a_slot_is_added(elastic_job, tmp_p
         time.sleep(0.2)
     time.sleep(2)
     hosts.write_text("localhost:4\n")
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     assert "--min-np is 3: waiting up to 60 s" in job.stderr, job.output()
     done = final(job.records())
@@ -178,7 +163,7 @@ def test_elastic_timeout_fails_the_job_with_what_it_waited_for(elastic_job, tmp_
                        "--host-discovery-script", "cat %s" % hosts], steps=400).start()
     job.wait_steps(3, 5)
     os.kill(job.pid("localhost:0"), signal.SIGKILL)
-    code = job.wait()
+    code = job.wait().returncode
     assert code != 0, job.output()
     assert ("timed out after 4 s (--elastic-timeout) waiting for at least 3 workers (--min-np) "
             "from the host discovery script cat %s" % hosts) in job.stderr, job.output()
@@ -191,7 +176,7 @@ def test_reset_limit_fails_the_job(elastic_job):
     os.kill(job.pid("localhost:2"), signal.SIGKILL)
     job.wait_steps(2, 15)  # the first reset is allowed
     os.kill(job.pid("localhost:1"), signal.SIGKILL)
-    code = job.wait()
+    code = job.wait().returncode
     assert code != 0, job.output()
     assert "the membership changed 1 times, the --reset-limit; stopping" in job.stderr, \
         job.output()
@@ -202,7 +187,7 @@ def test_no_hosts_at_start_fails_after_the_elastic_timeout(elastic_job, tmp_path
     hosts.write_text("")
     job = elastic_job(["-np", "2", "--elastic-timeout", "2",
                        "--host-discovery-script", "cat %s" % hosts]).start()
-    code = job.wait()
+    code = job.wait().returncode
     assert code != 0, job.output()
     assert "waiting for 2 slots (--min-np)" in job.stderr, job.output()
 
@@ -221,7 +206,7 @@ def test_repeated_losses_and_regrowth_reinit_in_the_same_processes(elastic_job, 
     os.kill(job.pid("localhost:2"), signal.SIGKILL)
     job.wait_steps(2, 45)
     hosts.write_text("localhost:6\n")  # slots 4 and 5 are new; 0 and 2 stay blacklisted
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     done = final(job.records())
     survivors = ["localhost:1", "localhost:3", "localhost:4", "localhost:5"]
@@ -240,7 +225,7 @@ def test_a_hung_worker_is_reported_by_its_peers_and_removed(elastic_job):
     job = elastic_job(["-np", "3", "--min-np", "2", "-H", "localhost:3"], steps=60).start()
     job.wait_steps(3, 10)
     os.kill(job.pid("localhost:1"), signal.SIGSTOP)
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     assert "a worker reported a failed collective" in job.stderr, job.output()
     assert "worker localhost:1 did not join epoch 2" in job.stderr, job.output()
@@ -258,7 +243,7 @@ def test_a_member_lost_while_the_next_membership_starts(elastic_job):
                       worker_args=["--exit-on-failure", "localhost:1"]).start()
     job.wait_steps(4, 10)
     os.kill(job.pid("localhost:0"), signal.SIGKILL)
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 0, job.output()
     assert "epoch 3: 2 workers (localhost:2, localhost:3)" in job.stderr, job.output()
     records = job.records()
@@ -274,7 +259,7 @@ def test_sigterm_to_perseusrun_stops_every_worker(elastic_job):
     job = elastic_job(["-np", "3", "--min-np", "2", "-H", "localhost:3"], steps=1000).start()
     job.wait_steps(3, 5)
     job.proc.send_signal(signal.SIGTERM)
-    code = job.wait()
+    code = job.wait().returncode
     assert code == 128 + signal.SIGTERM, job.output()
     assert "received SIGTERM; stopping all workers" in job.stderr, job.output()
 
@@ -285,7 +270,7 @@ def test_workers_stop_when_perseusrun_is_killed(elastic_job):
     job = elastic_job(["-np", "2", "--min-np", "2", "-H", "localhost:2"], steps=1000).start()
     job.wait_steps(2, 5)
     job.proc.kill()
-    job.wait()
+    job.proc.communicate()
     deadline = time.time() + 20
     while relsupport.tagged_pids(job.tag) and time.time() < deadline:
         time.sleep(0.2)

@@ -54,7 +54,7 @@ def test_host_killed_and_cut_off_then_back_through_discovery(tmp_path, cluster):
         cut = time.time()
         job.wait_steps(2, 40, timeout=90)  # h1 alone goes on
         cluster.link("h2", up=True)
-        code = job.wait()
+        code = job.wait().returncode
         assert code == 0, job.output()
         assert "host %s blacklisted for" % h2 in job.stderr, job.output()
         records = job.records()

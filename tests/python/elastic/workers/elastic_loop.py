@@ -6,8 +6,6 @@ members, so that a newcomer takes the others' step).
 Each worker appends one JSON record per step to <results>/<worker id>.json and writes its pid
 to <results>/pid.<worker id>, so that the test can kill it."""
 
-import argparse
-import json
 import os
 import time
 
@@ -17,30 +15,23 @@ from perseus.common import basics, elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 from perseus.common.process_sets import add_process_set
 
+import elastic_common
+
 SUM, MAX = 0, 3  # perseus_reduce_op
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--tag", required=True)
-    p.add_argument("--results", required=True)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--step-sleep", type=float, default=0.1)
+def _flags(p):
     p.add_argument("--process-set", action="store_true",
                    help="each membership registers the set {0, 1} and reduces over it too")
     p.add_argument("--exit-on-failure", default="",
                    help="this worker id exits (code 3) 1 s after its first failure instead of "
                         "resetting: a member lost while the next membership starts")
-    args = p.parse_args()
-    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
-    with open(os.path.join(args.results, "pid." + wid), "w") as f:
-        f.write(str(os.getpid()))
-    out = open(os.path.join(args.results, wid + ".json"), "a")
 
-    def record(**r):
-        r.update(worker=wid, epoch=elastic_worker.epoch(), time=time.time())
-        out.write(json.dumps(r) + "\n")
-        out.flush()
+
+def main():
+    args = elastic_common.parse(_flags)
+    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
+    record = elastic_common.recorder(args.results)
 
     c = basics.core()
     basics.init()

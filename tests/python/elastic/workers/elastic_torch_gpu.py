@@ -2,9 +2,6 @@
 host-staged path when several ranks hold one GPU), so a reset must rebuild the GPU backend's
 state for the new membership."""
 
-import argparse
-import json
-import os
 import time
 
 import torch
@@ -13,23 +10,12 @@ import perseus.torch as hvd
 from perseus.common import elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
+import elastic_common
+
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--tag", required=True)
-    p.add_argument("--results", required=True)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--step-sleep", type=float, default=0.1)
-    args = p.parse_args()
-    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
-    with open(os.path.join(args.results, "pid." + wid), "w") as f:
-        f.write(str(os.getpid()))
-    out = open(os.path.join(args.results, wid + ".json"), "a")
-
-    def record(**r):
-        r.update(worker=wid, epoch=elastic_worker.epoch(), time=time.time())
-        out.write(json.dumps(r) + "\n")
-        out.flush()
+    args = elastic_common.parse()
+    record = elastic_common.recorder(args.results)
 
     torch.cuda.set_device(0)
     hvd.init()
