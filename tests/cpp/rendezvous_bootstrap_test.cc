@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/params.h"
 #include "common/status.h"
 #include "rendezvous/launch_env.h"
+#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/world.h"
 #include "support/forked_ranks.h"
 #include "support/forked_store_server.h"
@@ -186,6 +188,43 @@ TEST(Bootstrap, MissingRanksTimeOutNamingThem) {
         return 51;
       },
       20000ms);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
+}
+
+// Note [Epoch isolation]: a membership the launcher gave up on (its abort key set) ends a
+// rendezvous still waiting for a member at once, not at PERSEUS_START_TIMEOUT.
+TEST(Bootstrap, AbortedEpochEndsAWaitingRendezvous) {
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        if (rank == 1) {  // the launcher, not a rank: it gives up on epoch 1
+          std::this_thread::sleep_for(300ms);
+          TcpStoreClient launcher("127.0.0.1", port, kSecret, 5000ms);
+          launcher.set("elastic/1/perseus/abort", {1});
+          return 0;
+        }
+        setEnv("PERSEUS_RANK", "0");
+        setEnv("PERSEUS_SIZE", "2");
+        setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+        setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+        setEnv("PERSEUS_SECRET", kSecret);
+        setEnv("PERSEUS_STORE_PREFIX", "elastic/1/");
+        setEnv("PERSEUS_START_TIMEOUT", "30");
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const PeerLostError& e) {
+          const bool named = std::string(e.what()).find(
+                                 "rank 1 was lost while this membership "
+                                 "started") != std::string::npos;
+          const bool soon = std::chrono::steady_clock::now() - start < 10s;
+          return named && soon ? 0 : 80;
+        }
+        return 81;
+      },
+      40000ms);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 

@@ -74,6 +74,44 @@ uint8_t pattern(int from, int to, size_t i) {
   return static_cast<uint8_t>(from * 31 + to * 7 + i * 13 + (i >> 9));
 }
 
+// Note [Epoch isolation]: each elastic epoch's data plane uses the job secret derived under the
+// epoch's label; keys of two epochs refuse each other's handshake, one epoch's keys agree.
+bool handshake(const Secret& server_key, const Secret& client_key) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return false;
+  Fd server(fds[0]), client(fds[1]);
+  bool server_ok = false;
+  std::thread t([&] {
+    try {
+      authenticateAsServer(server.get(), server_key, Clock::now() + 5s, "test server");
+      server_ok = true;
+    } catch (const Error&) {
+      ::shutdown(server.get(), SHUT_RDWR);
+    }
+  });
+  bool client_ok = false;
+  try {
+    authenticateAsClient(client.get(), client_key, Purpose::kData, std::vector<uint8_t>(4),
+                         Clock::now() + 5s, "test client");
+    client_ok = true;
+  } catch (const Error&) {
+    ::shutdown(client.get(), SHUT_RDWR);
+  }
+  t.join();
+  return server_ok && client_ok;
+}
+
+TEST(SecretDerive, EpochKeysAgreeWithinAnEpochAndRefuseAcross) {
+  const Secret job = Secret::fromHex(kSecret, "x");
+  const Secret e1 = job.derive("data/elastic/1/"), e2 = job.derive("data/elastic/2/");
+  EXPECT_EQ(e1.hex(), job.derive("data/elastic/1/").hex());
+  EXPECT_NE(e1.hex(), e2.hex());
+  EXPECT_NE(e1.hex(), job.hex());
+  EXPECT_TRUE(handshake(e1, job.derive("data/elastic/1/")));
+  EXPECT_FALSE(handshake(e2, e1));  // a rank of epoch 1 knocking on a listener of epoch 2
+  EXPECT_FALSE(handshake(job, e1));
+}
+
 class TcpChannelTest : public ::testing::TestWithParam<MeshConfig> {
  protected:
   // In its own process: forking ranks beside a server thread could deadlock them.
