@@ -86,7 +86,6 @@ NO_EFFECT = {
     "HOROVOD_ENABLE_ASYNC_COMPLETION": "GPU completion is always asynchronous",
     "HOROVOD_DYNAMIC_PROCESS_SETS": "process sets can always be added and removed",
     "HOROVOD_LOG_HIDE_TIME": "the core's log lines carry no timestamp to hide",
-    "HOROVOD_ELASTIC": "elastic mode is not supported",
     "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "Adasum is not supported",
     "HOROVOD_DISABLE_NVTX_RANGES": "Perseus emits no NVTX ranges",
     "HOROVOD_GLOO_RENDEZVOUS_ADDR": "rendezvous uses PERSEUS_CONTROLLER_ADDR (set by perseusrun)",
@@ -102,7 +101,8 @@ NO_EFFECT = {
 
 # Set by horovodrun or perseusrun for the ranks, read by programs; never a tuning knob.
 TOPOLOGY = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-            "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME")
+            "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
+            "HOROVOD_ELASTIC")  # 1 for the workers of an elastic job, as horovodrun sets it
 
 # PERSEUS_* read outside the core's parameter table (launcher, bootstrap, tests).
 OTHER_PERSEUS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_LOCAL_SIZE",

@@ -53,6 +53,7 @@ def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type)
                      "PERSEUS_CONTROLLER_PORT": str(server.port),
                      "PERSEUS_SECRET": secret,
                      "PERSEUS_ELASTIC": "1",
+                     "HOROVOD_ELASTIC": "1",
                      "PERSEUS_ELASTIC_JOB_ID": job_id})
     start_timeout = float(args.start_timeout or os.environ.get("PERSEUS_START_TIMEOUT") or 60)
     sink = OutputSink(args.output_filename)
