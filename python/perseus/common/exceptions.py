@@ -18,7 +18,11 @@ HorovodInternalError = PerseusInternalError
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Kept for API compatibility with Horovod's elastic mode (never raised by Perseus)."""
+    """Raised on every rank alike by State.commit() / State.check_host_updates() when the
+    launcher has announced a new membership (elastic mode: hosts added or removed);
+    hvd.elastic.run() catches it, resets to the new membership and re-enters the training
+    function. skip_sync: this rank's state needs no sync (Perseus raises it with True; the
+    ranks still sync when any of them, a new worker for one, needs it)."""
 
     def __init__(self, skip_sync=False):
         super().__init__()

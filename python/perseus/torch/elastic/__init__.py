@@ -1,0 +1,9 @@
+"""horovod.torch.elastic on Perseus: `hvd.elastic.run(train)(state)`, TorchState,
+ElasticSampler, and the common State/ObjectState. See docs/elastic-api.md."""
+
+from perseus.common.elastic import (  # noqa: F401
+    HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run, run_fn)
+from perseus.torch.elastic.sampler import ElasticSampler  # noqa: F401
+from perseus.torch.elastic.state import TorchState  # noqa: F401
+
+__all__ = ["TorchState", "ElasticSampler", "run", "State", "ObjectState"]
