@@ -130,7 +130,12 @@ def run_fn(func, reset=None):
     """Horovod's run_fn: `func(state, ...)` run until it returns, resetting the membership and
     re-entering it after each PerseusInternalError (having restored the last commit) or
     HostsUpdatedInterrupt. `reset` defaults to elastic_worker.reset."""
-    reset = reset or elastic_worker.reset
+    return _run_loop(func, reset or elastic_worker.reset, lambda e: e)
+
+
+def _run_loop(func, reset, classify):
+    """run_fn's loop. classify(exception) gives the exception to act on: a framework whose
+    collectives fail with its own error type (MXNet's MXNetError) maps it to the Perseus one."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -139,15 +144,17 @@ def run_fn(func, reset=None):
             try:
                 state._agree_and_sync(need_sync)
                 return func(state, *args, **kwargs)
-            except _NOT_RETRIED:
-                raise
-            except PerseusInternalError:
+            except Exception as raised:  # noqa: BLE001 - classified, and re-raised if not ours
+                e = classify(raised)
+                if isinstance(e, _NOT_RETRIED) or not isinstance(
+                        e, (PerseusInternalError, HostsUpdatedInterrupt)):
+                    raise
                 reset()
-                state.restore()
-                need_sync = True
-            except HostsUpdatedInterrupt as e:
-                reset()
-                need_sync = not e.skip_sync
+                if isinstance(e, HostsUpdatedInterrupt):
+                    need_sync = not e.skip_sync
+                else:
+                    state.restore()
+                    need_sync = True
             state.on_reset()
     return wrapper
 

@@ -29,6 +29,7 @@ from .kvstore import PerseusKVStore, PerseusOp, create  # noqa: F401
 from . import kvstore as _kvstore
 from . import sync_batch_norm as _sync_batch_norm
 from .sync_batch_norm import PerseusSyncBatchNorm  # noqa: F401
+from . import elastic  # noqa: F401  (hvd.elastic, as in horovod.torch)
 
 try:
     from perseus.common.exceptions import PerseusInternalError, HorovodInternalError  # noqa

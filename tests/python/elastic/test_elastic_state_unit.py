@@ -106,3 +106,27 @@ def test_set_epoch_clears_progress_and_reshuffles(membership):
     s.set_epoch(1)
     assert s.processed_num == 0 and len(s) == 50 and list(s) != first
     assert sorted(s) == list(range(50))
+
+
+def test_mxnet_errors_of_collectives_count_as_perseus_errors():
+    from perseus_test_support import require_mxnet
+    require_mxnet()
+    import mxnet as mx
+    from perseus.common import exceptions
+    from perseus.mxnet.elastic import _perseus_error
+
+    e = _perseus_error(mx.base.MXNetError("allreduce 'g': rank 2 lost (PeerLostError)"))
+    assert isinstance(e, exceptions.PeerLostError)
+    e = _perseus_error(mx.base.MXNetError("broadcast 'w' failed with status 5"))
+    assert isinstance(e, exceptions.CollectiveTimeoutError)
+    try:
+        try:
+            raise exceptions.ShutDownError("shut down")
+        except exceptions.ShutDownError as cause:
+            raise mx.base.MXNetError("allgather: shut down") from cause
+    except mx.base.MXNetError as wrapped:
+        assert isinstance(_perseus_error(wrapped), exceptions.ShutDownError)
+    plain = mx.base.MXNetError("Check failed: shape mismatch")
+    assert _perseus_error(plain) is plain
+    mismatch = _perseus_error(mx.base.MXNetError("allreduce 'g': shapes differ (MismatchError)"))
+    assert isinstance(mismatch, exceptions.MismatchError)  # run() lets it through

@@ -1,0 +1,35 @@
+"""The elastic State layer (hvd.elastic.run, State, ObjectState, TorchState, ElasticSampler,
+GluonState, KVStoreState) on real ranks started by perseusrun, at fixed membership: resets are
+elastic_worker.reset() re-initialising the same job. The workers are
+tests/python/workers/elastic_state_torch.py and elastic_state_mx.py."""
+
+import pytest
+
+from perseus_test_support import require_mxnet, run_worker
+
+pytestmark = pytest.mark.timeout(300)
+
+TORCH_CHECKS = ["first_sync_sgd", "first_sync_adam", "commit_restore_sgd",
+                "commit_restore_adam", "retry_newest_sgd", "retry_newest_adam",
+                "hosts_updated", "object_state", "sampler"]
+MX_CHECKS = ["gluon_distributed_trainer", "gluon_trainer_on_kvstore", "kvstore_state",
+             "kvstore_state_new_worker"]
+
+
+def passed(result):
+    return [line.split()[-1] for line in result.stdout.splitlines() if "PASS " in line]
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_torch_state_on_real_ranks(np):
+    pytest.importorskip("torch")
+    result = run_worker(np, "elastic_state_torch.py", timeout=240)
+    for check in TORCH_CHECKS:
+        assert passed(result).count(check) == np, (check, result.stdout[-3000:])
+
+
+def test_mxnet_state_on_real_ranks():
+    require_mxnet()
+    result = run_worker(2, "elastic_state_mx.py", timeout=240)
+    for check in MX_CHECKS:
+        assert passed(result).count(check) == 2, (check, result.stdout[-3000:])
