@@ -117,8 +117,7 @@ class ObjectState(State):
 
     def sync(self):
         if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state,
-                                                   name="elastic.object_state")
+            self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
 
     def _set_attrs(self):

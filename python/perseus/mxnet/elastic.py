@@ -14,6 +14,7 @@ import copy
 import re
 
 import mxnet as mx
+import numpy as np
 
 from perseus.common import elastic_worker, exceptions
 from perseus.common.elastic import (  # noqa: F401
@@ -83,7 +84,7 @@ class _OptimizerHandler:
         return {
             "num_update": opt.num_update,
             "lr": opt.lr,
-            "counts": [dict(c) for c in opt._all_index_update_counts],
+            "counts": {device: dict(c) for device, c in opt._all_index_update_counts.items()},
             "scheduler": None if scheduler is None else copy.deepcopy(scheduler.__dict__),
             "updaters": [u.get_states(dump_optimizer=False) for u in self._updaters()],
         }
@@ -93,8 +94,9 @@ class _OptimizerHandler:
         if snap is None or opt is None:
             return
         opt.num_update, opt.lr = snap["num_update"], snap["lr"]
-        # _index_update_count is one of these dicts: update them in place, keeping it so.
-        for counts, saved in zip(opt._all_index_update_counts, snap["counts"]):
+        # _index_update_count is one of these dicts (per device): update them in place.
+        for device, saved in snap["counts"].items():
+            counts = opt._all_index_update_counts.setdefault(device, {})
             counts.clear()
             counts.update(saved)
         if snap["scheduler"] is not None and getattr(opt, "lr_scheduler", None) is not None:
@@ -161,7 +163,10 @@ class GluonState(ObjectState):
     def restore(self):
         for name, p in self._items():
             if name in self._saved_params:
-                p.set_data(self._saved_params[name])
+                # In place: Parameter.set_data would reset the trainer's kvstore, which MXNet
+                # refuses for a distributed one.
+                for data in p.list_data():
+                    self._saved_params[name].copyto(data)
         self._optimizer_state.restore()
         if self.trainer is not None:
             _refill_trainer_store(self.trainer)
@@ -245,7 +250,7 @@ class KVStoreState(ObjectState):
         root = self.sync_root
         kv = self.kvstore
         layout = broadcast_object(
-            [(k, v.shape, str(v.dtype), k in kv._param_only) for k, v in _sorted(kv._store)],
+            [(k, v.shape, np.dtype(v.dtype).name, k in kv._param_only) for k, v in _sorted(kv._store)],
             root, name="elastic.kvstore_keys")
         for key, shape, dtype, param_only in layout:
             if key not in kv._store:
@@ -284,12 +289,27 @@ def _init_kvstore(trainer):
     or no kvstore) rather than at its first step(), so that its optimizer states exist on every
     rank before the first sync."""
     if not trainer._kv_initialized:
+        if not all(_initialized(p) for p in trainer._params):
+            return  # deferred: the trainer makes them at its first step (see elastic-api.md)
         trainer._init_kvstore()
+        if trainer._update_on_kvstore and trainer._distributed:
+            _first_step_sets_rescale(trainer)
     kv = trainer._kvstore
     if trainer._update_on_kvstore and kv is not None and not isinstance(kv, PerseusKVStore):
         raise ValueError("GluonState: the trainer updates on a %s kvstore, whose optimizer "
                          "states Perseus cannot reach; use DistributedTrainer, kvstore=None, "
                          "or a Perseus KVStore" % kv.type)
+
+
+def _first_step_sets_rescale(trainer):
+    """Trainer.step() sets the optimizer's rescale_grad (1/batch size) before it creates the
+    kvstore, and from then on, with update_on_kvstore, refuses a different value (a batch size
+    change). Its kvstore now exists before that first step: the first step sets the value,
+    as it would have, and the check applies from the second."""
+    def set_rescale(scale):
+        del trainer._check_and_rescale_grad  # back to Trainer's own check
+        trainer._optimizer.rescale_grad = scale
+    trainer._check_and_rescale_grad = set_rescale
 
 
 def _trainer_updaters(trainer):

@@ -23,13 +23,13 @@ def passed(result):
 @pytest.mark.parametrize("np", [2, 3])
 def test_torch_state_on_real_ranks(np):
     pytest.importorskip("torch")
-    result = run_worker(np, "elastic_state_torch.py", timeout=240)
+    result = run_worker(np, "elastic_state_torch.py", timeout=150)
     for check in TORCH_CHECKS:
         assert passed(result).count(check) == np, (check, result.stdout[-3000:])
 
 
 def test_mxnet_state_on_real_ranks():
     require_mxnet()
-    result = run_worker(2, "elastic_state_mx.py", timeout=240)
+    result = run_worker(2, "elastic_state_mx.py", timeout=150)
     for check in MX_CHECKS:
         assert passed(result).count(check) == 2, (check, result.stdout[-3000:])
