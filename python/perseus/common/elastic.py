@@ -148,7 +148,7 @@ def _run_loop(func, reset, classify):
                 if isinstance(e, _NOT_RETRIED) or not isinstance(
                         e, (PerseusInternalError, HostsUpdatedInterrupt)):
                     raise
-                reset()
+                _reset(reset, e)
                 if isinstance(e, HostsUpdatedInterrupt):
                     need_sync = not e.skip_sync
                 else:
@@ -156,6 +156,19 @@ def _run_loop(func, reset, classify):
                     need_sync = True
             state.on_reset()
     return wrapper
+
+
+def _reset(reset, cause):
+    try:
+        reset()
+    except Exception as e:  # noqa: BLE001 - re-raised, explained where it can be
+        if elastic_worker.enabled():
+            raise
+        raise PerseusInternalError(
+            "hvd.elastic.run: the job could not be reset after %s (%s): %s. It was not started "
+            "in elastic mode, so it cannot re-form; start it with perseusrun --min-np/--max-np/"
+            "--host-discovery-script to recover from failures"
+            % (type(cause).__name__, cause, e)) from e
 
 
 def run(func):

@@ -249,9 +249,9 @@ class KVStoreState(ObjectState):
     def sync(self):
         root = self.sync_root
         kv = self.kvstore
-        layout = broadcast_object(
-            [(k, v.shape, np.dtype(v.dtype).name, k in kv._param_only) for k, v in _sorted(kv._store)],
-            root, name="elastic.kvstore_keys")
+        mine = [(k, v.shape, np.dtype(v.dtype).name, k in kv._param_only)
+                for k, v in _sorted(kv._store)]
+        layout = broadcast_object(mine, root, name="elastic.kvstore_keys")
         for key, shape, dtype, param_only in layout:
             if key not in kv._store:
                 kv._check_key(key)

@@ -3,9 +3,12 @@ GluonState, KVStoreState) on real ranks started by perseusrun, at fixed membersh
 elastic_worker.reset() re-initialising the same job. The workers are
 tests/python/workers/elastic_state_torch.py and elastic_state_mx.py."""
 
+import sys
+import time
+
 import pytest
 
-from perseus_test_support import require_mxnet, run_worker
+from perseus_test_support import WORKERS, perseusrun, require_mxnet, run_worker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,3 +36,14 @@ def test_mxnet_state_on_real_ranks():
     result = run_worker(2, "elastic_state_mx.py", timeout=150)
     for check in MX_CHECKS:
         assert passed(result).count(check) == 2, (check, result.stdout[-3000:])
+
+
+def test_run_in_a_fixed_job_fails_clearly_when_it_cannot_reset():
+    pytest.importorskip("torch")
+    started = time.monotonic()
+    result = perseusrun(["-np", 2, sys.executable, WORKERS / "elastic_state_fixed_reset.py"],
+                        timeout=120)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "could not be reset after PerseusInternalError" in result.stderr, result.stderr
+    assert "was not started in elastic mode" in result.stderr, result.stderr
+    assert time.monotonic() - started < 90

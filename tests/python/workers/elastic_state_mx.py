@@ -3,20 +3,19 @@ DistributedTrainer and over a Trainer on a Perseus KVStore, and KVStoreState, th
 first sync, commit/restore, and run() retrying after PerseusInternalError with the sync taken
 from the rank holding the newest commit. Prints 'PASS <check>' after each check."""
 
-import sys
-
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
 import perseus.mxnet as hvd
+from perseus.common import elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
-# --real-reset: resets are elastic_worker.reset() (a job perseusrun started in elastic mode).
-# Otherwise the membership is fixed and every failure here is one that every rank raised with
-# the core still up, so the reset only records that the loop asked for it, at the same point
-# on every rank (a barrier).
-REAL_RESET = "--real-reset" in sys.argv
+# In a job perseusrun started in elastic mode, resets are elastic_worker.reset() (a new
+# membership epoch). At fixed membership the job's store cannot be joined twice, so the reset
+# only records that the loop asked for it, at the same point on every rank (a barrier): every
+# failure in these checks is one that every rank raised, with the core still up.
+REAL_RESET = elastic_worker.enabled()
 RESETS = []
 
 
@@ -127,8 +126,16 @@ def check_gluon(kind):
                 assert np.array_equal(stored.asnumpy(), p.data().asnumpy()), name
         return got
 
+    before = len(RESETS)
     got = train(state)
     assert entries == [0, 1] and resets == [hvd.size()], (entries, resets)
+    assert REAL_RESET or len(RESETS) == before + 1, RESETS
+    if kind == "distributed":  # after a reset to twice the size, half the gradient scale
+        scale = trainer._scale
+        state._trainer_size = 2 * hvd.size()
+        state.reset()
+        assert abs(trainer._scale - 2 * scale) < 1e-12 and state._trainer_size == hvd.size()
+        trainer._scale = scale
     assert state.epoch == 4
     assert same(got, hvd.broadcast_object(newest.get("rank1"), 1, name="newest"))
 

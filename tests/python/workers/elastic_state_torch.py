@@ -1,23 +1,23 @@
-"""hvd.elastic state on real ranks at fixed membership (no elastic driver): the first sync,
+"""hvd.elastic state on real ranks (fixed membership, or an elastic job): the first sync,
 commit/restore, run() retrying after PerseusInternalError with a reset, the sync source chosen
 by the ranks' commits, HostsUpdatedInterrupt's skip_sync, reset callbacks, and TorchState with
 SGD momentum, Adam and an ElasticSampler. Prints 'PASS <check>' after each check."""
 
 import copy
-import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import perseus.torch as hvd
+from perseus.common import elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
-# --real-reset: resets are elastic_worker.reset() (a job perseusrun started in elastic mode).
-# Otherwise the membership is fixed and every failure here is one that every rank raised with
-# the core still up, so the reset only records that the loop asked for it, at the same point
-# on every rank (a barrier).
-REAL_RESET = "--real-reset" in sys.argv
+# In a job perseusrun started in elastic mode, resets are elastic_worker.reset() (a new
+# membership epoch). At fixed membership the job's store cannot be joined twice, so the reset
+# only records that the loop asked for it, at the same point on every rank (a barrier): every
+# failure in these checks is one that every rank raised, with the core still up.
+REAL_RESET = elastic_worker.enabled()
 RESETS = []
 
 
@@ -141,8 +141,10 @@ def check_retry_after_internal_error_syncs_from_newest_commit(opt_kind):
             raise PerseusInternalError("simulated loss of a peer")
         return snapshot(state.model, state.optimizer)
 
+    before = len(RESETS)
     result = train(state)
     assert entries == [0, 1], entries
+    assert REAL_RESET or len(RESETS) == before + 1, RESETS
     assert resets == [hvd.size()], resets
     assert state.epoch == 2
     rank1 = hvd.broadcast_object(newest.get("rank1"), root_rank=1, name="newest")
