@@ -8,24 +8,12 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import perseus.mxnet as hvd
-from perseus.common import elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
-# In a job perseusrun started in elastic mode, resets are elastic_worker.reset() (a new
-# membership epoch). At fixed membership the job's store cannot be joined twice, so the reset
-# only records that the loop asked for it, at the same point on every rank (a barrier): every
-# failure in these checks is one that every rank raised, with the core still up.
-REAL_RESET = elastic_worker.enabled()
-RESETS = []
+from elastic_state_common import REAL_RESET, elastic_runner, run_checks
+from elastic_state_common import everyone_equal as _equal
 
-
-def _same_membership():
-    RESETS.append(hvd.size())
-    hvd.barrier()
-
-
-def elastic_run(func):
-    return hvd.elastic.run(func) if REAL_RESET else hvd.elastic.run_fn(func, _same_membership)
+elastic_run, RESETS = elastic_runner(hvd)
 
 
 def make_net(seed):
@@ -69,8 +57,7 @@ def same(a, b):
 
 
 def everyone_equal(obj):
-    gathered = hvd.allgather_object(obj)
-    return all(same(g, gathered[0]) for g in gathered)
+    return _equal(hvd, same, obj)
 
 
 def make_trainer(kind, net):
@@ -198,11 +185,7 @@ def main():
               ("gluon_trainer_on_kvstore", lambda: check_gluon("kvstore")),
               ("kvstore_state", check_kvstore_state),
               ("kvstore_state_new_worker", check_kvstore_state_new_worker)]
-    for name, check in checks:
-        check()
-        hvd.barrier()
-        print("PASS %s" % name, flush=True)
-    hvd.shutdown()
+    run_checks(hvd, checks)
 
 
 if __name__ == "__main__":
