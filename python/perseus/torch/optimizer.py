@@ -216,6 +216,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
+    def _forget_pending(self):
+        """Drops the gradient allreduces in flight: after an elastic reset they belong to a
+        membership that failed and will never complete (hvd.elastic's TorchState calls it)."""
+        self._handles.clear()
+        self._group_ready.clear()
+        self._allreduce_delay = {p: self.backward_passes_per_step for p in self._allreduce_delay}
+        self._synchronized = False
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "

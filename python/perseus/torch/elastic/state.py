@@ -99,8 +99,22 @@ class ModelStateHandler(StateHandler):
 class OptimizerStateHandler(StateHandler):
     sync_order = 0
 
+    def restore(self):
+        self._forget_pending()
+        super().restore()
+
     def sync(self, root):
         broadcast_optimizer_state(self.value, root_rank=root)
+
+    def reset(self):
+        self._forget_pending()
+
+    def _forget_pending(self):
+        # A DistributedOptimizer's allreduces of the failed membership never complete; left
+        # in place, the next zero_grad() or step() would refuse or wait on them.
+        forget = getattr(self.value, "_forget_pending", None)
+        if forget is not None:
+            forget()
 
 
 class LRSchedulerStateHandler(StateHandler):
