@@ -152,6 +152,8 @@ run_step "first test_torch.py on the install" 150 \
   $PY -m pytest -q -p no:cacheprovider --timeout=100 "$ROOT/tests/python/test_torch.py"
 run_step "first test_horovod_conformance.py on the install" 150 \
   $PY -m pytest -q -p no:cacheprovider --timeout=100 "$ROOT/tests/python/test_horovod_conformance.py"
+run_step "first test_elastic_gpu.py on the install (reset rebuilds GPU state)" 300 \
+  $PY -m pytest -q -p no:cacheprovider --timeout=260 "$ROOT/tests/python/elastic/test_elastic_gpu.py"
 
 # ---- quiet: a clean exit logs nothing ----------------------------------------------------------------
 if [ $MODE = dry ] || [ "$NGPU" -ge 1 ]; then
