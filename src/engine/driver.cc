@@ -62,9 +62,8 @@ void Engine::idleWait(bool pending, bool spin) {
   // Posts that a callback or a blocked caller needs (Note [Posted collectives]): be rung when
   // they complete, or, when one can be settled already, do not sleep.
   bool listening = false, settle_now = false;
-  // Before listen() reads the slots: a post that completes one after that read rings this
-  // rank by moving the count, also before the transport sleeps (or while it spins).
-  const uint32_t rings = transport_->rings();
+  // A post that completes one after listen() read the slots rings this rank: the wait below
+  // hears it also when it came first (rings since the last wait are not lost).
   if (posted_.listeningWanted() && posted_watchers_.load() == 0) {
     listening = posted_.listen();
     settle_now = !listening;
@@ -74,7 +73,7 @@ void Engine::idleWait(bool pending, bool spin) {
     // This thread spun already (above), but pending GPU work is polled only between these
     // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
     const auto spin = !gpu_completion_.empty() ? timeout : std::chrono::microseconds(0);
-    transport_->waitIncoming(timeout, rings, spin);
+    transport_->waitIncoming(timeout, spin);
   }
   if (listening) posted_.stopListening();
   engine_blocked_.store(false);

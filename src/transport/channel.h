@@ -22,6 +22,9 @@ class Channel {
   // Called while the transport waits without progress (every few ms): throws PeerLostError if
   // the peer is known dead (e.g. its process no longer exists).
   virtual void checkPeer() = 0;
+  // Rings the peer's doorbell without sending bytes (Transport::ring()). Any thread. A no-op
+  // for a channel without one (TCP: the peer polls its sockets).
+  virtual void ring() {}
 };
 
 }  // namespace perseus::transport

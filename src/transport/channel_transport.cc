@@ -61,7 +61,8 @@ ChannelTransport::ChannelTransport(int rank, std::vector<std::unique_ptr<Channel
       timeout_(params.timeout_s),
       doorbell_is_external_(doorbell != nullptr),
       doorbell_(doorbell ? std::move(doorbell) : std::make_shared<LocalDoorbell>()),
-      yield_when_idle_(doorbell_->oversubscribed()) {
+      yield_when_idle_(doorbell_->oversubscribed()),
+      seen_rings_(doorbell_->rings()) {
   if (rank_ < 0 || rank_ >= size()) {
     throw InvalidArgumentError(PERSEUS_STR("ChannelTransport: rank "
                                            << rank_ << " is outside 0.." << size() - 1
@@ -336,14 +337,18 @@ bool ChannelTransport::hasIncoming() {
   return false;
 }
 
-void ChannelTransport::waitIncoming(std::chrono::microseconds timeout) {
-  waitIncoming(timeout, doorbell_->rings(), spin_);
-}
-
-void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t since,
+void ChannelTransport::waitIncoming(std::chrono::microseconds timeout,
                                     std::chrono::microseconds spin) {
+  if (spin == kSpinSetting) spin = spin_;
+  const uint32_t since = seen_rings_;
+  // Whatever made this wait return, the rings so far have been seen once it returns: the
+  // caller checks what they announce before it waits again (Transport::waitIncoming()).
+  struct Seen {
+    ChannelTransport& t;
+    ~Seen() { t.seen_rings_ = t.doorbell_->rings(); }
+  } seen{*this};
   checkAborted();
-  // A ring that brought no bytes (ShmArena::notify()) ends the wait too, also in the spin.
+  // A ring that brought no bytes (a peer's ring()) ends the wait too, also in the spin.
   auto ready = [&] {
     return wake_pending_.exchange(false) || hasIncoming() || doorbell_->rings() != since;
   };
@@ -367,6 +372,11 @@ void ChannelTransport::waitIncoming(std::chrono::microseconds timeout, uint32_t 
     checkAborted();
     if (ready()) return;
   }
+}
+
+void ChannelTransport::ring(int peer) {
+  if (peer >= 0 && peer < size() && channels_[static_cast<size_t>(peer)])
+    channels_[static_cast<size_t>(peer)]->ring();
 }
 
 void ChannelTransport::wake() {

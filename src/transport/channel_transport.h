@@ -70,10 +70,9 @@ class ChannelTransport : public Transport {
 
   void exchange(const std::vector<SendOp>& sends, const std::vector<RecvOp>& recvs) override;
   bool hasIncoming() override;
-  void waitIncoming(std::chrono::microseconds timeout) override;
-  uint32_t rings() override { return doorbell_->rings(); }
-  void waitIncoming(std::chrono::microseconds timeout, uint32_t since,
-                    std::chrono::microseconds spin) override;
+  void waitIncoming(std::chrono::microseconds timeout,
+                    std::chrono::microseconds spin = kSpinSetting) override;
+  void ring(int peer) override;
   void wake() override;
   void abort(const std::string& reason) override;
 
@@ -108,6 +107,9 @@ class ChannelTransport : public Transport {
   const bool doorbell_is_external_;  // rung by channels, so sleeps need no short slices
   std::shared_ptr<Doorbell> doorbell_;
   const bool yield_when_idle_;  // doorbell_->oversubscribed(): busy-polls yield the core
+  // The doorbell's count when the last waitIncoming() returned: a ring after that ends the
+  // next one at once (the transport's thread only).
+  uint32_t seen_rings_;
   bool any_fd_channel_ = false;
   bool any_fdless_channel_ = false;
   int event_fd_ = -1;  // wake() makes poll() return; only when some channel has a pollFd

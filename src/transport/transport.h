@@ -5,7 +5,7 @@
 //  - Ranks are global ranks. Between an ordered pair of ranks, bytes form one FIFO stream: a
 //    receive of N bytes takes the next N bytes the peer sent, whatever the peer's call sizes.
 //  - One thread drives a Transport at a time (the engine thread, or a test's rank thread).
-//    wake() and abort() may be called from any thread.
+//    wake(), ring() and abort() may be called from any thread.
 //  - exchange() returns when every send has been handed off and every receive filled. It makes
 //    progress on all of them at once, so rings and pairwise exchanges cannot deadlock on
 //    buffer space. It spins for PERSEUS_SPIN_US, then blocks.
@@ -45,22 +45,21 @@ class Transport {
   // True when some peer has sent bytes that no receive has taken yet. The engine uses this to
   // join a negotiation cycle that another rank started.
   virtual bool hasIncoming() = 0;
-  // Blocks until hasIncoming(), wake(), or the timeout. Spurious returns are allowed.
-  virtual void waitIncoming(std::chrono::microseconds timeout) = 0;
-  // Rings of this rank's doorbell by local peers so far (ShmArena::notify(), which carries no
-  // bytes: a post that completed a generation, Note [Posted collectives]); 0 without one.
-  virtual uint32_t rings() { return 0; }
-  // waitIncoming() that also returns once rings() differs from `since` (read `since` before
-  // checking what the ring announces, so that a ring between that check and the sleep is
-  // seen), and spins for `spin` at most, not PERSEUS_SPIN_US, before it blocks: the engine's
-  // idle wait spins itself first (checking more than bytes) and is called again every 2 ms
-  // while posts are pending, when a spin here too took the caller's core.
-  virtual void waitIncoming(std::chrono::microseconds timeout, uint32_t since,
-                            std::chrono::microseconds spin) {
-    (void)since;
-    (void)spin;
-    waitIncoming(timeout);
-  }
+  // Blocks until hasIncoming(), wake(), a ring of this rank's doorbell (a peer's ring()), or
+  // the timeout. Spurious returns are allowed. Rings are not lost: one that came after the
+  // previous waitIncoming() returned ends this one at once, so a caller may check what a peer
+  // announces through shared memory and then wait, with no window for a lost ring. Spins for
+  // `spin` before it blocks (kSpinSetting: PERSEUS_SPIN_US); a caller that spun itself
+  // already, checking more than bytes (the engine's idle wait), passes less.
+  static constexpr std::chrono::microseconds kSpinSetting{-1};
+  virtual void waitIncoming(std::chrono::microseconds timeout,
+                            std::chrono::microseconds spin = kSpinSetting) = 0;
+  // Rings global rank `peer`'s doorbell: its waitIncoming() returns, with no bytes. For a layer
+  // that published something to the peer through shared memory with a seq_cst store (the
+  // peer's engine reads it with seq_cst loads after its last wait returned). Any thread. A
+  // no-op where the transport reaches `peer` without a doorbell (TCP: the peer finds out at
+  // its timeout).
+  virtual void ring(int peer) { (void)peer; }
   virtual void wake() = 0;
 
   // Makes every blocked and later call throw ShutDownError(reason). Idempotent.

@@ -183,15 +183,16 @@ TEST(ChannelExchange, WaitIncomingWakesOnDataAndOnWake) {
   EXPECT_FALSE(t1.hasIncoming());
 }
 
-// A posted collective's ring (ShmArena::notify(): no bytes on any channel) ends an idle wait,
-// also one that reads the count before checking what the ring announces and is rung before it
-// sleeps (the engine's listen(), Note [Posted collectives]).
+// A peer's ring (Transport::ring(): no bytes on any channel, as a posted collective rings a
+// listening rank) ends an idle wait: while it sleeps, while it spins, and also when the ring
+// came after the previous wait returned but before this one began (the engine checks the
+// posts, then waits: Note [Posted collectives]).
 TEST(ChannelExchange, WaitIncomingWakesOnARingWithoutBytes) {
   ThreadWorld w(2, shmTestParams(), "ring");
   ChannelTransport& t1 = *w.transports[1];
   std::thread ringer([&] {
     std::this_thread::sleep_for(50ms);
-    w.groups[0]->arena->notify(1);
+    w.transports[0]->ring(1);
   });
   auto start = std::chrono::steady_clock::now();
   t1.waitIncoming(5s);
@@ -199,18 +200,21 @@ TEST(ChannelExchange, WaitIncomingWakesOnARingWithoutBytes) {
   ringer.join();
   EXPECT_FALSE(t1.hasIncoming());
 
-  const uint32_t since = t1.rings();
-  w.groups[0]->arena->notify(1);
+  w.transports[0]->ring(1);
   start = std::chrono::steady_clock::now();
-  t1.waitIncoming(5s, since, 0us);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a ring before the sleep was lost";
+  t1.waitIncoming(5s, 0us);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "a ring before the wait was lost";
+  // That ring has been heard: the next wait sleeps to its timeout.
+  start = std::chrono::steady_clock::now();
+  t1.waitIncoming(100ms, 0us);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 90ms) << "a heard ring ended a wait again";
 
   std::thread spin_ringer([&] {
     std::this_thread::sleep_for(50ms);
-    w.groups[0]->arena->notify(1);
+    w.transports[0]->ring(1);
   });
   start = std::chrono::steady_clock::now();
-  t1.waitIncoming(5s, t1.rings(), 1s);  // rung while it spins
+  t1.waitIncoming(5s, 1s);  // rung while it spins
   EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms) << "a ring during the spin was lost";
   spin_ringer.join();
 }
@@ -240,16 +244,16 @@ TEST(ChannelExchange, BlockedReceiverSleepsInsteadOfSpinning) {
   EXPECT_LT(cpu, 0.1) << "a receiver waiting 300 ms used " << cpu << " s of CPU";
 }
 
-// The engine's idle wait spins itself before it calls waitIncoming(timeout, since, 0), and
-// calls it every 2 ms while posts are pending: a spin in there too kept the engine thread on a
-// core 5-6% of the time, taken from the framework thread (Note [Posted collectives]).
-TEST(ChannelExchange, WaitIncomingSinceBlocksWithoutSpinning) {
+// The engine's idle wait spins itself before it calls waitIncoming(timeout, 0), and calls it
+// every 2 ms while posts are pending: a spin in there too kept the engine thread on a core
+// 5-6% of the time, taken from the framework thread (Note [Posted collectives]).
+TEST(ChannelExchange, WaitIncomingWithoutSpinBlocksAtOnce) {
   Params params = shmTestParams();
   params.spin_us = 200000;  // the plain waitIncoming() spins this long
   ThreadWorld w(2, params, "nospin-since");
   ChannelTransport& t1 = *w.transports[1];
   const double before = threadCpuSeconds();
-  t1.waitIncoming(100ms, t1.rings(), 0us);
+  t1.waitIncoming(100ms, 0us);
   const double cpu = threadCpuSeconds() - before;
   EXPECT_LT(cpu, 0.03) << "a 100 ms idle wait used " << cpu << " s of CPU";
 }

@@ -26,6 +26,8 @@ class ShmChannel : public Channel {
   // Throws PeerLostError when the peer closed or died, unless what it sent before that is
   // still waiting to be received (the receive then drains it first).
   void checkPeer() override;
+  // Moves the peer's doorbell count whether or not it sleeps: a peer that spins sees it too.
+  void ring() override { set_->alert(peer_); }
 
  private:
   std::shared_ptr<ShmSegmentSet> set_;

@@ -108,7 +108,8 @@ bool InProcTransport::hasIncoming() {
   return false;
 }
 
-void InProcTransport::waitIncoming(std::chrono::microseconds timeout) {
+void InProcTransport::waitIncoming(std::chrono::microseconds timeout,
+                                   std::chrono::microseconds /*spin*/) {
   std::unique_lock<std::mutex> lock(fabric_->mutex_);
   fabric_->changed_.wait_for(lock, timeout, [&] {
     if (woken_) return true;

@@ -55,7 +55,9 @@ class InProcTransport : public transport::Transport {
   void exchange(const std::vector<transport::SendOp>& sends,
                 const std::vector<transport::RecvOp>& recvs) override;
   bool hasIncoming() override;
-  void waitIncoming(std::chrono::microseconds timeout) override;
+  // `spin` is ignored: it blocks on the fabric's condition variable at once.
+  void waitIncoming(std::chrono::microseconds timeout,
+                    std::chrono::microseconds spin = kSpinSetting) override;
   void wake() override;
   void abort(const std::string& reason) override;
 
