@@ -1,5 +1,5 @@
-// The floor of a posted allreduce (Note [Posted collectives], engine/post_board.h): two ranks as
-// threads on two cores run only the protocol, one op at a time: copy the input into the pool,
+// The floor of a posted allreduce (Note [Posted collectives], collectives/post_board.h): two ranks
+// as threads on two cores run only the protocol, one op at a time: copy the input into the pool,
 // count the post (compare-and-swap on the shared word), wait for the other's post, reduce
 // both posts into the output. No engine, no handle, no allocation. The difference between this
 // and engine_latency_bench is the engine's software per op.
@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/post_board.h"
+#include "collectives/post_board.h"
 #include "kernels/reduce.h"
 
 namespace {
 
-using perseus::engine::PostBoard;
+using perseus::collectives::PostBoard;
 
 void pin(int cpu) {
   cpu_set_t set;

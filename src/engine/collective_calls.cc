@@ -1,7 +1,7 @@
-// The engine's entry points, one per collective (any thread): each turns its arguments into a
-// request (an Entry) and submits it (engine.cc), or first offers a CPU tensor of the global set
-// to the post path (Note [Posted collectives]). Collective calls without a user name (barrier,
-// process-set changes) are named by counting them: ranks make them in the same order.
+// The engine's entry points, one per collective (any thread): each checks what only it can
+// check, describes the call (call.h) and hands it to submit(), the one submission path
+// (engine.cc). Collective calls without a user name (barrier, process-set changes) are named by
+// counting them: ranks make them in the same order.
 #include <algorithm>
 #include <numeric>
 
@@ -9,143 +9,92 @@
 #include "engine/engine.h"
 
 namespace perseus::engine {
-namespace {
 
-// One process drives one device per call: a grouped call's tensors share it.
-void addTensor(Entry& e, const TensorArg& t) {
-  if (!e.inputs.empty() && t.device != e.device) {
-    throw InvalidArgumentError(PERSEUS_STR(
-        opTypeName(e.request.op) << " '" << e.request.name << "': tensors on devices " << e.device
-                                 << " and " << t.device << " in one call; submit them separately"));
-  }
-  e.request.tensors.push_back({t.dtype, t.shape});
-  e.inputs.push_back(t.data);
-  e.device = t.device;
-  e.cuda_stream = t.cuda_stream;
-  e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
-}
-
-// A single CPU tensor of the global set may be posted (Note [Posted collectives]): its
-// arguments, or nothing for any other call.
-std::optional<PostArgs> postable(OpType kind, const std::string& name, const TensorArg& in,
-                                 int32_t set) {
-  if (set != Engine::kGlobalSet || in.device >= 0) return std::nullopt;
-  PostArgs a;
-  a.kind = kind;
-  a.name = name;
-  a.dtype = in.dtype;
-  a.shape = in.shape.data();
-  a.ndim = in.shape.size();
-  a.input = in.data;
-  return a;
-}
-
-}  // namespace
-
-std::shared_ptr<Handle> Engine::allreduce(const std::string& name, const std::vector<TensorArg>& in,
-                                          const std::vector<void*>& out, ReduceOp op,
-                                          double prescale, double postscale, int32_t set) {
+std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView> in,
+                                          Span<void*> out, ReduceOp op, double prescale,
+                                          double postscale, int32_t set, bool blocking) {
   if (in.empty() || in.size() != out.size()) {
     throw InvalidArgumentError(
         PERSEUS_STR("allreduce '" << name << "': " << in.size() << " inputs and " << out.size()
                                   << " outputs; give one output per input (>= 1)"));
   }
-  if (in.size() == 1 && out[0] != nullptr) {
-    if (auto a = postable(OpType::kAllreduce, name, in[0], set)) {
-      a->output = out[0];
-      a->reduce_op = op;
-      a->prescale = prescale;
-      a->postscale = postscale;
-      if (auto h = post(*a)) return h;
-    }
-  }
-  auto e = std::make_unique<Entry>();
-  e->request.op = OpType::kAllreduce;
-  e->request.reduce_op = op;
-  e->request.prescale = prescale;
-  e->request.postscale = postscale;
-  for (size_t i = 0; i < in.size(); ++i) {
+  for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == nullptr) {
       throw InvalidArgumentError(PERSEUS_STR("allreduce '"
                                              << name << "': output " << i
                                              << " is null; pass a buffer (it may be the input)"));
     }
-    e->outputs.push_back(out[i]);
   }
-  e->request.name = name;
-  e->request.process_set = set;
-  for (const TensorArg& t : in) addTensor(*e, t);
-  return submit(std::move(e));
+  Call c;
+  c.op = OpType::kAllreduce;
+  c.name = name;
+  c.set = set;
+  c.inputs = in;
+  c.outputs = out;
+  c.reduce_op = op;
+  c.prescale = prescale;
+  c.postscale = postscale;
+  c.blocking = blocking;
+  return submit(c);
 }
 
-namespace {
-std::unique_ptr<Entry> makeEntry(OpType op, const std::string& name, int32_t set,
-                                 const std::vector<TensorArg>& in) {
-  auto e = std::make_unique<Entry>();
-  e->request.op = op;
-  e->request.name = name;
-  e->request.process_set = set;
-  for (const TensorArg& t : in) {
-    addTensor(*e, t);
-    e->outputs.push_back(nullptr);
-  }
-  return e;
-}
-}  // namespace
-
-std::shared_ptr<Handle> Engine::allgather(const std::string& name, const std::vector<TensorArg>& in,
-                                          int32_t set) {
-  if (in.empty()) throw InvalidArgumentError("allgather '" + name + "': no tensors");
-  if (in.size() == 1) {
-    if (auto a = postable(OpType::kAllgather, name, in[0], set)) {
-      if (auto h = post(*a)) return h;
-    }
-  }
-  return submit(makeEntry(OpType::kAllgather, name, set, in));
+std::shared_ptr<Handle> Engine::allgather(std::string_view name, Span<TensorView> in, int32_t set,
+                                          bool blocking) {
+  if (in.empty()) throw InvalidArgumentError(PERSEUS_STR("allgather '" << name << "': no tensors"));
+  Call c;
+  c.op = OpType::kAllgather;
+  c.name = name;
+  c.set = set;
+  c.inputs = in;
+  c.blocking = blocking;
+  return submit(c);
 }
 
-std::shared_ptr<Handle> Engine::broadcast(const std::string& name, const TensorArg& in, void* out,
-                                          int32_t root, int32_t set) {
+std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorView& in, void* out,
+                                          int32_t root, int32_t set, bool blocking) {
   if (out == nullptr) {
-    throw InvalidArgumentError("broadcast '" + name +
-                               "': null output; pass a buffer (it may be the input)");
+    throw InvalidArgumentError(PERSEUS_STR(
+        "broadcast '" << name << "': null output; pass a buffer (it may be the input)"));
   }
-  if (auto a = postable(OpType::kBroadcast, name, in, set)) {
-    a->output = out;
-    a->root = root;
-    if (auto h = post(*a)) return h;
-  }
-  auto e = makeEntry(OpType::kBroadcast, name, set, {in});
-  e->outputs[0] = out;
-  e->request.root = root;
-  return submit(std::move(e));
+  Call c;
+  c.op = OpType::kBroadcast;
+  c.name = name;
+  c.set = set;
+  c.inputs = Span<TensorView>(&in, 1);
+  c.outputs = Span<void*>(&out, 1);
+  c.root = root;
+  c.blocking = blocking;
+  return submit(c);
 }
 
-std::shared_ptr<Handle> Engine::alltoall(const std::string& name, const TensorArg& in,
-                                         const std::vector<int64_t>& splits, int32_t set) {
-  auto e = makeEntry(OpType::kAlltoall, name, set, {in});
-  e->splits = splits;
-  e->request.num_splits = static_cast<int32_t>(splits.size());
-  return submit(std::move(e));
+std::shared_ptr<Handle> Engine::alltoall(std::string_view name, const TensorView& in,
+                                         Span<int64_t> splits, int32_t set, bool blocking) {
+  Call c;
+  c.op = OpType::kAlltoall;
+  c.name = name;
+  c.set = set;
+  c.inputs = Span<TensorView>(&in, 1);
+  c.splits = splits;
+  c.blocking = blocking;
+  return submit(c);
 }
 
-std::shared_ptr<Handle> Engine::reducescatter(const std::string& name,
-                                              const std::vector<TensorArg>& in, ReduceOp op,
-                                              double prescale, double postscale, int32_t set) {
-  if (in.empty()) throw InvalidArgumentError("reducescatter '" + name + "': no tensors");
-  if (in.size() == 1) {
-    if (auto a = postable(OpType::kReducescatter, name, in[0], set)) {
-      a->reduce_op = op;
-      a->prescale = prescale;
-      a->postscale = postscale;
-      if (auto h = post(*a)) return h;
-    }
+std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<TensorView> in,
+                                              ReduceOp op, double prescale, double postscale,
+                                              int32_t set, bool blocking) {
+  if (in.empty()) {
+    throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': no tensors"));
   }
-  auto e = makeEntry(OpType::kReducescatter, name, set, in);
-  e->request.reduce_op = op;
-  e->request.prescale = prescale;
-  e->request.postscale = postscale;
-  return submit(std::move(e));
+  Call c;
+  c.op = OpType::kReducescatter;
+  c.name = name;
+  c.set = set;
+  c.inputs = in;
+  c.reduce_op = op;
+  c.prescale = prescale;
+  c.postscale = postscale;
+  c.blocking = blocking;
+  return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::barrier(int32_t set) {
@@ -154,7 +103,12 @@ std::shared_ptr<Handle> Engine::barrier(int32_t set) {
     std::lock_guard<std::mutex> lock(mu_);
     n = barrier_calls_[set]++;
   }
-  return submit(makeEntry(OpType::kBarrier, "__barrier." + std::to_string(n), set, {}));
+  const std::string name = "__barrier." + std::to_string(n);
+  Call c;
+  c.op = OpType::kBarrier;
+  c.name = name;
+  c.set = set;
+  return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::join(int device) {
@@ -170,11 +124,15 @@ std::shared_ptr<Handle> Engine::join(int device) {
   }
   // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted collectives]).
   posted_.revokeAll();
-  return submit(makeEntry(OpType::kJoin, "__join", kGlobalSet, {}));
+  Call c;
+  c.op = OpType::kJoin;
+  c.name = "__join";
+  c.set = kGlobalSet;
+  return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
-  std::vector<int> sorted = ranks;
+  std::vector<int32_t> sorted(ranks.begin(), ranks.end());
   std::sort(sorted.begin(), sorted.end());
   if (sorted.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
       sorted.front() < 0 || sorted.back() >= transport_->size()) {
@@ -187,10 +145,13 @@ std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
     std::lock_guard<std::mutex> lock(mu_);
     n = add_set_calls_++;
   }
-  auto e =
-      makeEntry(OpType::kAddProcessSet, "__add_process_set." + std::to_string(n), kGlobalSet, {});
-  e->request.set_ranks.assign(sorted.begin(), sorted.end());
-  return submit(std::move(e));
+  const std::string name = "__add_process_set." + std::to_string(n);
+  Call c;
+  c.op = OpType::kAddProcessSet;
+  c.name = name;
+  c.set = kGlobalSet;
+  c.set_ranks = sorted;
+  return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
@@ -205,10 +166,13 @@ std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     n = remove_set_calls_++;
   }
-  auto e = makeEntry(OpType::kRemoveProcessSet, "__remove_process_set." + std::to_string(n),
-                     kGlobalSet, {});
-  e->request.set_id = id;
-  return submit(std::move(e));
+  const std::string name = "__remove_process_set." + std::to_string(n);
+  Call c;
+  c.op = OpType::kRemoveProcessSet;
+  c.name = name;
+  c.set = kGlobalSet;
+  c.set_id = id;
+  return submit(c);
 }
 
 }  // namespace perseus::engine

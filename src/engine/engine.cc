@@ -1,8 +1,8 @@
-// Engine construction and submission (any thread): validation, the device, posting and
-// queueing a request. The collectives' entry points that build the requests are in
-// collective_calls.cc; the engine thread's loop, caller-run cycles, waiting for a handle and
-// shutdown in driver.cc; the cycle itself in cycle.cc, running its responses in execute.cc, and
-// completing or failing handles in completion.cc.
+// Engine construction and submission (any thread): the one submission path (submit(): the
+// post path or negotiation), validation, the device, queueing a request. The collectives' entry
+// points that build the requests are in collective_calls.cc; the engine thread's loop, caller-run
+// cycles, waiting for a handle and shutdown in driver.cc; the cycle itself in cycle.cc, running its
+// responses in execute.cc, and completing or failing handles in completion.cc.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -25,8 +25,7 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
       params_(params),
       cpu_executor_(makeCpuExecutor()),
       // Posted operations have no timeline spans: with a timeline, everything is negotiated.
-      posted_(params.timeline.empty() ? arena : nullptr, transport ? transport->rank() : 0,
-              transport ? transport->size() : 0, params) {
+      posted_(params.timeline.empty() ? arena : nullptr, transport, params) {
   PERSEUS_CHECK(transport_ != nullptr, "engine without a transport");
   const int rank = transport_->rank();
   const int size = transport_->size();
@@ -173,29 +172,6 @@ int Engine::joinedDevice() {
   return gpu_device_.load();
 }
 
-std::shared_ptr<Handle> Engine::post(const PostArgs& a, bool* finished) {
-  std::shared_ptr<Handle> handle;
-  switch (posted_.post(a, &handle)) {
-    case PostedCollectives::Outcome::kFinished:
-      if (finished != nullptr) *finished = true;
-      return nullptr;
-    case PostedCollectives::Outcome::kClosed: {
-      // stopAll() recorded why before it closed the post board.
-      const Submissions::Stop stop = submissions_.stopCause();
-      throw Error(stop.code, PERSEUS_STR(opTypeName(a.kind)
-                                         << " '" << a.name << "' failed: " << stop.message));
-    }
-    case PostedCollectives::Outcome::kPosted:
-      progressPosted(*handle);  // the other ranks may have posted already
-      return handle;
-    case PostedCollectives::Outcome::kInFlight:
-      throw duplicateName(a.kind, std::string(a.name), kGlobalSet);
-    case PostedCollectives::Outcome::kNotPosted:
-      break;
-  }
-  return nullptr;
-}
-
 DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int32_t set) const {
   return DuplicateNameError(PERSEUS_STR(opTypeName(op)
                                         << " '" << name
@@ -205,7 +181,74 @@ DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int
                                         << "; wait for it or give this one another name"));
 }
 
-std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
+namespace {
+
+// One process drives one device per call: a grouped call's tensors share it.
+void addTensor(Entry& e, const TensorView& t) {
+  if (!e.inputs.empty() && t.device != e.device) {
+    throw InvalidArgumentError(PERSEUS_STR(
+        opTypeName(e.request.op) << " '" << e.request.name << "': tensors on devices " << e.device
+                                 << " and " << t.device << " in one call; submit them separately"));
+  }
+  e.request.tensors.push_back({t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim)});
+  e.inputs.push_back(t.data);
+  e.device = t.device;
+  e.cuda_stream = t.cuda_stream;
+  e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
+
+// The call as the request the engine negotiates: the first allocation on its way.
+std::unique_ptr<Entry> entryOf(const Call& c) {
+  auto e = std::make_unique<Entry>();
+  Request& q = e->request;
+  q.op = c.op;
+  q.name.assign(c.name.data(), c.name.size());
+  q.process_set = c.set;
+  q.reduce_op = c.reduce_op;
+  q.prescale = c.prescale;
+  q.postscale = c.postscale;
+  q.root = c.root;
+  q.num_splits = static_cast<int32_t>(c.splits.size());
+  q.set_ranks.assign(c.set_ranks.begin(), c.set_ranks.end());
+  q.set_id = c.set_id;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    addTensor(*e, c.inputs[i]);
+    e->outputs.push_back(c.outputs.empty() ? nullptr : c.outputs[i]);
+  }
+  e->splits.assign(c.splits.begin(), c.splits.end());
+  return e;
+}
+
+}  // namespace
+
+std::shared_ptr<Handle> Engine::submit(const Call& c) {
+  std::shared_ptr<Handle> handle;
+  switch (posted_.tryPost(c, &handle)) {
+    case PostedCollectives::Outcome::kFinished:
+      return nullptr;
+    case PostedCollectives::Outcome::kClosed: {
+      // stopAll() recorded why before it closed the post board.
+      const Submissions::Stop stop = submissions_.stopCause();
+      throw Error(stop.code,
+                  PERSEUS_STR(opTypeName(c.op) << " '" << c.name << "' failed: " << stop.message));
+    }
+    case PostedCollectives::Outcome::kInFlight:
+      throw duplicateName(c.op, std::string(c.name), c.set);
+    case PostedCollectives::Outcome::kPosted:
+      progressPosted(*handle);  // the other ranks may have posted already
+      break;
+    case PostedCollectives::Outcome::kNotPosted:
+      handle = queue(entryOf(c));
+      break;
+  }
+  if (c.blocking) {
+    waitFor(*handle, -1, params_.spin_us);
+    if (handle->status() != StatusCode::kOk) throw Error(handle->status(), handle->message());
+  }
+  return handle;
+}
+
+std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
   e->submitted = Clock::now();
   prepareDevice(*e);
   Submissions::Stop stop = submissions_.stopCause();
@@ -216,22 +259,15 @@ std::shared_ptr<Handle> Engine::submit(std::unique_ptr<Entry> e) {
     }
     e->handle = Handle::create(e->request.name);
     auto handle = e->handle;
-    // Posted names are in flight in their slots (Note [Posted collectives]): the post path is
-    // asked once the name is claimed here.
-    const bool ask_posts = posted_.enabled() && e->request.process_set == kGlobalSet;
-    switch (submissions_.submit(e, !ask_posts, &stop)) {
+    switch (submissions_.submit(e, true, &stop)) {
       case Submissions::Outcome::kQueued:
         wakeEngine();
         return handle;
       case Submissions::Outcome::kDuplicate:
         throw duplicateName(e->request.op, e->request.name, e->request.process_set);
       case Submissions::Outcome::kClaimed:
-        if (posted_.screen(e->request.name)) {
-          submissions_.release(e->request.process_set, e->request.name);
-          throw duplicateName(e->request.op, e->request.name, e->request.process_set);
-        }
-        enqueue(std::move(e), false);
-        return handle;
+        PERSEUS_CHECK(false, "a submission asked to be queued was only claimed");
+        break;
       case Submissions::Outcome::kStopped:
         break;
     }

@@ -52,6 +52,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -59,6 +60,7 @@
 
 #include "backends/gpu_backend.h"
 #include "common/params.h"
+#include "engine/call.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/gpu_completion.h"
@@ -73,15 +75,6 @@
 #include "transport/transport.h"
 
 namespace perseus::engine {
-
-// One tensor argument as the engine sees it: dense, row-major.
-struct TensorArg {
-  const void* data = nullptr;
-  DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
-  int device = -1;
-  void* cuda_stream = nullptr;  // CUDA: the cudaStream_t that produced data (null: default)
-};
 
 struct ProcessSetInfo {
   int32_t id = 0;
@@ -105,26 +98,22 @@ class Engine {
 
   // --- submission: any thread. Validation errors throw (InvalidArgumentError,
   // DuplicateNameError, UnsupportedError); once the engine is broken or shut down the
-  // returned handle has already failed with that cause.
-  std::shared_ptr<Handle> allreduce(const std::string& name, const std::vector<TensorArg>& in,
-                                    const std::vector<void*>& out, ReduceOp op,
-                                    double prescale = 1.0, double postscale = 1.0,
-                                    int32_t set = kGlobalSet);
-  // An allreduce, broadcast or allgather of one CPU tensor of the global set, when its name is
-  // posted (Note [Posted collectives]): no entry, no negotiation. Null when it is not: submit
-  // it the usual way. Throws DuplicateNameError when the name's post is in flight. A
-  // blocking post (args.blocking) may be finished at once: then `*finished` is true and there
-  // is no handle.
-  std::shared_ptr<Handle> post(const PostArgs& args, bool* finished = nullptr);
-  std::shared_ptr<Handle> allgather(const std::string& name, const std::vector<TensorArg>& in,
-                                    int32_t set = kGlobalSet);
-  std::shared_ptr<Handle> broadcast(const std::string& name, const TensorArg& in, void* out,
-                                    int32_t root, int32_t set = kGlobalSet);
-  std::shared_ptr<Handle> alltoall(const std::string& name, const TensorArg& in,
-                                   const std::vector<int64_t>& splits, int32_t set = kGlobalSet);
-  std::shared_ptr<Handle> reducescatter(const std::string& name, const std::vector<TensorArg>& in,
-                                        ReduceOp op, double prescale = 1.0, double postscale = 1.0,
-                                        int32_t set = kGlobalSet);
+  // returned handle has already failed with that cause. The tensors are read in place
+  // (call.h). `blocking`: returns once the collective completed and throws its error; the
+  // handle is null when the post path finished it without one (Note [Posted collectives]).
+  std::shared_ptr<Handle> allreduce(std::string_view name, Span<TensorView> in, Span<void*> out,
+                                    ReduceOp op, double prescale = 1.0, double postscale = 1.0,
+                                    int32_t set = kGlobalSet, bool blocking = false);
+  std::shared_ptr<Handle> allgather(std::string_view name, Span<TensorView> in,
+                                    int32_t set = kGlobalSet, bool blocking = false);
+  std::shared_ptr<Handle> broadcast(std::string_view name, const TensorView& in, void* out,
+                                    int32_t root, int32_t set = kGlobalSet, bool blocking = false);
+  std::shared_ptr<Handle> alltoall(std::string_view name, const TensorView& in,
+                                   Span<int64_t> splits, int32_t set = kGlobalSet,
+                                   bool blocking = false);
+  std::shared_ptr<Handle> reducescatter(std::string_view name, Span<TensorView> in, ReduceOp op,
+                                        double prescale = 1.0, double postscale = 1.0,
+                                        int32_t set = kGlobalSet, bool blocking = false);
   std::shared_ptr<Handle> barrier(int32_t set = kGlobalSet);
   // Horovod's join on the global set; the handle's intResult() is the last rank to join.
   // `device`: the CUDA ordinal for the zeros this rank contributes to CUDA collectives after it
@@ -179,7 +168,12 @@ class Engine {
   Stats stats() const;
 
  private:
-  std::shared_ptr<Handle> submit(std::unique_ptr<Entry> entry);
+  // The one submission path: offers the call to the post path (PostedCollectives::tryPost,
+  // the only place that decides whether a call is posted), else queues it for negotiation;
+  // waits when it blocks. Any thread.
+  std::shared_ptr<Handle> submit(const Call& call);
+  // The negotiated path: validates `e` and queues it, or fails its handle if the engine stopped.
+  std::shared_ptr<Handle> queue(std::unique_ptr<Entry> e);
   // Note [Posted collectives]: finishes settled posts (completes them or queues them for
   // negotiation). Any thread.
   void settlePosted(std::vector<PostedCollectives::Settled>& settled);

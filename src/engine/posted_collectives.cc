@@ -13,6 +13,7 @@ namespace perseus::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using collectives::PostBoard;
 
 // Pool offsets keep every payload on its own cache lines (and the reduction aligned).
 constexpr size_t kAlign = 64;
@@ -27,58 +28,43 @@ Clock::time_point submittedAt(const Handle& h) {
 
 }  // namespace
 
-PostedCollectives::PostedCollectives(transport::ShmArena* arena, int rank, int size,
+PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
                                      const Params& params)
-    : arena_(arena), size_(size) {
+    : transport_(transport),
+      size_(transport != nullptr ? transport->size() : 0),
+      spin_us_(params.spin_us) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
   patience_ =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
-  if (!params.posted_allreduce || arena == nullptr || size < 2 || arena->localSize() != size)
-    return;
-  // Set rank r of the global set is the local rank whose global rank is r.
-  const std::vector<int>& globals = arena->globalRanks();
-  std::vector<std::array<unsigned char*, 2>> pools(static_cast<size_t>(size));
-  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size)),
-      posts(static_cast<size_t>(size));
-  local_rank_of_.assign(static_cast<size_t>(size), -1);
-  size_t pool_bytes = 0;
-  for (int lr = 0; lr < size; ++lr) {
-    transport::ShmArena::PostBoardMemory m = arena->postBoard(lr);
-    if (m.states == nullptr || m.posts == nullptr || m.listening == nullptr || globals[lr] < 0 ||
-        globals[lr] >= size) {
-      return;
-    }
-    const auto r = static_cast<size_t>(globals[lr]);
-    pools[r] = {m.pool[0], m.pool[1]};
-    listening[r] = m.listening;
-    posts[r] = m.posts;
-    local_rank_of_[r] = lr;
-    pool_bytes = m.pool_bytes;
-  }
-  transport::ShmArena::PostBoardMemory shared = arena->postBoard(0);
-  board_.emplace(shared.states, shared.num_states, std::move(pools), pool_bytes,
-                 std::move(listening), std::move(posts), rank);
-  watched_ = std::make_unique<std::atomic<bool>[]>(shared.num_states);
-  claimed_ = std::make_unique<std::atomic<uint64_t>[]>(shared.num_states);
-  slots_.reserve(shared.num_states);
+  if (!params.posted_allreduce || arena == nullptr || transport == nullptr) return;
+  board_ = PostBoard::fromArena(*arena, transport->rank(), size_);
+  if (!board_) return;
+  watched_ = std::make_unique<std::atomic<bool>[]>(board_->numSlots());
+  claimed_ = std::make_unique<std::atomic<uint64_t>[]>(board_->numSlots());
+  slots_.reserve(board_->numSlots());
 }
 
-bool PostedCollectives::matches(const Slot& s, const PostArgs& a) const {
-  if (a.kind != s.kind || a.dtype != s.meta.dtype || a.ndim != s.meta.shape.size() ||
-      !std::equal(s.meta.shape.begin(), s.meta.shape.end(), a.shape)) {
+bool PostedCollectives::postable(OpType kind, bool cuda, size_t tensors) {
+  return !cuda && tensors == 1 &&
+         (kind == OpType::kAllreduce || kind == OpType::kBroadcast || kind == OpType::kAllgather ||
+          kind == OpType::kReducescatter);
+}
+
+bool PostedCollectives::matches(const Slot& s, const Call& c) const {
+  const TensorView& in = c.inputs[0];
+  if (c.op != s.kind || in.dtype != s.meta.dtype || in.ndim != s.meta.shape.size() ||
+      !std::equal(s.meta.shape.begin(), s.meta.shape.end(), in.shape)) {
     return false;
   }
   if (reduces(s.kind)) {
-    return a.reduce_op == s.reduce_op && a.prescale == s.prescale && a.postscale == s.postscale;
+    return c.reduce_op == s.reduce_op && c.prescale == s.prescale && c.postscale == s.postscale;
   }
-  return s.kind != OpType::kBroadcast || a.root == s.root;
+  return s.kind != OpType::kBroadcast || c.root == s.root;
 }
 
 void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
-  const bool postable = r.op == OpType::kAllreduce || r.op == OpType::kBroadcast ||
-                        r.op == OpType::kAllgather || r.op == OpType::kReducescatter;
-  if (!enabled() || r.is_error || !postable || r.device_kind != DeviceKind::kCpu ||
-      r.tensors.size() != 1) {
+  if (!enabled() || r.is_error ||
+      !postable(r.op, r.device_kind == DeviceKind::kCuda, r.tensors.size())) {
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -178,12 +164,12 @@ bool PostedCollectives::secondSightingLocked(const std::string& name) {
   return false;
 }
 
-PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a,
-                                                   std::shared_ptr<Handle>* handle) {
-  if (!enabled()) return Outcome::kNotPosted;
+PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
+                                                      std::shared_ptr<Handle>* handle) {
+  if (!enabled() || c.set != 0) return Outcome::kNotPosted;
   // The lookup key without an allocation per call (the buffer keeps its capacity).
   thread_local std::string key;
-  key.assign(a.name.data(), a.name.size());
+  key.assign(c.name.data(), c.name.size());
   std::unique_lock<std::mutex> lock(mu_);
   if (closed_) return Outcome::kNotPosted;
   auto it = by_name_.find(key);
@@ -191,34 +177,41 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a,
   const size_t index = it->second;
   Slot& s = slots_[index];
   if (inFlightLocked(index)) return Outcome::kInFlight;
-  if (s.dead || !matches(s, a)) return Outcome::kNotPosted;
-  if (s.negotiated) {
-    // Done means the negotiated run left the engine's in-flight names (handles complete after).
-    if (!s.negotiated->done()) return Outcome::kNotPosted;
-    s.negotiated.reset();
+  if (s.dead) return Outcome::kNotPosted;
+  const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
+  // Done means the negotiated run left the engine's in-flight names (handles complete after).
+  if (!postable(c.op, cuda, c.inputs.size()) || !matches(s, c) ||
+      (s.negotiated && !s.negotiated->done())) {
+    // Negotiated instead: so are every rank's posts of the name, from the revocation on.
+    board_->revoke(index, 0);
+    s.dead = true;
+    return Outcome::kNotPosted;
   }
+  s.negotiated.reset();
+  const void* input = c.inputs[0].data;
+  void* output = c.outputs.empty() ? nullptr : c.outputs[0];
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
   if (reduces(s.kind) && s.prescale != 1.0) {
-    kernels::scaleCopy(mine, a.input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
+    kernels::scaleCopy(mine, input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
                        s.prescale);
   } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
-    std::memcpy(mine, a.input, s.meta.bytes());
+    std::memcpy(mine, input, s.meta.bytes());
   }
   if (!board_->publish(index)) {
     s.dead = true;
     return Outcome::kNotPosted;
   }
   s.gen = gen;
-  if (a.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
-    const Outcome o = watchBlocking(a, index, gen, lock);
+  if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
+    const Outcome o = watchBlocking(input, output, index, gen, lock);
     if (o != Outcome::kPosted) return o;
   }
-  s.pending = Handle::create(s.name, !a.blocking);
+  s.pending = Handle::create(s.name, !c.blocking);
   s.pending->setPosted(static_cast<int>(index), gen);
   claimed_[index].store(gen - 1, std::memory_order_relaxed);  // before anyone sees the handle
-  s.input = a.input;
-  s.output = a.output;
+  s.input = input;
+  s.output = output;
   s.pending_pos = pending_slots_.size();
   pending_slots_.push_back(index);
   pending_count_.fetch_add(1, std::memory_order_release);
@@ -227,8 +220,8 @@ PostedCollectives::Outcome PostedCollectives::post(const PostArgs& a,
   return Outcome::kPosted;
 }
 
-PostedCollectives::Outcome PostedCollectives::watchBlocking(const PostArgs& a, size_t index,
-                                                            uint64_t gen,
+PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, void* output,
+                                                            size_t index, uint64_t gen,
                                                             std::unique_lock<std::mutex>& lock) {
   // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
   // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
@@ -237,15 +230,15 @@ PostedCollectives::Outcome PostedCollectives::watchBlocking(const PostArgs& a, s
   if (st == PostBoard::State::kComplete) {  // the generation's last post
     ringPeers();
     lock.unlock();
-    finish(s, gen, a.input, a.output, nullptr);
+    finish(s, gen, input, output, nullptr);
     return Outcome::kFinished;
   }
   watched_[index].store(true, std::memory_order_relaxed);
   lock.unlock();
-  PostWatch watch(*this, a.spin_us);
+  PostWatch watch(*this, spin_us_);
   while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
   if (st == PostBoard::State::kComplete) {
-    finish(s, gen, a.input, a.output, nullptr);
+    finish(s, gen, input, output, nullptr);
     watched_[index].store(false, std::memory_order_release);
     return Outcome::kFinished;
   }
@@ -275,24 +268,10 @@ bool PostWatch::keepWatching() {
   return true;
 }
 
-bool PostedCollectives::screen(const std::string& name) {
-  if (!enabled()) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) return false;
-  Slot& s = slots_[it->second];
-  if (inFlightLocked(it->second)) return true;
-  if (!s.dead) {
-    board_->revoke(it->second, 0);
-    s.dead = true;
-  }
-  return false;
-}
-
 void PostedCollectives::ringPeers() const {
+  // Set rank r of the global set is global rank r.
   for (int r = 0; r < size_; ++r) {
-    if (r != board_->rank() && board_->listening(r))
-      arena_->notify(local_rank_of_[static_cast<size_t>(r)]);
+    if (r != board_->rank() && board_->listening(r)) transport_->ring(r);
   }
 }
 

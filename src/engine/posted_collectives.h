@@ -36,12 +36,13 @@
 //    found and reported as usual (an allgather whose rows changed on one rank is simply
 //    negotiated with the new rows). A name whose slot was revoked gets a new slot at its next
 //    negotiated run (while no rank has joined).
-//  - The post path is lean: a post is kept in its slot (handle, input and output pointers),
-//    not as an Entry, and its name is in flight by being pending there rather than in the
-//    engine's in-flight set (a negotiated submission of a name asks screen(), which also
-//    revokes the name's slot). A post that falls back becomes an Entry then. The C API reads
-//    its tensor views in place for it: at 1 KiB the entry, its vectors and the in-flight name
-//    were ~0.5 us of a 0.9 us operation (docs/algorithms.md, "The post lane").
+//  - The post path is lean: every call reaches tryPost() as a Call of tensor views (call.h),
+//    before anything is allocated for it; a post is kept in its slot (handle, input and output
+//    pointers), not as an Entry, and its name is in flight by being pending there rather than
+//    in the engine's in-flight set (a call of the name that is not posted revokes the slot in
+//    tryPost(), or is a duplicate). A post that falls back becomes an Entry then. At 1 KiB the
+//    entry, its vectors and the in-flight name were ~0.5 us of a 0.9 us operation
+//    (docs/algorithms.md, "The post lane").
 //  - Who finishes a post: the caller that waits for it (it watches its slot for
 //    PERSEUS_SPIN_US, and settles and completes the post before it takes any lock: claim()),
 //    else the engine thread, every millisecond while posts are pending. When
@@ -64,34 +65,16 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/post_board.h"
 #include "common/params.h"
+#include "engine/call.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
-#include "engine/post_board.h"
 #include "transport/shm/shm_arena.h"
+#include "transport/transport.h"
 
 namespace perseus::engine {
-
-// One collective as the post path takes it, before anything is allocated for it (the C API's
-// tensor views are read in place).
-struct PostArgs {
-  OpType kind = OpType::kAllreduce;  // kAllreduce, kBroadcast, kAllgather or kReducescatter
-  std::string_view name;
-  DataType dtype = DataType::kFloat32;
-  const int64_t* shape = nullptr;  // this rank's input
-  size_t ndim = 0;
-  const void* input = nullptr;
-  void* output = nullptr;               // allreduce, broadcast; the other outputs are the library's
-  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
-  double prescale = 1.0, postscale = 1.0;
-  int32_t root = 0;  // broadcast: the root's set rank
-  // A blocking call's (allreduce, broadcast): nobody can see its handle, so the caller
-  // finishes the post without one when the generation completes while it watches
-  // (Outcome::kFinished); a handle it needs after all is untimed (Handle::create).
-  bool blocking = false;
-  int64_t spin_us = 0;  // blocking: how long the caller watches the post before it has a handle
-};
 
 class PostedCollectives;
 
@@ -124,8 +107,11 @@ class PostedCollectives {
   // Slots one name may be given in a job (each fall-back retires one).
   static constexpr int kMaxSlotsPerName = 4;
 
-  // Enabled only when `arena` holds every rank of the job (`size` >= 2) and it has a post board.
-  PostedCollectives(transport::ShmArena* arena, int rank, int size, const Params& params);
+  // Enabled only when `arena` holds every rank of `transport`'s job (>= 2) and has a shared
+  // area for the post board (collectives/post_board.h). Posts that complete a generation ring
+  // the ranks that listen through `transport` (Transport::ring()); both outlive this.
+  PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
+                    const Params& params);
   bool enabled() const { return board_.has_value(); }
 
   // The cycle's holder, for every response the global set runs, before its entries complete.
@@ -135,20 +121,18 @@ class PostedCollectives {
   // takes posts only once it completed, when the name is no longer in flight here.
   void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated);
 
-  // Any thread (submission). Posts the collective when its name has a live slot with the same
-  // metadata whose negotiated run completed: kPosted, and `*handle` (its postedSlot() set)
-  // completes once every rank posted, or after falling back to negotiation. kInFlight: the
-  // name has a post in flight (a duplicate). kNotPosted: nothing happened; the caller
-  // submits it the negotiated way. kFinished: a blocking post whose generation completed while
-  // its caller watched, settled on the calling thread (no handle). kClosed: a blocking post
-  // that did not complete before the engine stopped.
+  // Any thread: Engine::submit() offers every call here first, and this is the one place that
+  // decides whether a call is posted (postable(), matches()). kPosted: a single CPU tensor of
+  // the global set whose name has a live slot with the same metadata, and whose negotiated
+  // run completed; `*handle` (its postedSlot() set) completes once every rank posted, or after
+  // falling back to negotiation. kNotPosted: nothing was posted; the caller negotiates the
+  // call, and if its name had a live slot that slot is revoked, so that every rank's posts of
+  // it go the negotiated way, which reports any difference in the metadata. kInFlight: the
+  // name has a post in flight (a duplicate). kFinished: a blocking call whose generation
+  // completed while its caller watched, settled on the calling thread (no handle). kClosed: a
+  // blocking call that did not complete before the engine stopped.
   enum class Outcome { kPosted, kNotPosted, kInFlight, kFinished, kClosed };
-  Outcome post(const PostArgs& a, std::shared_ptr<Handle>* handle);
-
-  // Any thread: a global-set request of `name` on its way to negotiation. True when the name
-  // has a post in flight (a duplicate). Otherwise revokes the name's live slot: every rank's
-  // posts of it go the negotiated way, which reports any difference in the metadata.
-  bool screen(const std::string& name);
+  Outcome tryPost(const Call& c, std::shared_ptr<Handle>* handle);
 
   // A settled post: complete (its output written), or back to negotiation in `renegotiate`.
   struct Settled {
@@ -184,7 +168,7 @@ class PostedCollectives {
 
   // join(): every live slot is revoked.
   void revokeAll();
-  // The engine stops: returns every pending post's collective and handle (to fail); post()
+  // The engine stops: returns every pending post's collective and handle (to fail); tryPost()
   // refuses from now on.
   std::vector<std::pair<OpType, std::shared_ptr<Handle>>> close();
 
@@ -233,11 +217,14 @@ class PostedCollectives {
     void* output = nullptr;
     uint64_t gen = 0;
   };
-  bool matches(const Slot& s, const PostArgs& a) const;
-  // A blocking post, published as generation `gen` of `index`, with the lock held: watched on
+  // Whether a collective of this kind, device and tensor count can ever be posted: calls
+  // (tryPost) and negotiated responses (learn) alike.
+  static bool postable(OpType kind, bool cuda, size_t tensors);
+  bool matches(const Slot& s, const Call& c) const;
+  // A blocking call, published as generation `gen` of `index`, with the lock held: watched on
   // the calling thread with no handle, settled there if it completes. Returns kFinished, or
   // kPosted after all (with the lock held again and the handle to come), or kClosed.
-  Outcome watchBlocking(const PostArgs& a, size_t index, uint64_t gen,
+  Outcome watchBlocking(const void* input, void* output, size_t index, uint64_t gen,
                         std::unique_lock<std::mutex>& lock);
   // A name gets a slot at its second negotiated run, not its first: names used once (an
   // unnamed op gets a fresh name per call, `allreduce.noname.N`) would otherwise fill the
@@ -265,11 +252,11 @@ class PostedCollectives {
   void finish(const Slot& s, uint64_t gen, const void* input, void* output, Handle* handle);
   void ringPeers() const;
 
-  transport::ShmArena* const arena_;
+  transport::Transport* const transport_;
   const int size_;
-  std::vector<int> local_rank_of_;  // by set rank
+  const int64_t spin_us_;  // how long a blocking caller watches its post before it has a handle
   std::chrono::steady_clock::duration patience_{};
-  std::optional<PostBoard> board_;
+  std::optional<collectives::PostBoard> board_;
 
   mutable std::mutex mu_;
   bool closed_ = false;
@@ -282,9 +269,9 @@ class PostedCollectives {
   std::vector<uint64_t> seen_once_ = std::vector<uint64_t>(size_t{1} << 14);
   std::vector<size_t> pending_slots_;
   // Per slot: a blocking caller watches a post of it with no handle. Set under mu_, cleared by
-  // that caller without it; post() and screen() take it as a post in flight.
+  // that caller without it; tryPost() takes it as a post in flight.
   std::unique_ptr<std::atomic<bool>[]> watched_;
-  // Per slot: the last generation claimed for settling (claim()); post() sets it to the one
+  // Per slot: the last generation claimed for settling (claim()); tryPost() sets it to the one
   // before the generation it publishes.
   std::unique_ptr<std::atomic<uint64_t>[]> claimed_;
   std::atomic<size_t> pending_count_{0};

@@ -1,5 +1,5 @@
 // Bindings of the collectives: tensors in (DLPack capsules or buffers), a Handle out, or
-// nothing for the blocking forms. Validation beyond tensor layout is the core's job.
+// nothing for a blocking call (blocking=True). Validation beyond tensor layout is the core's job.
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -58,44 +58,33 @@ py::object submit(Args args, const char* what, Fn&& fn) {
   return makeHandle(handle, std::move(args));
 }
 
-py::object allreduce(const std::string& name, py::handle input, py::handle output, int op,
-                     double prescale, double postscale, int process_set, uintptr_t stream) {
-  Args args;
-  const auto io = inputAndOutput(args, input, output, name, stream);
-  return submit(std::move(args), "perseus_allreduce", [&](perseus_handle* h) {
-    return perseus_allreduce(name.c_str(), &io.first, &io.second, op, prescale, postscale,
-                             process_set, h);
-  });
-}
-
-// The blocking forms: no handle, so nothing to return; the tensors stay borrowed until the
-// call returns. The GIL is released while it runs.
+// A blocking call (blocking=True) returns None: there is no handle, and the tensors stay
+// borrowed until the call returns. The GIL is released while it runs.
 template <typename Fn>
-void runBlocking(const char* what, Fn&& fn) {
+py::object runBlocking(const char* what, Fn&& fn) {
   perseus_status status;
   {
     py::gil_scoped_release release;
     status = fn();
   }
   check(status, what);
+  return py::none();
 }
 
-void allreduceBlocking(const std::string& name, py::handle input, py::handle output, int op,
-                       double prescale, double postscale, int process_set, uintptr_t stream) {
+py::object allreduce(const std::string& name, py::handle input, py::handle output, int op,
+                     double prescale, double postscale, int process_set, uintptr_t stream,
+                     bool blocking) {
   Args args;
   const auto io = inputAndOutput(args, input, output, name, stream);
-  runBlocking("perseus_allreduce_blocking", [&] {
-    return perseus_allreduce_blocking(name.c_str(), &io.first, &io.second, op, prescale, postscale,
-                                      process_set);
-  });
-}
-
-void broadcastBlocking(const std::string& name, py::handle input, py::handle output, int root,
-                       int process_set, uintptr_t stream) {
-  Args args;
-  const auto io = inputAndOutput(args, input, output, name, stream);
-  runBlocking("perseus_broadcast_blocking", [&] {
-    return perseus_broadcast_blocking(name.c_str(), &io.first, &io.second, root, process_set);
+  if (blocking) {
+    return runBlocking("perseus_allreduce_blocking", [&] {
+      return perseus_allreduce_blocking(name.c_str(), &io.first, &io.second, op, prescale,
+                                        postscale, process_set);
+    });
+  }
+  return submit(std::move(args), "perseus_allreduce", [&](perseus_handle* h) {
+    return perseus_allreduce(name.c_str(), &io.first, &io.second, op, prescale, postscale,
+                             process_set, h);
   });
 }
 
@@ -137,9 +126,14 @@ py::object groupedAllgather(const std::string& name, const py::list& inputs, int
 }
 
 py::object broadcast(const std::string& name, py::handle input, py::handle output, int root,
-                     int process_set, uintptr_t stream) {
+                     int process_set, uintptr_t stream, bool blocking) {
   Args args;
   const auto io = inputAndOutput(args, input, output, name, stream);
+  if (blocking) {
+    return runBlocking("perseus_broadcast_blocking", [&] {
+      return perseus_broadcast_blocking(name.c_str(), &io.first, &io.second, root, process_set);
+    });
+  }
   return submit(std::move(args), "perseus_broadcast", [&](perseus_handle* h) {
     return perseus_broadcast(name.c_str(), &io.first, &io.second, root, process_set, h);
   });
@@ -185,14 +179,8 @@ void registerCollectives(py::module_& m) {
   m.def("allreduce", &allreduce, arg("name"), arg("input"), arg("output") = py::none(),
         arg("op") = static_cast<int>(PERSEUS_AVERAGE), arg("prescale") = 1.0,
         arg("postscale") = 1.0, arg("process_set") = kGlobal, arg("stream") = 0,
-        "output=None reduces in place.");
-  m.def("allreduce_blocking", &allreduceBlocking, arg("name"), arg("input"),
-        arg("output") = py::none(), arg("op") = static_cast<int>(PERSEUS_AVERAGE),
-        arg("prescale") = 1.0, arg("postscale") = 1.0, arg("process_set") = kGlobal,
-        arg("stream") = 0, "allreduce and wait, with no handle; output=None reduces in place.");
-  m.def("broadcast_blocking", &broadcastBlocking, arg("name"), arg("input"),
-        arg("output") = py::none(), arg("root_rank") = 0, arg("process_set") = kGlobal,
-        arg("stream") = 0, "broadcast and wait, with no handle; output=None in place.");
+        arg("blocking") = false,
+        "output=None reduces in place; blocking=True waits and returns None (no handle).");
   m.def("grouped_allreduce", &groupedAllreduce, arg("name"), arg("inputs"),
         arg("outputs") = py::none(), arg("op") = static_cast<int>(PERSEUS_AVERAGE),
         arg("prescale") = 1.0, arg("postscale") = 1.0, arg("process_set") = kGlobal,
@@ -203,7 +191,8 @@ void registerCollectives(py::module_& m) {
         arg("process_set") = kGlobal, arg("stream") = 0);
   m.def("broadcast", &broadcast, arg("name"), arg("input"), arg("output") = py::none(),
         arg("root_rank") = 0, arg("process_set") = kGlobal, arg("stream") = 0,
-        "output=None broadcasts in place.");
+        arg("blocking") = false,
+        "output=None broadcasts in place; blocking=True waits and returns None (no handle).");
   m.def("alltoall", &alltoall, arg("name"), arg("input"), arg("splits") = py::none(),
         arg("process_set") = kGlobal, arg("stream") = 0);
   m.def("reducescatter", &reducescatter, arg("name"), arg("input"),

@@ -1,4 +1,4 @@
-// The post board's protocol (engine/post_board.h) over plain memory, ranks as threads: a
+// The post board's protocol (collectives/post_board.h) over plain memory, ranks as threads: a
 // generation completes when every rank posted it, revoking freezes the count so that every
 // rank agrees on which generations completed, and the two pools per rank are never rewritten
 // while a rank may still read them.
@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/post_board.h"
+#include "collectives/post_board.h"
 
-namespace perseus::engine {
+namespace perseus::collectives {
 namespace {
 
 struct Memory {
@@ -135,4 +135,4 @@ TEST(PostBoard, ConcurrentGenerationsAndARacingRevocationAgree) {
 }
 
 }  // namespace
-}  // namespace perseus::engine
+}  // namespace perseus::collectives

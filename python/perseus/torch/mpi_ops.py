@@ -240,15 +240,15 @@ def _blocks(tensor):
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
-    """synchronize(allreduce_async_(...)) as one call with no handle (the core's
-    perseus_allreduce_blocking)."""
+    """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
+    entry with its blocking flag)."""
     if not _blocks(tensor):
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                             postscale_factor, process_set))
     ps = process_set_id(process_set)
     name = op_name("allreduce", name, ps)
-    _core().allreduce_blocking(name, _t.capsule(tensor), None, to_core_op(resolve_op(op, average)),
-                               float(prescale_factor), float(postscale_factor), ps)
+    _core().allreduce(name, _t.capsule(tensor), None, to_core_op(resolve_op(op, average)),
+                      float(prescale_factor), float(postscale_factor), ps, 0, True)
     return tensor
 
 
@@ -258,7 +258,7 @@ def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process
         return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
     ps = process_set_id(process_set)
     name = op_name("broadcast", name, ps)
-    _core().broadcast_blocking(name, _t.capsule(tensor), None, set_root(ps, root_rank), ps)
+    _core().broadcast(name, _t.capsule(tensor), None, set_root(ps, root_rank), ps, 0, True)
     return tensor
 
 

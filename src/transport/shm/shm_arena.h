@@ -54,25 +54,20 @@ class ShmArena {
     (void)reason;
   }
 
-  // Shared memory for posted allreduces (Note [Posted collectives], engine/posted_collectives.h):
-  // state words (local rank 0's are the shared ones), two payload pools per local rank, its
-  // "ring me" flag and post count. Any thread. Empty (null) where the arena has none.
-  struct PostBoardMemory {
-    std::atomic<uint64_t>* listening = nullptr;
-    std::atomic<uint64_t>* posts = nullptr;  // the rank's posts so far (its own writes only)
-    std::atomic<uint64_t>* states = nullptr;
-    size_t num_states = 0;
-    unsigned char* pool[2] = {nullptr, nullptr};
-    size_t pool_bytes = 0;
+  // Shared memory the arena keeps for a layer above it and never touches itself (the post
+  // board of the posted collectives, collectives/post_board.h): per local rank, `num_words`
+  // lock-free 64-bit atomics, zero at creation, then `num_bytes` bytes, mapped in every local
+  // process at a fixed address. Any thread. Empty (null) where the arena has none.
+  struct SharedArea {
+    std::atomic<uint64_t>* words = nullptr;
+    size_t num_words = 0;
+    unsigned char* bytes = nullptr;
+    size_t num_bytes = 0;
   };
-  virtual PostBoardMemory postBoard(int local_rank) {
+  virtual SharedArea sharedArea(int local_rank) {
     (void)local_rank;
     return {};
   }
-  // Rings local rank `local_rank`'s engine thread, after a seq_cst store of what it may be
-  // waiting for: wakes it if it sleeps, and moves its Transport::rings() if it spins. Any
-  // thread.
-  virtual void notify(int local_rank) { (void)local_rank; }
 };
 
 }  // namespace perseus::transport

@@ -41,17 +41,14 @@ void* ShmArenaImpl::slot(int local_rank) {
   return set_->slot(local_rank);
 }
 
-ShmArena::PostBoardMemory ShmArenaImpl::postBoard(int local_rank) {
+ShmArena::SharedArea ShmArenaImpl::sharedArea(int local_rank) {
   slot(local_rank);  // validates local_rank
-  PostBoardMemory m;
-  m.listening = set_->postListening(local_rank);
-  m.posts = set_->postCount(local_rank);
-  m.states = set_->postStates(local_rank);
-  m.num_states = kPostStates;
-  m.pool[0] = set_->postPool(local_rank, 0);
-  m.pool[1] = set_->postPool(local_rank, 1);
-  m.pool_bytes = kPostPoolBytes;
-  return m;
+  SharedArea a;
+  a.words = set_->sharedWords(local_rank);
+  a.num_words = kSharedWords;
+  a.bytes = set_->sharedBytes(local_rank);
+  a.num_bytes = kSharedBytes;
+  return a;
 }
 
 void ShmArenaImpl::checkGroup(int group_id) const {

@@ -2,7 +2,7 @@
 // rank's segment carries one barrier epoch counter per group (see barrier()).
 //
 // Thread contract: barrier(), slot() from the engine thread (or a test's rank thread) only;
-// abort(), postBoard() and notify() from any thread.
+// abort() and sharedArea() from any thread.
 #pragma once
 
 #include <atomic>
@@ -47,8 +47,7 @@ class ShmArenaImpl : public ShmArena {
   void recordLostPeer(int lost_rank, const std::string& reason) override {
     set_->recordCause(lost_rank, reason);
   }
-  PostBoardMemory postBoard(int local_rank) override;
-  void notify(int local_rank) override { set_->alert(local_rank); }
+  SharedArea sharedArea(int local_rank) override;
 
  private:
   void checkGroup(int group_id) const;

@@ -3,8 +3,7 @@
 // creator constructs them in zero-filled memory before it publishes `magic`.
 //
 //   [SegmentHeader][kMaxGroups x BarrierEpoch][(local_size-1) x (RingControl + ring bytes)][slot]
-//   [post board: listening flag line, post count line, kPostStates x state word][2 x kPostPoolBytes
-//   payload pool]
+//   [shared area: kSharedWords atomic words][kSharedBytes bytes]
 //
 // Rings live in the segment of the rank that RECEIVES on them: the owner is the only consumer
 // of its rings, and sender s writes ring index (s < owner ? s : s - 1).
@@ -23,10 +22,10 @@ constexpr size_t kPage = 4096;
 constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
 constexpr uint32_t kLayoutVersion = 4;
-// The post board (ShmArena::PostBoard): state words (used in local rank 0's segment only) and
-// this rank's payload pool, one per parity of a post's generation.
-constexpr size_t kPostStates = 4096;
-constexpr size_t kPostPoolBytes = 1u << 20;
+// ShmArena::sharedArea(), sized for the post board (collectives/post_board.h): two cache lines
+// of per-rank words and 4096 slot states, and two payload pools of 1 MiB.
+constexpr size_t kSharedWords = 2 * (kCacheLine / sizeof(uint64_t)) + 4096;
+constexpr size_t kSharedBytes = 2u << 20;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "shared 64-bit atomics must be lock-free");
@@ -77,11 +76,10 @@ struct SegmentLayout {
     rings_offset = alignUp(epochs_offset + ShmArena::kMaxGroups * sizeof(BarrierEpoch), kPage);
     ring_stride = alignUp(sizeof(RingControl), kPage) + alignUp(ring_bytes, kPage);
     slot_offset = rings_offset + static_cast<size_t>(local_size - 1) * ring_stride;
-    posts_offset = slot_offset + alignUp(slot_bytes, kPage);
-    // The flag and the count on lines of their own: a peer reads the flag on every post that
-    // completes a generation, and the owner writes the count on every post.
-    pool_offset = posts_offset + alignUp(2 * kCacheLine + kPostStates * sizeof(uint64_t), kPage);
-    total_bytes = pool_offset + 2 * kPostPoolBytes;
+    shared_words_offset = slot_offset + alignUp(slot_bytes, kPage);
+    shared_bytes_offset =
+        shared_words_offset + alignUp(kSharedWords * sizeof(std::atomic<uint64_t>), kPage);
+    total_bytes = shared_bytes_offset + kSharedBytes;
   }
   // Offset of the ring that `sender` writes in `owner`'s segment.
   size_t ringOffset(int owner, int sender) const {
@@ -92,8 +90,8 @@ struct SegmentLayout {
   }
 
   size_t ring_bytes, slot_bytes;
-  size_t epochs_offset, rings_offset, ring_stride, slot_offset, posts_offset, pool_offset,
-      total_bytes;
+  size_t epochs_offset, rings_offset, ring_stride, slot_offset, shared_words_offset,
+      shared_bytes_offset, total_bytes;
 };
 
 }  // namespace perseus::transport::shm

@@ -32,10 +32,8 @@ ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
   for (int s = 0; s < localSize(); ++s) {
     if (s != local_rank_) new (ring(local_rank_, s)) RingControl{};
   }
-  new (postListening(local_rank_)) std::atomic<uint64_t>(0);
-  new (postCount(local_rank_)) std::atomic<uint64_t>(0);
-  for (size_t i = 0; i < kPostStates; ++i)
-    new (postStates(local_rank_) + i) std::atomic<uint64_t>(0);
+  for (size_t i = 0; i < kSharedWords; ++i)
+    new (sharedWords(local_rank_) + i) std::atomic<uint64_t>(0);
   h->version = kLayoutVersion;
   h->owner_pid = static_cast<int32_t>(::getpid());
   h->global_rank = global_ranks_[local_rank_];

@@ -51,19 +51,12 @@ class ShmSegmentSet {
     return base(owner) + layout_.ringDataOffset(owner, sender);
   }
   char* slot(int lr) const { return base(lr) + layout_.slot_offset; }
-  std::atomic<uint64_t>* postListening(int lr) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset);
+  // ShmArena::sharedArea(): words, then bytes.
+  std::atomic<uint64_t>* sharedWords(int lr) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.shared_words_offset);
   }
-  std::atomic<uint64_t>* postCount(int lr) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset + kCacheLine);
-  }
-  std::atomic<uint64_t>* postStates(int lr) const {
-    return reinterpret_cast<std::atomic<uint64_t>*>(base(lr) + layout_.posts_offset +
-                                                    2 * kCacheLine);
-  }
-  unsigned char* postPool(int lr, int parity) const {
-    return reinterpret_cast<unsigned char*>(base(lr) + layout_.pool_offset) +
-           parity * kPostPoolBytes;
+  unsigned char* sharedBytes(int lr) const {
+    return reinterpret_cast<unsigned char*>(base(lr) + layout_.shared_bytes_offset);
   }
 
   // Wakes local rank `lr` if it sleeps on its doorbell. Call after publishing whatever it may
@@ -71,8 +64,8 @@ class ShmSegmentSet {
   // ShmDoorbell::arm); costs one load when it does not sleep.
   void notify(int lr) const;
   // Rings local rank `lr` whether or not it sleeps: its doorbell's count moves (which a rank
-  // that spins before sleeping watches, Transport::rings()) and sleepers wake. For rings that
-  // carry no bytes, which no channel would report; costs a shared read-modify-write.
+  // that spins before sleeping watches, Transport::waitIncoming()) and sleepers wake. For rings
+  // that carry no bytes, which no channel would report; costs a shared read-modify-write.
   void alert(int lr) const;
   // True (with a reason) when local rank `lr` closed its transport or its process exited.
   bool peerGone(int lr, std::string* why) const;

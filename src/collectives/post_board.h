@@ -1,6 +1,6 @@
-// The shared-memory protocol of posted allreduces (Note [Posted collectives] in
-// posted_collectives.h): each rank posts its contribution to a generation of a slot one-sidedly,
-// and any rank that sees every contribution of a generation reduces them itself.
+// The shared-memory protocol of posted collectives (Note [Posted collectives] in
+// engine/posted_collectives.h): each rank posts its contribution to a generation of a slot
+// one-sidedly, and any rank that sees every contribution of a generation reduces them itself.
 //
 // One 64-bit state word per slot, shared by the set's ranks, counts the posts of all
 // generations so far (generation g is complete once it reaches g * size) and has a revoked bit.
@@ -14,7 +14,14 @@
 // i.e. after it read every g - 1 payload. So no reader ever sees a buffer being rewritten.
 //
 // A rank whose engine thread sleeps while posts are pending (and no caller watches them) sets
-// its listening flag; the rank whose post completes a generation rings the ranks that listen.
+// its listening flag; the rank whose post completes a generation rings the ranks that listen
+// (Transport::ring(), the transport's doorbell).
+//
+// Its memory is the arena's shared area (ShmArena::sharedArea()), laid out by fromArena():
+// per rank, the listening flag and the post count on cache lines of their own (a peer reads
+// the flag on every post that completes a generation, the owner writes the count on every
+// post), then the slot states (local rank 0's are the shared ones); the area's bytes are the
+// rank's two payload pools, one per parity of a post's generation.
 //
 // Thread contract: any thread; callers serialise posts of one slot (one name is in flight
 // once per rank).
@@ -24,9 +31,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
-namespace perseus::engine {
+#include "transport/shm/shm_arena.h"
+
+namespace perseus::collectives {
 
 class PostBoard {
  public:
@@ -37,6 +47,10 @@ class PostBoard {
             std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
             std::vector<std::atomic<uint64_t>*> listening,
             std::vector<std::atomic<uint64_t>*> posts, int rank);
+  // The board of the job's `size` ranks in `arena`'s shared area, as global rank `rank` (set
+  // rank r is the local rank whose global rank is r); nullopt unless the arena holds every rank
+  // of the job and has a shared area.
+  static std::optional<PostBoard> fromArena(transport::ShmArena& arena, int rank, int size);
 
   int size() const { return static_cast<int>(pools_.size()); }
   int rank() const { return rank_; }
@@ -81,4 +95,4 @@ class PostBoard {
   int rank_;
 };
 
-}  // namespace perseus::engine
+}  // namespace perseus::collectives

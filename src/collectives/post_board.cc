@@ -1,8 +1,8 @@
-#include "engine/post_board.h"
+#include "collectives/post_board.h"
 
 #include <utility>
 
-namespace perseus::engine {
+namespace perseus::collectives {
 
 PostBoard::PostBoard(std::atomic<uint64_t>* states, size_t num_states,
                      std::vector<std::array<unsigned char*, 2>> pools, size_t pool_bytes,
@@ -15,6 +15,40 @@ PostBoard::PostBoard(std::atomic<uint64_t>* states, size_t num_states,
       listening_(std::move(listening)),
       posts_(std::move(posts)),
       rank_(rank) {}
+
+namespace {
+
+// The area's words: the listening flag, the post count (one cache line each), the states.
+constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
+constexpr size_t kListeningWord = 0;
+constexpr size_t kPostsWord = kWordsPerLine;
+constexpr size_t kFirstState = 2 * kWordsPerLine;
+
+}  // namespace
+
+std::optional<PostBoard> PostBoard::fromArena(transport::ShmArena& arena, int rank, int size) {
+  if (size < 2 || arena.localSize() != size) return std::nullopt;
+  const std::vector<int>& globals = arena.globalRanks();
+  std::vector<std::array<unsigned char*, 2>> pools(static_cast<size_t>(size));
+  std::vector<std::atomic<uint64_t>*> listening(static_cast<size_t>(size)),
+      posts(static_cast<size_t>(size));
+  size_t pool_bytes = 0;
+  for (int lr = 0; lr < size; ++lr) {
+    const transport::ShmArena::SharedArea a = arena.sharedArea(lr);
+    if (a.words == nullptr || a.num_words <= kFirstState || a.bytes == nullptr ||
+        globals[static_cast<size_t>(lr)] < 0 || globals[static_cast<size_t>(lr)] >= size) {
+      return std::nullopt;
+    }
+    const auto r = static_cast<size_t>(globals[static_cast<size_t>(lr)]);
+    pool_bytes = a.num_bytes / 2;
+    pools[r] = {a.bytes, a.bytes + pool_bytes};
+    listening[r] = a.words + kListeningWord;
+    posts[r] = a.words + kPostsWord;
+  }
+  const transport::ShmArena::SharedArea shared = arena.sharedArea(0);
+  return PostBoard(shared.words + kFirstState, shared.num_words - kFirstState, std::move(pools),
+                   pool_bytes, std::move(listening), std::move(posts), rank);
+}
 
 bool PostBoard::publish(size_t slot) {
   std::atomic<uint64_t>& word = states_[slot];
@@ -54,4 +88,4 @@ PostBoard::State PostBoard::revoke(size_t slot, uint64_t gen) {
   return classify(before | kRevokedBit, gen);
 }
 
-}  // namespace perseus::engine
+}  // namespace perseus::collectives
