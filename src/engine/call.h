@@ -23,8 +23,9 @@ class Span {
  public:
   Span() = default;
   Span(const T* data, size_t size) : data_(data), size_(size) {}
-  // A braced list lives until the end of the full expression, i.e. the entry's return.
-  Span(std::initializer_list<T> list) : data_(list.begin()), size_(list.size()) {}
+  // A braced list in a call lives until the end of the full expression, i.e. the entry's
+  // return: a Span made from one is for passing arguments, never for keeping.
+  Span(std::initializer_list<T> list) : Span(list.begin(), list.size()) {}
   Span(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT: implicit
 
   const T* data() const { return data_; }

@@ -9,6 +9,30 @@
 #include "engine/engine.h"
 
 namespace perseus::engine {
+namespace {
+
+// The fields every collective call has.
+Call callOf(OpType op, std::string_view name, int32_t set, Span<TensorView> in, bool blocking) {
+  Call c;
+  c.op = op;
+  c.name = name;
+  c.set = set;
+  c.inputs = in;
+  c.blocking = blocking;
+  return c;
+}
+
+// A reduction's (allreduce, reducescatter).
+Call reductionCall(OpType op, std::string_view name, int32_t set, Span<TensorView> in,
+                   ReduceOp reduce_op, double prescale, double postscale, bool blocking) {
+  Call c = callOf(op, name, set, in, blocking);
+  c.reduce_op = reduce_op;
+  c.prescale = prescale;
+  c.postscale = postscale;
+  return c;
+}
+
+}  // namespace
 
 std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView> in,
                                           Span<void*> out, ReduceOp op, double prescale,
@@ -25,29 +49,15 @@ std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView
                                              << " is null; pass a buffer (it may be the input)"));
     }
   }
-  Call c;
-  c.op = OpType::kAllreduce;
-  c.name = name;
-  c.set = set;
-  c.inputs = in;
+  Call c = reductionCall(OpType::kAllreduce, name, set, in, op, prescale, postscale, blocking);
   c.outputs = out;
-  c.reduce_op = op;
-  c.prescale = prescale;
-  c.postscale = postscale;
-  c.blocking = blocking;
   return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::allgather(std::string_view name, Span<TensorView> in, int32_t set,
                                           bool blocking) {
   if (in.empty()) throw InvalidArgumentError(PERSEUS_STR("allgather '" << name << "': no tensors"));
-  Call c;
-  c.op = OpType::kAllgather;
-  c.name = name;
-  c.set = set;
-  c.inputs = in;
-  c.blocking = blocking;
-  return submit(c);
+  return submit(callOf(OpType::kAllgather, name, set, in, blocking));
 }
 
 std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorView& in, void* out,
@@ -56,26 +66,16 @@ std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorVie
     throw InvalidArgumentError(PERSEUS_STR(
         "broadcast '" << name << "': null output; pass a buffer (it may be the input)"));
   }
-  Call c;
-  c.op = OpType::kBroadcast;
-  c.name = name;
-  c.set = set;
-  c.inputs = Span<TensorView>(&in, 1);
+  Call c = callOf(OpType::kBroadcast, name, set, Span<TensorView>(&in, 1), blocking);
   c.outputs = Span<void*>(&out, 1);
   c.root = root;
-  c.blocking = blocking;
   return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::alltoall(std::string_view name, const TensorView& in,
                                          Span<int64_t> splits, int32_t set, bool blocking) {
-  Call c;
-  c.op = OpType::kAlltoall;
-  c.name = name;
-  c.set = set;
-  c.inputs = Span<TensorView>(&in, 1);
+  Call c = callOf(OpType::kAlltoall, name, set, Span<TensorView>(&in, 1), blocking);
   c.splits = splits;
-  c.blocking = blocking;
   return submit(c);
 }
 
@@ -85,16 +85,8 @@ std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<Tensor
   if (in.empty()) {
     throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': no tensors"));
   }
-  Call c;
-  c.op = OpType::kReducescatter;
-  c.name = name;
-  c.set = set;
-  c.inputs = in;
-  c.reduce_op = op;
-  c.prescale = prescale;
-  c.postscale = postscale;
-  c.blocking = blocking;
-  return submit(c);
+  return submit(
+      reductionCall(OpType::kReducescatter, name, set, in, op, prescale, postscale, blocking));
 }
 
 std::shared_ptr<Handle> Engine::barrier(int32_t set) {
@@ -104,11 +96,7 @@ std::shared_ptr<Handle> Engine::barrier(int32_t set) {
     n = barrier_calls_[set]++;
   }
   const std::string name = "__barrier." + std::to_string(n);
-  Call c;
-  c.op = OpType::kBarrier;
-  c.name = name;
-  c.set = set;
-  return submit(c);
+  return submit(callOf(OpType::kBarrier, name, set, {}, false));
 }
 
 std::shared_ptr<Handle> Engine::join(int device) {
@@ -124,11 +112,7 @@ std::shared_ptr<Handle> Engine::join(int device) {
   }
   // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted collectives]).
   posted_.revokeAll();
-  Call c;
-  c.op = OpType::kJoin;
-  c.name = "__join";
-  c.set = kGlobalSet;
-  return submit(c);
+  return submit(callOf(OpType::kJoin, "__join", kGlobalSet, {}, false));
 }
 
 std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
@@ -146,10 +130,7 @@ std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
     n = add_set_calls_++;
   }
   const std::string name = "__add_process_set." + std::to_string(n);
-  Call c;
-  c.op = OpType::kAddProcessSet;
-  c.name = name;
-  c.set = kGlobalSet;
+  Call c = callOf(OpType::kAddProcessSet, name, kGlobalSet, {}, false);
   c.set_ranks = sorted;
   return submit(c);
 }
@@ -167,10 +148,7 @@ std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
     n = remove_set_calls_++;
   }
   const std::string name = "__remove_process_set." + std::to_string(n);
-  Call c;
-  c.op = OpType::kRemoveProcessSet;
-  c.name = name;
-  c.set = kGlobalSet;
+  Call c = callOf(OpType::kRemoveProcessSet, name, kGlobalSet, {}, false);
   c.set_id = id;
   return submit(c);
 }
