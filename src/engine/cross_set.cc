@@ -1,14 +1,14 @@
 // The engine's side of the cross-set name check (set_conflict.h): new requests of every
 // process set travel with the global negotiation to global rank 0, whose conflicts fail the
-// name on every rank in whichever set it is in flight. Engine thread only.
+// name on every rank in whichever set it is in flight. Holder of the cycle lock only.
 #include <algorithm>
 
 #include "common/logging.h"
-#include "engine/engine.h"
+#include "engine/cycle.h"
 
 namespace perseus::engine {
 
-std::vector<Request> Engine::announceNewRequests() {
+std::vector<Request> Cycle::announceNewRequests() {
   std::vector<Request> out;
   for (auto& [group, set] : sets_) {
     // LOCAL and CROSS (negative ids) have other members on other hosts: the check, which
@@ -33,8 +33,8 @@ std::vector<Request> Engine::announceNewRequests() {
   return out;
 }
 
-std::vector<Request> Engine::checkCrossSet(ProcessSet& set, int set_rank,
-                                           std::vector<Request> list) {
+std::vector<Request> Cycle::checkCrossSet(ProcessSet& set, int set_rank,
+                                          std::vector<Request> list) {
   if (set.group_id != kGlobalGroup) return list;
   if (!set_conflicts_) {
     set_conflicts_ =
@@ -51,7 +51,7 @@ std::vector<Request> Engine::checkCrossSet(ProcessSet& set, int set_rank,
   return own;
 }
 
-void Engine::failCrossSet(std::vector<Response>* responses) {
+void Cycle::failCrossSet(std::vector<Response>* responses) {
   auto first = std::stable_partition(responses->begin(), responses->end(),
                                      [](const Response& r) { return !r.cross_set; });
   for (auto it = first; it != responses->end(); ++it) {
@@ -81,13 +81,13 @@ void Engine::failCrossSet(std::vector<Response>* responses) {
   responses->erase(first, responses->end());
 }
 
-std::string Engine::crossSetFailure(const Request& q, int32_t set_id,
-                                    const std::string& cause) const {
+std::string Cycle::crossSetFailure(const Request& q, int32_t set_id,
+                                   const std::string& cause) const {
   return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "' in process set " << set_id
                                       << " on rank " << topology_.rank << ": " << cause);
 }
 
-std::optional<std::string> Engine::takeConflict(const ProcessSet& set, const Request& q) {
+std::optional<std::string> Cycle::takeConflict(const ProcessSet& set, const Request& q) {
   auto found = conflicted_names_.find(q.name);
   if (found == conflicted_names_.end()) return std::nullopt;
   std::string message = crossSetFailure(q, set.id, found->second);

@@ -1,11 +1,12 @@
 // One engine cycle (Note [Engine cycle] in engine.h): negotiate each set with work, then run
-// its responses. Engine thread only.
+// its responses (execute.cc). Holder of the cycle lock only (cycle.h).
+#include "engine/cycle.h"
+
 #include <algorithm>
 #include <sstream>
 
 #include "common/logging.h"
 #include "engine/control.h"
-#include "engine/engine.h"
 #include "engine/wire.h"
 
 namespace perseus::engine {
@@ -15,11 +16,21 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-bool Engine::runCycle() {
+bool Cycle::run(bool shutdown) {
+  more_work_ = false;
+  const auto cycle_start = mark_cycles_ ? Clock::now() : Clock::time_point{};
+  const bool progress = runSets(shutdown);
+  cycles_.fetch_add(1, std::memory_order_relaxed);
+  if (timeline_ && mark_cycles_) timeline_->span("cycles", "CYCLE", cycle_start, Clock::now());
+  if (timeline_) timeline_->flush();
+  return progress;
+}
+
+bool Cycle::runSets(bool shutdown) {
   ProcessSet& global = *sets_.at(kGlobalGroup);
   std::string during = "negotiation of the global process set";
   try {
-    std::vector<Response> responses = negotiate(global, true);
+    std::vector<Response> responses = negotiate(global, true, shutdown);
     if (stopped_.load()) return true;  // a rank shut the job down
     bool progress = !responses.empty();
     during = "execution of the global process set's collectives";
@@ -28,7 +39,7 @@ bool Engine::runCycle() {
     for (auto& [group, set] : sets_) {
       if (group == kGlobalGroup || !set->member() || !set_work_[group]) continue;
       during = PERSEUS_STR("negotiation of process set " << set->id);
-      std::vector<Response> rs = negotiate(*set, false);
+      std::vector<Response> rs = negotiate(*set, false, shutdown);
       progress = progress || !rs.empty();
       during = PERSEUS_STR("execution of process set " << set->id << "'s collectives");
       execute(*set, rs);
@@ -45,7 +56,7 @@ bool Engine::runCycle() {
   }
 }
 
-void Engine::classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<int>* invalid_bits) {
+void Cycle::classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<int>* invalid_bits) {
   for (Entry* e : set.fresh) {
     if (e->request.op == OpType::kJoin) set.joined = true;
     ResponseCache::Result hit = set.cache.lookup(e->request);
@@ -68,7 +79,7 @@ void Engine::classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<i
   }
 }
 
-std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
+std::vector<Response> Cycle::negotiate(ProcessSet& set, bool global, bool shutdown) {
   std::vector<int> invalid_bits;
   const auto now = Clock::now();
   classifyFresh(set, now, &invalid_bits);
@@ -81,7 +92,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   if (!set.uncached.empty() || stall_check_due || !announced.empty()) {
     cv.setFlag(ControlFlag::kUncached);
   }
-  if (global && shutdown_requested_.load()) cv.setFlag(ControlFlag::kShutdown);
+  if (global && shutdown) cv.setFlag(ControlFlag::kShutdown);
   if (set.joined) cv.setFlag(ControlFlag::kJoined);
   if (global && !posted_.enabled()) cv.setFlag(ControlFlag::kNoPosts);
   if (!invalid_bits.empty()) cv.setFlag(ControlFlag::kInvalid);
@@ -199,7 +210,7 @@ std::vector<Response> Engine::negotiate(ProcessSet& set, bool global) {
   return responses;
 }
 
-std::vector<Response> Engine::coordinate(ProcessSet& set, const std::vector<Request>& requests) {
+std::vector<Response> Cycle::coordinate(ProcessSet& set, const std::vector<Request>& requests) {
   collectives::Communicator& comm = *set.comm;
   const int n = comm.size();
   std::vector<uint8_t> mine = encodeRequests(requests);
@@ -250,7 +261,7 @@ std::vector<Response> Engine::coordinate(ProcessSet& set, const std::vector<Requ
   return responses;
 }
 
-void Engine::inspectStalls(ProcessSet& set, std::vector<Response>* responses) {
+void Cycle::inspectStalls(ProcessSet& set, std::vector<Response>* responses) {
   Coordinator& coord = *set.coordinator;
   const auto now = Clock::now();
   const double warn_s = params_.stall_warning_s;
@@ -287,8 +298,7 @@ void Engine::inspectStalls(ProcessSet& set, std::vector<Response>* responses) {
   }
   if (stalls.size() > 8) os << " and " << stalls.size() - 8 << " more";
   PERSEUS_LOG(WARNING, kEngine) << os.str();
-  std::lock_guard<std::mutex> lock(mu_);
-  last_stall_warning_ = os.str();
+  if (listener_.stall_warning) listener_.stall_warning(os.str());
 }
 
 }  // namespace perseus::engine

@@ -1,12 +1,13 @@
 // The driver (Note [Engine cycle], Note [Caller-run cycles] in engine.h): the engine thread's
 // loop and idle wait, caller-run cycles and parking, waiting for and polling a handle, the
-// runtime timeline switch, and shutdown. It is the code that takes the cycle lock.
+// runtime timeline switch, and shutdown. It is the code that takes the cycle lock (driver.h).
+#include "engine/driver.h"
+
 #include <sched.h>
 
 #include <algorithm>
 
 #include "common/logging.h"
-#include "engine/engine.h"
 
 namespace perseus::engine {
 namespace {
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::microseconds kDriveWindow{2000};
 constexpr std::chrono::microseconds kParkSlice{100};
 
-// The engine whose cycle this thread is running as a caller: a completion callback that waits
+// The driver whose cycle this thread is running as a caller: a completion callback that waits
 // must not try to drive again (the cycle lock is not recursive).
 thread_local const void* t_driving_engine = nullptr;
 
@@ -30,7 +31,22 @@ int64_t nowNs() {
 
 }  // namespace
 
-void Engine::idleWait(bool pending, bool spin) {
+Driver::Driver(Parts parts)
+    : transport_(parts.transport),
+      params_(*parts.params),
+      submissions_(*parts.submissions),
+      posted_(*parts.posted),
+      cycle_(*parts.cycle),
+      gpu_device_(*parts.gpu_device),
+      posts_(std::move(parts.posts)) {}
+
+Driver::~Driver() { shutdown(); }
+
+void Driver::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Driver::idleWait(bool pending, bool spin) {
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin ? params_.spin_us : 0);
   do {
     if (submissions_.hasQueued() || shutdown_requested_.load() || drive_requested_.load() ||
@@ -39,18 +55,18 @@ void Engine::idleWait(bool pending, bool spin) {
     }
     // GPU work finishing during the spin completes its handle now, not after the spin and
     // the blocking wait below (up to spin_us + 50 us later).
-    if (!gpu_completion_.empty()) {
-      pollGpu();
-      if (stopped_.load()) return;
+    if (cycle_.gpuPending()) {
+      cycle_.pollGpu();
+      if (cycle_.stopped()) return;
     }
-    if (posted_.listeningWanted()) progressPosted();
+    if (posted_.listeningWanted()) posts_.progress();
     sched_yield();
   } while (Clock::now() < spin_end);
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
   // Pending posts ring this rank when they complete; the bound is for their patience.
-  auto timeout = std::chrono::microseconds(!gpu_completion_.empty() ? 50
-                                           : posted_.hasPending()   ? 2000
-                                                                    : 100000);
+  auto timeout = std::chrono::microseconds(cycle_.gpuPending()    ? 50
+                                           : posted_.hasPending() ? 2000
+                                                                  : 100000);
   if (pending) {
     auto until_retry =
         std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
@@ -72,37 +88,33 @@ void Engine::idleWait(bool pending, bool spin) {
       !drive_requested_.load()) {
     // This thread spun already (above), but pending GPU work is polled only between these
     // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
-    const auto spin = !gpu_completion_.empty() ? timeout : std::chrono::microseconds(0);
+    const auto spin = cycle_.gpuPending() ? timeout : std::chrono::microseconds(0);
     transport_->waitIncoming(timeout, spin);
   }
   if (listening) posted_.stopListening();
   engine_blocked_.store(false);
 }
 
-bool Engine::step(bool* pending) {
+bool Driver::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
   *pending = false;
-  sweepPosted();
-  if (!gpu_completion_.empty()) pollGpu();
-  if (stopped_.load()) return false;
-  bool fresh = drainQueue();
+  posts_.sweep();
+  if (cycle_.gpuPending()) cycle_.pollGpu();
+  if (cycle_.stopped()) return false;
+  bool fresh = cycle_.drain();
   if (t_driving_engine == this && gpu_device_.load() >= 0) {
     // A CUDA tensor came in: its cycles belong to the engine thread, which takes over.
-    more_work_ = more_work_ || fresh;
+    if (fresh) cycle_.markWork();
     return false;
   }
-  for (auto& [group, set] : sets_) *pending = *pending || set->hasWork();
+  *pending = cycle_.pending();
   bool due = *pending && Clock::now() >= next_retry_;
-  if (!fresh && !more_work_ && !due && !shutdown_requested_.load() && !transport_->hasIncoming()) {
+  if (!fresh && !cycle_.moreWork() && !due && !shutdown_requested_.load() &&
+      !transport_->hasIncoming()) {
     return false;
   }
-  more_work_ = false;
-  const auto cycle_start = mark_cycles_ ? Clock::now() : Clock::time_point{};
-  bool progress = runCycle();
-  cycles_.fetch_add(1, std::memory_order_relaxed);
-  if (timeline_ && mark_cycles_) timeline_->span("cycles", "CYCLE", cycle_start, Clock::now());
-  if (timeline_) timeline_->flush();
+  bool progress = cycle_.run(shutdown_requested_.load());
   if (!progress) {
     next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(retry_s));
@@ -110,18 +122,18 @@ bool Engine::step(bool* pending) {
   return true;
 }
 
-bool Engine::drivenRecently() const {
+bool Driver::drivenRecently() const {
   const int64_t t = last_drive_ns_.load(std::memory_order_relaxed);
   return t != 0 &&
          nowNs() - t < std::chrono::duration_cast<std::chrono::nanoseconds>(kDriveWindow).count();
 }
 
-void Engine::park() {
+void Driver::park() {
   std::unique_lock<std::mutex> lock(park_mu_);
   park_cv_.wait_for(lock, kParkSlice);
 }
 
-void Engine::withCycleLock(const std::function<void()>& fn) {
+void Driver::withCycleLock(const std::function<void()>& fn) {
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
   while (!cycle.try_lock()) {
     // As drive(): the engine thread gives the lock up between its cycles when asked.
@@ -133,29 +145,17 @@ void Engine::withCycleLock(const std::function<void()>& fn) {
   fn();
 }
 
-void Engine::startTimeline(const std::string& path, bool mark_cycles) {
-  const int rank = topology_.rank, size = topology_.size;
-  // Opened here so that a bad path throws to the caller; swapped in under the cycle lock.
-  auto fresh = std::make_unique<Timeline>(Timeline::pathForRank(path, rank, size), rank);
-  withCycleLock([&] {
-    timeline_ = std::move(fresh);
-    mark_cycles_ = mark_cycles;
-  });
-}
-
-void Engine::stopTimeline() {
+std::unique_ptr<Timeline> Driver::swapTimeline(std::unique_ptr<Timeline> timeline,
+                                               bool mark_cycles) {
   std::unique_ptr<Timeline> old;
-  withCycleLock([&] {
-    old = std::move(timeline_);
-    mark_cycles_ = false;
-  });
-  // ~Timeline flushes and closes, outside the lock.
+  withCycleLock([&] { old = cycle_.swapTimeline(std::move(timeline), mark_cycles); });
+  return old;
 }
 
-void Engine::loop() {
+void Driver::loop() {
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::defer_lock);
   bool idle = false;  // waited since the last work, and nothing came
-  while (!stopped_.load()) {
+  while (!cycle_.stopped()) {
     if (!cycle.owns_lock() && !cycle.try_lock()) {
       park();  // a caller is running cycles
       continue;
@@ -173,13 +173,13 @@ void Engine::loop() {
       idle = false;
     } else {
       // Pending GPU work is polled in the spin (Note [GPU completion]): keep spinning for it.
-      idleWait(pending, !idle || !gpu_completion_.empty());
+      idleWait(pending, !idle || cycle_.gpuPending());
       idle = true;
     }
   }
 }
 
-void Engine::drive(const Handle& handle, int64_t spin_us) {
+void Driver::drive(const Handle& handle, int64_t spin_us) {
   const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
   if (!cycle.owns_lock()) {
@@ -188,7 +188,7 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
     if (engine_blocked_.load()) transport_->wake();
     const auto until = Clock::now() + spin;
     while (!cycle.try_lock()) {
-      if (handle.done() || stopped_.load() || Clock::now() >= until) {
+      if (handle.done() || cycle_.stopped() || Clock::now() >= until) {
         drive_requested_.store(false);
         return;
       }
@@ -203,7 +203,7 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
   // The idle time is counted from the first turn that found nothing to do.
   bool idle = false;
   Clock::time_point idle_since;
-  while (!handle.done() && !stopped_.load()) {
+  while (!handle.done() && !cycle_.stopped()) {
     bool pending = false;
     if (step(&pending)) {
       idle = false;
@@ -225,10 +225,10 @@ void Engine::drive(const Handle& handle, int64_t spin_us) {
   if (stalled) park_cv_.notify_one();
 }
 
-bool Engine::poll(Handle& handle) {
+bool Driver::poll(Handle& handle) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0) {
-    progressPosted(handle);
+    posts_.one(handle);
     if (handle.done()) return true;
   }
   // A busy poll loop keeps its core: a parked engine thread, waking once per slice, would get
@@ -243,7 +243,7 @@ bool Engine::poll(Handle& handle) {
   return false;
 }
 
-void Engine::setCallback(Handle& handle, Handle::Callback cb) {
+void Driver::setCallback(Handle& handle, Handle::Callback cb) {
   handle.setCallback(std::move(cb));
   if (handle.postedSlot() >= 0 && !handle.done()) {
     posted_.wantListening();
@@ -251,7 +251,7 @@ void Engine::setCallback(Handle& handle, Handle::Callback cb) {
   }
 }
 
-bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
+bool Driver::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
   if (handle.postedSlot() >= 0 && timeout_s != 0) {
     // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
@@ -259,7 +259,7 @@ bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
     posted_watchers_.fetch_add(1);
     PostWatch watch(posted_, spin_us);
     do {
-      progressPosted(handle);
+      posts_.one(handle);
     } while (!handle.done() && watch.keepWatching());
     posted_watchers_.fetch_sub(1);
     if (handle.done()) return true;
@@ -273,7 +273,7 @@ bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   // caller that drove has spun already.
   int64_t spin = spin_us;
   if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
-      t_driving_engine != this && !stopped_.load()) {
+      t_driving_engine != this && !cycle_.stopped()) {
     drive(handle, spin_us);
     if (handle.done()) return true;
     spin = 0;
@@ -283,7 +283,7 @@ bool Engine::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   return handle.wait(std::max(left, 0.0), spin);
 }
 
-void Engine::shutdown() {
+void Driver::shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mu_);
   if (!thread_.joinable()) return;
   shutdown_requested_.store(true);
@@ -292,8 +292,8 @@ void Engine::shutdown() {
   // Anything submitted after the thread ended fails here rather than waiting forever. A caller
   // may still be in a cycle's last turn (it stops at the next one).
   std::lock_guard<std::mutex> cycle(cycle_mu_);
-  stopAll(StatusCode::kShutDown, "Perseus was shut down");
-  if (timeline_) timeline_->flush();
+  cycle_.stopAll(StatusCode::kShutDown, "Perseus was shut down");
+  cycle_.flushTimeline();
 }
 
 }  // namespace perseus::engine

@@ -1,12 +1,10 @@
-// Engine construction and submission (any thread): the one submission path (submit(): the
-// post path or negotiation), validation, the device, queueing a request. The collectives' entry
-// points that build the requests are in collective_calls.cc; the engine thread's loop, caller-run
-// cycles, waiting for a handle and shutdown in driver.cc; the cycle itself in cycle.cc, running its
-// responses in execute.cc, and completing or failing handles in completion.cc.
+// Engine construction (the parts' wiring) and submission (any thread): the one submission path
+// (submit(): the post path or negotiation), validation, the device, queueing a request. The
+// collectives' entry points that build the calls are in collective_calls.cc; the parts are
+// Submissions, Cycle (cycle.h), Driver (driver.h), GpuCompletion and PostedCollectives.
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "common/logging.h"
 
@@ -23,44 +21,61 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
       transport_(transport),
       arena_(arena),
       params_(params),
-      cpu_executor_(makeCpuExecutor()),
+      gpu_(backends::createGpuBackend(
+          {params, transport ? transport->rank() : 0, topology.hostnames})),
       // Posted operations have no timeline spans: with a timeline, everything is negotiated.
-      posted_(params.timeline.empty() ? arena : nullptr, transport, params) {
-  PERSEUS_CHECK(transport_ != nullptr, "engine without a transport");
-  const int rank = transport_->rank();
-  const int size = transport_->size();
-  std::vector<int> all(size);
-  std::iota(all.begin(), all.end(), 0);
-  // Without rendezvous information (tests, one host) every rank is local.
-  std::vector<int> local = topology.local_ranks.empty() ? all : topology.local_ranks;
-  std::vector<int> cross =
-      topology.cross_ranks.empty() ? std::vector<int>{rank} : topology.cross_ranks;
-  const size_t capacity = static_cast<size_t>(std::max<int64_t>(params.cache_capacity, 0));
-  auto add = [&](int32_t id, int group, std::vector<int> members) {
-    auto set = std::make_unique<ProcessSet>(id, group, members, rank, capacity);
-    if (set->member()) set->comm = makeComm(*set);
-    set_info_[id] = ProcessSetInfo{id, members, set->rank};
-    sets_[group] = std::move(set);
-  };
-  add(kGlobalSet, kGlobalGroup, all);
-  add(kLocalSet, kLocalGroup, local);
-  add(kCrossSet, kCrossGroup, cross);
-  gpu_ = backends::createGpuBackend({params, rank, topology.hostnames});
-  if (gpu_) gpu_executor_ = makeGpuExecutor(gpu_.get(), [this] { return joinedDevice(); });
-  // DYNAMIC (Horovod's value) arms the timeline for startTimeline() only.
-  if (!params.timeline.empty() && params.timeline != "DYNAMIC") {
-    timeline_ =
-        std::make_unique<Timeline>(Timeline::pathForRank(params.timeline, rank, size), rank);
-    mark_cycles_ = params.timeline_mark_cycles;
-  }
-  thread_ = std::thread([this] { loop(); });
+      posted_(params.timeline.empty() ? arena : nullptr, transport, params),
+      cycle_(cycleParts(), cycleListener()),
+      driver_(driverParts()) {
+  driver_.start();
 }
 
 Engine::~Engine() { shutdown(); }
 
-std::unique_ptr<collectives::Communicator> Engine::makeComm(const ProcessSet& set) {
-  return std::make_unique<collectives::Communicator>(transport_, arena_, set.members, set.group_id,
-                                                     params_);
+Cycle::Parts Engine::cycleParts() {
+  Cycle::Parts p;
+  p.topology = topology_;
+  p.transport = transport_;
+  p.arena = arena_;
+  p.params = params_;
+  p.submissions = &submissions_;
+  p.posted = &posted_;
+  p.gpu_completion = &gpu_completion_;
+  p.gpu = gpu_.get();
+  p.cpu_executor = makeCpuExecutor();
+  if (gpu_) p.gpu_executor = makeGpuExecutor(gpu_.get(), [this] { return joinedDevice(); });
+  return p;
+}
+
+Cycle::Listener Engine::cycleListener() {
+  Cycle::Listener l;
+  l.set_added = [this](const ProcessSetInfo& info) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_info_[info.id] = info;
+  };
+  l.set_removed = [this](int32_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_info_.erase(id);
+  };
+  l.stall_warning = [this](const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_stall_warning_ = text;
+  };
+  return l;
+}
+
+Driver::Parts Engine::driverParts() {
+  Driver::Parts p;
+  p.transport = transport_;
+  p.params = &params_;
+  p.submissions = &submissions_;
+  p.posted = &posted_;
+  p.cycle = &cycle_;
+  p.gpu_device = &gpu_device_;
+  p.posts.sweep = [this] { sweepPosted(); };
+  p.posts.progress = [this] { progressPosted(); };
+  p.posts.one = [this](Handle& h) { progressPosted(h); };
+  return p;
 }
 
 // --- submission ------------------------------------------------------------------------
@@ -298,15 +313,15 @@ void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
 }
 
 Engine::Stats Engine::stats() const {
-  constexpr auto r = std::memory_order_relaxed;
+  const Cycle::Stats c = cycle_.stats();
   Stats s;
-  s.cycles = cycles_.load(r);
-  s.control_exchanges = control_exchanges_.load(r);
-  s.control_bytes = control_bytes_.load(r);
-  s.coordinator_rounds = coordinator_rounds_.load(r);
-  s.cached_responses = cached_responses_.load(r);
-  s.coordinated_responses = coordinated_responses_.load(r);
-  s.negotiation_ns = negotiation_ns_.load(r);
+  s.cycles = c.cycles;
+  s.control_exchanges = c.control_exchanges;
+  s.control_bytes = c.control_bytes;
+  s.coordinator_rounds = c.coordinator_rounds;
+  s.cached_responses = c.cached_responses;
+  s.coordinated_responses = c.coordinated_responses;
+  s.negotiation_ns = c.negotiation_ns;
   s.posted_allreduces = posted_.completedAllreducePosts();
   s.posted_collectives = posted_.completedPosts();
   return s;
@@ -315,44 +330,6 @@ Engine::Stats Engine::stats() const {
 std::string Engine::lastStallWarning() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_stall_warning_;
-}
-
-// --- engine thread -------------------------------------------------------------------------
-
-bool Engine::drainQueue() {
-  if (!submissions_.hasQueued()) return false;
-  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain();
-  auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
-    submissions_.release(raw->request.process_set, raw->request.name);
-    raw->handle->complete(code, message);
-  };
-  for (auto& e : batch) {
-    Entry* raw = e.get();
-    // The set exists: submit() checked it, and sets are removed only on this thread, which
-    // fails a removed set's queue entries below.
-    ProcessSet* set = setById(raw->request.process_set);
-    if (set == nullptr) {
-      failQueued(
-          raw, StatusCode::kInvalidArgument,
-          PERSEUS_STR(opTypeName(raw->request.op) << " '" << raw->request.name << "': process set "
-                                                  << raw->request.process_set << " was removed"));
-      continue;
-    }
-    if (std::optional<std::string> failure = takeConflict(*set, raw->request)) {
-      failQueued(raw, StatusCode::kMismatch, *failure);
-      continue;
-    }
-    set->entries[raw->request.name] = std::move(e);
-    set->fresh.push_back(raw);
-  }
-  return !batch.empty();
-}
-
-ProcessSet* Engine::setById(int32_t id) {
-  for (auto& [group, set] : sets_) {
-    if (set->id == id) return set.get();
-  }
-  return nullptr;
 }
 
 }  // namespace perseus::engine

@@ -23,7 +23,7 @@
 //    message naming the tensor, the op and the cause (which names the lost rank).
 //
 // Note [Caller-run cycles]
-// A cycle is run by whoever holds cycle_mu_: the engine thread, or a framework thread that
+// A cycle is run by whoever holds the cycle lock: the engine thread, or a framework thread that
 // waits for a handle (waitFor). Handing each operation to the engine thread and its result
 // back costs two thread switches per rank; on 2 cores shared by 2 ranks' callers and engine
 // threads, that was ~5 of the 5.8 µs of a 4-byte allreduce. So a waiting caller asks for the
@@ -61,13 +61,14 @@
 #include "backends/gpu_backend.h"
 #include "common/params.h"
 #include "engine/call.h"
+#include "engine/cycle.h"
+#include "engine/driver.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/gpu_completion.h"
 #include "engine/handle.h"
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
-#include "engine/set_conflict.h"
 #include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
@@ -76,17 +77,11 @@
 
 namespace perseus::engine {
 
-struct ProcessSetInfo {
-  int32_t id = 0;
-  std::vector<int> members;  // global ranks
-  int rank = -1;             // this rank's set rank, -1 when not a member
-};
-
 class Engine {
  public:
-  static constexpr int32_t kGlobalSet = 0;
-  static constexpr int32_t kLocalSet = -1;
-  static constexpr int32_t kCrossSet = -2;
+  static constexpr int32_t kGlobalSet = kGlobalSetId;
+  static constexpr int32_t kLocalSet = kLocalSetId;
+  static constexpr int32_t kCrossSet = kCrossSetId;
 
   // `transport` and `arena` (may be null) outlive the engine; the engine thread is the only
   // thread that drives them from construction until shutdown() returns.
@@ -131,26 +126,36 @@ class Engine {
   // `path` (the per-rank name when the job has several ranks) in place of the running timeline,
   // or closes it; the file is complete when stopTimeline returns. mark_cycles: one CYCLE span
   // per cycle. Throws InvalidArgumentError if the path cannot be written.
-  void startTimeline(const std::string& path, bool mark_cycles);
-  void stopTimeline();
+  void startTimeline(const std::string& path, bool mark_cycles) {
+    // Opened here so that a bad path throws to the caller; swapped in under the cycle lock.
+    driver_.swapTimeline(
+        std::make_unique<Timeline>(Timeline::pathForRank(path, topology_.rank, topology_.size),
+                                   topology_.rank),
+        mark_cycles);
+  }
+  void stopTimeline() { driver_.swapTimeline(nullptr, false); }  // closed outside the lock
 
   // Waits for `handle` (any thread, not from a completion callback of this engine), running
   // the engine's cycles on this thread while that makes progress (Note [Caller-run cycles]).
   // Returns false if `timeout_s` (< 0: none) passed first.
-  bool waitFor(Handle& handle, double timeout_s, int64_t spin_us);
+  bool waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
+    return driver_.waitFor(handle, timeout_s, spin_us);
+  }
   // Whether `handle` is done (any thread, never blocks). A handle that is polled rather than
   // waited for is the engine thread's to finish: a parked engine thread listens again.
-  bool poll(Handle& handle);
+  bool poll(Handle& handle) { return driver_.poll(handle); }
 
   // Attaches `cb` to `handle` (Handle::setCallback). A pending post has no waiter to finish
   // it, so the engine thread listens for it from now on (Note [Posted collectives]).
-  void setCallback(Handle& handle, Handle::Callback cb);
+  void setCallback(Handle& handle, Handle::Callback cb) {
+    driver_.setCallback(handle, std::move(cb));
+  }
 
   // Stops the job's engines together: this rank's next cycle tells every rank, and each fails
   // its pending requests with ShutDownError and stops. Returns when this engine thread ended.
   // Idempotent.
-  void shutdown();
-  bool running() const { return !stopped_.load(); }
+  void shutdown() { driver_.shutdown(); }
+  bool running() const { return !cycle_.stopped(); }
 
   const rendezvous::Topology& topology() const { return topology_; }
   // True when CUDA tensors can be submitted (a CUDA build; the device is checked at use).
@@ -158,7 +163,7 @@ class Engine {
   const Params& params() const { return params_; }
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
   std::string lastStallWarning() const;
-  uint64_t cycles() const { return cycles_.load(); }
+  uint64_t cycles() const { return cycle_.stats().cycles; }
   // Counters for perseus_get_engine_stats (any thread; each value is read atomically).
   struct Stats {
     uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
@@ -187,86 +192,37 @@ class Engine {
   // falls back, whose name is not claimed in submissions_ yet. Any thread.
   void enqueue(std::unique_ptr<Entry> e, bool from_post);
   // After a queueing: the engine thread hears of it if it blocks (Dekker with idleWait()).
-  void wakeEngine() {
-    if (engine_blocked_.load()) transport_->wake();
-  }
+  void wakeEngine() { driver_.wakeIfBlocked(); }
   DuplicateNameError duplicateName(OpType op, const std::string& name, int32_t set) const;
   void validateSet(Entry& entry) const;  // caller holds mu_
 
-  // The holder of cycle_mu_ (the engine thread, or a caller in waitFor).
-  void loop();
-  // One turn: runs a cycle if one is due and returns whether it did; *pending: work is left.
-  bool step(bool* pending);
-  // Engine thread without the lock: sleeps one kParkSlice or until a driver leaves.
-  void park();
-  // Runs fn holding cycle_mu_, asking the engine thread to give it up between its cycles.
-  void withCycleLock(const std::function<void()>& fn);
-  bool drivenRecently() const;
-  // waitFor()'s driving part: returns when the handle is done, or the cycles stalled for
-  // spin_us, or the lock could not be had.
-  void drive(const Handle& handle, int64_t spin_us);
-  bool drainQueue();
-  // `spin`: spin PERSEUS_SPIN_US before blocking; false when the last wait ended with nothing
-  // to do (a timeout: work wakes the thread, so spinning again would only take a core).
-  void idleWait(bool pending, bool spin);
-  bool runCycle();
-  std::vector<Response> negotiate(ProcessSet& set, bool global);
-  void classifyFresh(ProcessSet& set, std::chrono::steady_clock::time_point now,
-                     std::vector<int>* invalid_bits);
-  std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
-  void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
-  // Cross-set name check (set_conflict.h, cross_set.cc). announceNewRequests: this rank's
-  // new uncached requests of the other sets, to send with the global negotiation.
-  // checkCrossSet: global rank 0 feeds every rank's list to the check, keeps the requests of
-  // `set` and appends the conflicts. failCrossSet: every rank fails and drops the names of the
-  // cross-set responses in `responses` (removing them from it).
-  std::vector<Request> announceNewRequests();
-  std::vector<Request> checkCrossSet(ProcessSet& set, int set_rank, std::vector<Request> list);
-  void failCrossSet(std::vector<Response>* responses);
-  // The error of a newly drained request whose name the check failed before this rank
-  // submitted it (conflicted_names_), consumed; nullopt when there is none.
-  std::optional<std::string> takeConflict(const ProcessSet& set, const Request& q);
-  // "<op> '<name>' in process set <id> on rank <r>: <cause>".
-  std::string crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const;
-  void execute(ProcessSet& set, std::vector<Response>& responses);
-  void executeControl(ProcessSet& set, const Response& r, Entry* e);
-  void addSet(const Response& r, Entry* e);
-  void removeSet(const Response& r, Entry* e);
-  void finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message);
-  // Completes CPU entries (one fusion group's) with their own error or success: one lock of
-  // mu_ for all their names, then each handle.
-  void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
-  void finishGpu(ProcessSet& set, Entry* e);
-  void pollGpu();
+  // The parts' wiring (construction only).
+  Cycle::Parts cycleParts();
+  Cycle::Listener cycleListener();
+  Driver::Parts driverParts();
   void prepareDevice(Entry& e);
   // The CUDA device of a joined rank's zeros (join()'s `device`). Engine thread.
   int joinedDevice();
-  void breakEngine(const Error& cause, const std::string& during);
-  // `lost_rank`: the global rank whose loss stops the engine (kPeerLost), else -1.
-  void stopAll(StatusCode code, const std::string& message, int lost_rank = -1);
-  ProcessSet* setById(int32_t id);
-  std::unique_ptr<collectives::Communicator> makeComm(const ProcessSet& set);
 
+  // The parts, in construction order (each may use those above it); every part's header says
+  // which threads may call it and what it owns.
   const rendezvous::Topology topology_;
   transport::Transport* const transport_;
   transport::ShmArena* const arena_;
   const Params params_;
-  std::unique_ptr<Executor> cpu_executor_;
-  // Null in a build without CUDA. Declared before the pending list: works die first.
+  // Null in a build without CUDA. Declared before the GPU pending list and the cycle's GPU
+  // executor: works and executor die first.
   std::unique_ptr<backends::GpuBackend> gpu_;
-  std::unique_ptr<Executor> gpu_executor_;
   std::atomic<int> gpu_device_{-1};   // the one CUDA ordinal this process uses
   std::atomic<int> join_device_{-1};  // join()'s device, -1: none given
-  std::unique_ptr<Timeline> timeline_;
-  bool mark_cycles_ = false;  // holder of cycle_mu_
   // Note [Posted collectives]; thread-safe on its own.
   PostedCollectives posted_;
-  std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
-  std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of cycle_mu_
+  std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of the cycle lock
 
   Submissions submissions_;  // the queue, the in-flight names, the stop cause; any thread
 
-  // Any thread, guarded by mu_.
+  // Any thread, guarded by mu_: what submissions validate against (the cycle publishes its set
+  // changes here through Cycle::Listener) and the call counters.
   mutable std::mutex mu_;
   std::map<int32_t, ProcessSetInfo> set_info_;
   // Names of the collective calls without a user name: every rank counts its calls, and
@@ -275,44 +231,10 @@ class Engine {
   int remove_set_calls_ = 0;
   std::map<int32_t, int> barrier_calls_;
   std::string last_stall_warning_;
-  // True while the engine thread blocks in waitIncoming(): only then does submit() pay for
-  // Transport::wake() (a futex/eventfd syscall). Both sides use seq_cst (Dekker): a submission
-  // either sees the flag or is seen by the engine's re-check after setting it.
-  std::atomic<bool> engine_blocked_{false};
-  std::atomic<bool> shutdown_requested_{false};
-  std::atomic<bool> stopped_{false};
-  std::atomic<uint64_t> cycles_{0};
-  // Written by the engine thread only (relaxed); read by stats().
-  std::atomic<uint64_t> control_exchanges_{0}, control_bytes_{0}, coordinator_rounds_{0},
-      cached_responses_{0}, coordinated_responses_{0}, negotiation_ns_{0};
 
-  // Engine thread only.
-  std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
-  int32_t next_set_id_ = 1;
-  // Group ids not used yet start at next_group_; once those ran out, a removed set's id is
-  // handed to the next new set, after every rank agreed how to continue its history in the
-  // arena (Note [Reused group ids] in collectives/collectives.h).
-  int next_group_ = kFirstUserGroup;
-  std::set<int> removed_groups_;
-  bool more_work_ = false;
-  bool set_work_[kMaxGroups] = {};                   // from the last global negotiation
-  std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
-  // Names failed by the cross-set check before this rank submitted them (a member of either
-  // set): the next submission of the name fails with this message instead of waiting.
-  std::map<std::string, std::string> conflicted_names_;
-  std::chrono::steady_clock::time_point next_retry_{};
-  GpuCompletion gpu_completion_;      // CUDA handles whose work is enqueued but not done
-  std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries
-
-  // Note [Caller-run cycles]: whoever holds cycle_mu_ owns everything marked "engine thread".
-  std::mutex cycle_mu_;
-  std::atomic<bool> drive_requested_{false};
-  std::atomic<int64_t> last_drive_ns_{0};  // steady clock; 0: no recent driver
-  std::mutex park_mu_;
-  std::condition_variable park_cv_;
-
-  std::mutex shutdown_mu_;
-  std::thread thread_;
+  GpuCompletion gpu_completion_;  // CUDA handles whose work is enqueued; holder of the cycle lock
+  Cycle cycle_;                   // negotiate, fuse, execute; holder of the cycle lock
+  Driver driver_;                 // the engine thread and the cycle lock; any thread
 };
 
 }  // namespace perseus::engine

@@ -1,10 +1,10 @@
 // Running a set's negotiated responses: fusion plan, executor per group, completion.
-// Engine thread only.
+// Holder of the cycle lock only (cycle.h).
 #include <algorithm>
 
 #include "collectives/collectives.h"
 #include "common/logging.h"
-#include "engine/engine.h"
+#include "engine/cycle.h"
 
 namespace perseus::engine {
 namespace {
@@ -16,7 +16,7 @@ bool isData(OpType op) {
 }
 }  // namespace
 
-void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
+void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
   if (responses.empty()) return;
   std::vector<Entry*> entries(responses.size(), nullptr);
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -102,7 +102,7 @@ void Engine::execute(ProcessSet& set, std::vector<Response>& responses) {
   if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");
 }
 
-void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
+void Cycle::executeControl(ProcessSet& set, const Response& r, Entry* e) {
   if (r.is_error) {
     if (e) finish(set, e, r.error_code, r.error_message);
     return;
@@ -127,7 +127,7 @@ void Engine::executeControl(ProcessSet& set, const Response& r, Entry* e) {
   }
 }
 
-void Engine::addSet(const Response& r, Entry* e) {
+void Cycle::addSet(const Response& r, Entry* e) {
   ProcessSet& global = *sets_.at(kGlobalGroup);
   // Every rank runs this response in the same place, so all pick the same group id.
   int group = -1;
@@ -153,10 +153,7 @@ void Engine::addSet(const Response& r, Entry* e) {
       id, group, members, transport_->rank(),
       static_cast<size_t>(std::max<int64_t>(params_.cache_capacity, 0)));
   if (set->member()) set->comm = makeComm(*set);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_info_[id] = ProcessSetInfo{id, members, set->rank};
-  }
+  if (listener_.set_added) listener_.set_added(ProcessSetInfo{id, members, set->rank});
   sets_[group] = std::move(set);
   if (e) {
     e->handle->setIntResult(id);
@@ -164,7 +161,7 @@ void Engine::addSet(const Response& r, Entry* e) {
   }
 }
 
-void Engine::removeSet(const Response& r, Entry* e) {
+void Cycle::removeSet(const Response& r, Entry* e) {
   ProcessSet& global = *sets_.at(kGlobalGroup);
   for (auto it = sets_.begin(); it != sets_.end(); ++it) {
     ProcessSet& set = *it->second;
@@ -176,10 +173,7 @@ void Engine::removeSet(const Response& r, Entry* e) {
                          << " '" << pending->request.name << "': process set " << set.id
                          << " was removed while it was pending"));
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      set_info_.erase(set.id);
-    }
+    if (listener_.set_removed) listener_.set_removed(set.id);
     removed_groups_.insert(it->first);
     sets_.erase(it);
     break;

@@ -4,7 +4,7 @@
 // appends the GpuWork to each entry's gpu_works (the engine completes the handles when the
 // work is done: Note [GPU completion] in gpu_executor.cc).
 //
-// Thread contract: the engine thread only.
+// Thread contract: the Cycle, under the cycle lock (cycle.h).
 #pragma once
 
 #include <cstdint>

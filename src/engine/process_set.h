@@ -1,8 +1,8 @@
-// The engine thread's state for one process set: its communicator, response cache,
-// coordinator (on set rank 0), fusion buffer and this rank's entries. See engine.h for the
+// The cycle's state for one process set: its communicator, response cache,
+// coordinator (on set rank 0), fusion buffer and this rank's entries. See cycle.h for the
 // cycle that drives it.
 //
-// Thread contract: the engine thread only.
+// Thread contract: the Cycle, under the cycle lock (cycle.h).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,18 @@ constexpr int kLocalGroup = 1;
 constexpr int kCrossGroup = 2;
 constexpr int kFirstUserGroup = 3;
 constexpr int kMaxGroups = 64;
+
+// The built-in sets' ids (Engine::kGlobalSet, kLocalSet, kCrossSet); added sets count from 1.
+constexpr int32_t kGlobalSetId = 0;
+constexpr int32_t kLocalSetId = -1;
+constexpr int32_t kCrossSetId = -2;
+
+// A set as the submitting threads see it (Engine::processSet).
+struct ProcessSetInfo {
+  int32_t id = 0;
+  std::vector<int> members;  // global ranks
+  int rank = -1;             // this rank's set rank, -1 when not a member
+};
 
 struct ProcessSet {
   ProcessSet(int32_t id, int group_id, std::vector<int> members, int global_rank,

@@ -9,7 +9,7 @@
 // Each rank also remembers its own request metadata for the entry (allgather/alltoall ranks
 // differ in the first dimension), which is what a new local request is compared against.
 //
-// Thread contract: the engine thread only.
+// Thread contract: the Cycle, under the cycle lock (cycle.h).
 #pragma once
 
 #include <cstdint>

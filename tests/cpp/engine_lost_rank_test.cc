@@ -1,4 +1,4 @@
-// A rank that stops because it lost a peer publishes that peer (Engine::breakEngine ->
+// A rank that stops because it lost a peer publishes that peer (Cycle::breakEngine ->
 // ShmArena::recordLostPeer): local ranks that then see it go name the rank lost first, not
 // the survivor that left after raising (a cascade). Ranks as threads over real shared memory.
 #include <gtest/gtest.h>

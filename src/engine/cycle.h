@@ -1,0 +1,172 @@
+// The cycle (Note [Engine cycle] in engine.h): negotiate the process sets with work, fuse their
+// responses into groups and run the groups on the device's executor, then complete the handles.
+// One Cycle per engine; it runs on a Transport with the engine's Topology, Params and executors
+// and needs no engine thread (engine_cycle_test runs it on in-process ranks directly).
+//
+// Contract: only the holder of the cycle lock calls it (the engine thread or a caller running a
+// cycle; Driver takes the lock), except stopped() and stats(), which any thread reads. It owns
+// the process sets (their entries, caches, coordinators, fusion buffers), the cross-set check,
+// the executors and the timeline. It completes the handles of the entries it drained, and on a
+// stop fails everything pending: the queue, the posts, the GPU work, its sets' entries. It
+// locks no mutex of its own: the process-set table and the stall warning that other threads
+// read are published through Listener, whose owner guards them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/gpu_backend.h"
+#include "common/params.h"
+#include "engine/entry.h"
+#include "engine/executor.h"
+#include "engine/gpu_completion.h"
+#include "engine/posted_collectives.h"
+#include "engine/process_set.h"
+#include "engine/set_conflict.h"
+#include "engine/submissions.h"
+#include "engine/timeline.h"
+#include "rendezvous/world.h"
+#include "transport/shm/shm_arena.h"
+#include "transport/transport.h"
+
+namespace perseus::engine {
+
+class Cycle {
+ public:
+  // What the cycle works on. The pointers and references outlive the cycle; `arena` and `gpu`
+  // may be null (no shared memory, a build without CUDA), as may `gpu_executor`.
+  struct Parts {
+    rendezvous::Topology topology;
+    transport::Transport* transport = nullptr;
+    transport::ShmArena* arena = nullptr;
+    Params params;
+    Submissions* submissions = nullptr;       // drained each cycle; names released on completion
+    PostedCollectives* posted = nullptr;      // learns from the global set's responses
+    GpuCompletion* gpu_completion = nullptr;  // CUDA entries once their work is enqueued
+    backends::GpuBackend* gpu = nullptr;      // closed or aborted when the engine stops
+    std::unique_ptr<Executor> cpu_executor;
+    std::unique_ptr<Executor> gpu_executor;
+  };
+  // How other threads learn what the cycle changed (each may be empty). Called by the cycle
+  // holder, and from the constructor for the three built-in sets.
+  struct Listener {
+    std::function<void(const ProcessSetInfo&)> set_added;
+    std::function<void(int32_t id)> set_removed;
+    std::function<void(const std::string&)> stall_warning;
+  };
+  // Counters for Engine::stats (written by the cycle holder, relaxed; any thread reads them).
+  struct Stats {
+    uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
+             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0;
+  };
+
+  // Creates the global, local and cross sets (and the timeline that params.timeline names).
+  Cycle(Parts parts, Listener listener);
+  Cycle(const Cycle&) = delete;
+  Cycle& operator=(const Cycle&) = delete;
+
+  // Moves the queued submissions into their sets; returns whether there were any. A name that
+  // the cross-set check failed before, or a set removed since, fails its entry here.
+  bool drain();
+  // Whether some set has an entry to negotiate or one waiting for the other ranks.
+  bool pending() const;
+  // Whether the last cycle left work that needs another one at once (or markWork() said so).
+  bool moreWork() const { return more_work_; }
+  void markWork() { more_work_ = true; }
+  // One cycle on every rank of the job (collective: all ranks call it in the same order).
+  // `shutdown`: tell every rank to stop. Returns whether it made progress (some response ran);
+  // a failure stops the engine (stopped()) and counts as progress.
+  bool run(bool shutdown);
+  // Completes the GPU entries whose work finished (GpuCompletion); a lost peer stops.
+  void pollGpu();
+  bool gpuPending() const { return !gpu_completion_.empty(); }
+
+  // Fails everything pending with `code` and marks the engine stopped. `lost_rank`: the global
+  // rank whose loss stops it (kPeerLost), else -1.
+  void stopAll(StatusCode code, const std::string& message, int lost_rank = -1);
+  bool stopped() const { return stopped_.load(); }
+
+  // The timeline in place of the running one (null: none); returns the old one, which the
+  // caller closes outside the cycle lock. mark_cycles: one CYCLE span per cycle.
+  std::unique_ptr<Timeline> swapTimeline(std::unique_ptr<Timeline> timeline, bool mark_cycles);
+  void flushTimeline() {
+    if (timeline_) timeline_->flush();
+  }
+
+  Stats stats() const;
+
+ private:
+  bool runSets(bool shutdown);
+  std::vector<Response> negotiate(ProcessSet& set, bool global, bool shutdown);
+  void classifyFresh(ProcessSet& set, std::chrono::steady_clock::time_point now,
+                     std::vector<int>* invalid_bits);
+  std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
+  void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
+  // Cross-set name check (set_conflict.h, cross_set.cc). announceNewRequests: this rank's
+  // new uncached requests of the other sets, to send with the global negotiation.
+  // checkCrossSet: global rank 0 feeds every rank's list to the check, keeps the requests of
+  // `set` and appends the conflicts. failCrossSet: every rank fails and drops the names of the
+  // cross-set responses in `responses` (removing them from it).
+  std::vector<Request> announceNewRequests();
+  std::vector<Request> checkCrossSet(ProcessSet& set, int set_rank, std::vector<Request> list);
+  void failCrossSet(std::vector<Response>* responses);
+  // The error of a newly drained request whose name the check failed before this rank
+  // submitted it (conflicted_names_), consumed; nullopt when there is none.
+  std::optional<std::string> takeConflict(const ProcessSet& set, const Request& q);
+  // "<op> '<name>' in process set <id> on rank <r>: <cause>".
+  std::string crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const;
+  void execute(ProcessSet& set, std::vector<Response>& responses);
+  void executeControl(ProcessSet& set, const Response& r, Entry* e);
+  void addSet(const Response& r, Entry* e);
+  void removeSet(const Response& r, Entry* e);
+  void finish(ProcessSet& set, Entry* e, StatusCode code, const std::string& message);
+  // Completes CPU entries (one fusion group's) with their own error or success: one release
+  // of their names, then each handle.
+  void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
+  void finishGpu(ProcessSet& set, Entry* e);
+  void breakEngine(const Error& cause, const std::string& during);
+  ProcessSet* setById(int32_t id);
+  std::unique_ptr<collectives::Communicator> makeComm(const ProcessSet& set);
+
+  const rendezvous::Topology topology_;
+  transport::Transport* const transport_;
+  transport::ShmArena* const arena_;
+  const Params params_;
+  Submissions& submissions_;
+  PostedCollectives& posted_;
+  GpuCompletion& gpu_completion_;
+  backends::GpuBackend* const gpu_;
+  const std::unique_ptr<Executor> cpu_executor_;
+  const std::unique_ptr<Executor> gpu_executor_;
+  const Listener listener_;
+  std::unique_ptr<Timeline> timeline_;
+  bool mark_cycles_ = false;
+
+  std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
+  int32_t next_set_id_ = 1;
+  // Group ids not used yet start at next_group_; once those ran out, a removed set's id is
+  // handed to the next new set, after every rank agreed how to continue its history in the
+  // arena (Note [Reused group ids] in collectives/collectives.h).
+  int next_group_ = kFirstUserGroup;
+  std::set<int> removed_groups_;
+  bool more_work_ = false;
+  bool set_work_[kMaxGroups] = {};                   // from the last global negotiation
+  std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
+  // Names failed by the cross-set check before this rank submitted them (a member of either
+  // set): the next submission of the name fails with this message instead of waiting.
+  std::map<std::string, std::string> conflicted_names_;
+  std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries
+
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> cycles_{0}, control_exchanges_{0}, control_bytes_{0},
+      coordinator_rounds_{0}, cached_responses_{0}, coordinated_responses_{0}, negotiation_ns_{0};
+};
+
+}  // namespace perseus::engine

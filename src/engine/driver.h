@@ -1,0 +1,122 @@
+// The driver (Note [Engine cycle], Note [Caller-run cycles] in engine.h): who runs the cycle and
+// when. The engine thread's loop and idle wait, caller-run cycles and the engine thread's
+// parking, waiting for and polling a handle, the timeline switch, and shutdown.
+//
+// Contract: it is the only code that takes the cycle lock, and it calls the Cycle (and the
+// posts' progress hooks that need the lock) only while holding it. Every public method may be
+// called from any thread but a completion callback of this engine's cycle; start() once, by the
+// owner, after everything the cycle uses exists. It owns the engine thread and these
+// synchronisation points, each guarding only what is named:
+//   cycle_mu_     the Cycle's state (and the timeline in it): held for a cycle or a swap;
+//   park_mu_      nothing but the parked engine thread's sleep (park_cv_);
+//   shutdown_mu_  the join of the engine thread, so that shutdown() is idempotent.
+// Its atomics are flags between threads (engine_blocked_, shutdown_requested_,
+// drive_requested_, last_drive_ns_, posted_watchers_), all read without a lock.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/params.h"
+#include "engine/cycle.h"
+#include "engine/handle.h"
+#include "engine/posted_collectives.h"
+#include "engine/submissions.h"
+#include "transport/transport.h"
+
+namespace perseus::engine {
+
+class Driver {
+ public:
+  // The post path's progress (Note [Posted collectives]), which the engine owns: finishing
+  // posts may queue a fallback for negotiation.
+  struct Posts {
+    std::function<void()> sweep;       // every pending post, now and then (cycle lock holder)
+    std::function<void()> progress;    // every pending post (cycle lock holder)
+    std::function<void(Handle&)> one;  // that handle's post (any thread)
+  };
+  struct Parts {
+    transport::Transport* transport = nullptr;
+    const Params* params = nullptr;
+    Submissions* submissions = nullptr;
+    PostedCollectives* posted = nullptr;
+    Cycle* cycle = nullptr;
+    // The CUDA ordinal this process uses (-1: none yet): from then on cycles stay on the
+    // engine thread (Note [Caller-run cycles]).
+    const std::atomic<int>* gpu_device = nullptr;
+    Posts posts;
+  };
+
+  explicit Driver(Parts parts);
+  ~Driver();  // shutdown()
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+
+  void start();  // starts the engine thread
+
+  // Engine::waitFor, Engine::poll, Engine::setCallback (engine.h).
+  bool waitFor(Handle& handle, double timeout_s, int64_t spin_us);
+  bool poll(Handle& handle);
+  void setCallback(Handle& handle, Handle::Callback cb);
+
+  // Swaps the cycle's timeline under the cycle lock; returns the old one (closed by the caller).
+  std::unique_ptr<Timeline> swapTimeline(std::unique_ptr<Timeline> timeline, bool mark_cycles);
+
+  // After a submission was queued: the engine thread hears of it if it blocks (Dekker with
+  // idleWait()).
+  void wakeIfBlocked() {
+    if (engine_blocked_.load()) transport_->wake();
+  }
+
+  // Engine::shutdown (engine.h). Idempotent.
+  void shutdown();
+
+ private:
+  void loop();
+  // One turn: runs a cycle if one is due and returns whether it did; *pending: work is left.
+  bool step(bool* pending);
+  // Engine thread without the lock: sleeps one kParkSlice or until a driver leaves.
+  void park();
+  // Runs fn holding cycle_mu_, asking the engine thread to give it up between its cycles.
+  void withCycleLock(const std::function<void()>& fn);
+  bool drivenRecently() const;
+  // waitFor()'s driving part: returns when the handle is done, or the cycles stalled for
+  // spin_us, or the lock could not be had.
+  void drive(const Handle& handle, int64_t spin_us);
+  // `spin`: spin PERSEUS_SPIN_US before blocking; false when the last wait ended with nothing
+  // to do (a timeout: work wakes the thread, so spinning again would only take a core).
+  void idleWait(bool pending, bool spin);
+
+  transport::Transport* const transport_;
+  const Params& params_;
+  Submissions& submissions_;
+  PostedCollectives& posted_;
+  Cycle& cycle_;
+  const std::atomic<int>& gpu_device_;
+  const Posts posts_;
+
+  std::chrono::steady_clock::time_point next_retry_{};  // holder of cycle_mu_
+  // True while the engine thread blocks in waitIncoming(): only then does a submission pay for
+  // Transport::wake() (a futex/eventfd syscall). Both sides use seq_cst (Dekker): a submission
+  // either sees the flag or is seen by the engine's re-check after setting it.
+  std::atomic<bool> engine_blocked_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
+
+  // Note [Caller-run cycles]: whoever holds cycle_mu_ runs the Cycle.
+  std::mutex cycle_mu_;
+  std::atomic<bool> drive_requested_{false};
+  std::atomic<int64_t> last_drive_ns_{0};  // steady clock; 0: no recent driver
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+
+  std::mutex shutdown_mu_;
+  std::thread thread_;
+};
+
+}  // namespace perseus::engine
