@@ -103,10 +103,14 @@ void expectOk(const Handle& h) {
   EXPECT_EQ(h.status(), StatusCode::kOk) << h.name() << ": " << h.message();
 }
 
-constexpr int kRanks = 3;
+InProcWorldOptions worldOptions() {
+  InProcWorldOptions o;
+  o.size = 3;
+  return o;
+}
 
 TEST(EngineCycle, AllreduceInOneCycle) {
-  InProcWorld world(InProcWorldOptions{kRanks});
+  InProcWorld world(worldOptions());
   world.runOk([&](int r) {
     Rank rank(world, r);
     EXPECT_EQ(rank.setsAdded(), 3);  // global, local, cross
@@ -130,7 +134,7 @@ TEST(EngineCycle, AllreduceInOneCycle) {
 }
 
 TEST(EngineCycle, TensorsNegotiatedTogetherRunAsOneFusedGroup) {
-  InProcWorld world(InProcWorldOptions{kRanks});
+  InProcWorld world(worldOptions());
   world.runOk([&](int r) {
     Rank rank(world, r);
     std::vector<float> a(16, 1.0f), b(40, static_cast<float>(r)), c(3, 2.0f);
@@ -149,7 +153,7 @@ TEST(EngineCycle, TensorsNegotiatedTogetherRunAsOneFusedGroup) {
 }
 
 TEST(EngineCycle, AMismatchFailsOnEveryRankAndTheNextCycleRuns) {
-  InProcWorld world(InProcWorldOptions{kRanks});
+  InProcWorld world(worldOptions());
   world.runOk([&](int r) {
     Rank rank(world, r);
     std::vector<float> bad(r == 1 ? 8 : 4, 1.0f);
@@ -168,7 +172,7 @@ TEST(EngineCycle, AMismatchFailsOnEveryRankAndTheNextCycleRuns) {
 }
 
 TEST(EngineCycle, AShutdownCycleStopsEveryRankAndFailsWhatIsPending) {
-  InProcWorld world(InProcWorldOptions{kRanks});
+  InProcWorld world(worldOptions());
   world.runOk([&](int r) {
     Rank rank(world, r);
     // Only rank 0 submits: the others never would, so it waits until the stop fails it.
