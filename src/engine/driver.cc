@@ -284,16 +284,18 @@ bool Driver::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
 }
 
 void Driver::shutdown() {
-  std::lock_guard<std::mutex> lock(shutdown_mu_);
-  if (!thread_.joinable()) return;
-  shutdown_requested_.store(true);
-  transport_->wake();
-  thread_.join();
-  // Anything submitted after the thread ended fails here rather than waiting forever. A caller
-  // may still be in a cycle's last turn (it stops at the next one).
-  std::lock_guard<std::mutex> cycle(cycle_mu_);
-  cycle_.stopAll(StatusCode::kShutDown, "Perseus was shut down");
-  cycle_.flushTimeline();
+  // A second caller returns once the first one's shutdown is complete.
+  std::call_once(shutdown_once_, [this] {
+    if (!thread_.joinable()) return;
+    shutdown_requested_.store(true);
+    transport_->wake();
+    thread_.join();
+    // Anything submitted after the thread ended fails here rather than waiting forever. A
+    // caller may still be in a cycle's last turn (it stops at the next one).
+    std::lock_guard<std::mutex> cycle(cycle_mu_);
+    cycle_.stopAll(StatusCode::kShutDown, "Perseus was shut down");
+    cycle_.flushTimeline();
+  });
 }
 
 }  // namespace perseus::engine

@@ -3,13 +3,14 @@
 // parking, waiting for and polling a handle, the timeline switch, and shutdown.
 //
 // Contract: it is the only code that takes the cycle lock, and it calls the Cycle (and the
-// posts' progress hooks that need the lock) only while holding it. Every public method may be
-// called from any thread but a completion callback of this engine's cycle; start() once, by the
-// owner, after everything the cycle uses exists. It owns the engine thread and these
-// synchronisation points, each guarding only what is named:
-//   cycle_mu_     the Cycle's state (and the timeline in it): held for a cycle or a swap;
-//   park_mu_      nothing but the parked engine thread's sleep (park_cv_);
-//   shutdown_mu_  the join of the engine thread, so that shutdown() is idempotent.
+// posts' progress hooks that need the lock) only while holding it. waitFor, swapTimeline and
+// shutdown: any thread but a completion callback of this engine's cycle; poll, setCallback and
+// wakeIfBlocked: any thread; start(): once, by the owner, after everything the cycle uses
+// exists. It owns the engine thread and two mutexes,
+// each guarding only what is named:
+//   cycle_mu_  the Cycle's state (and the timeline in it): held for a cycle or a swap;
+//   park_mu_   nothing but the parked engine thread's sleep (park_cv_).
+// shutdown() runs once (shutdown_once_); a second caller returns when the first one is done.
 // Its atomics are flags between threads (engine_blocked_, shutdown_requested_,
 // drive_requested_, last_drive_ns_, posted_watchers_), all read without a lock.
 #pragma once
@@ -115,7 +116,7 @@ class Driver {
   std::mutex park_mu_;
   std::condition_variable park_cv_;
 
-  std::mutex shutdown_mu_;
+  std::once_flag shutdown_once_;
   std::thread thread_;
 };
 
