@@ -313,15 +313,8 @@ void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
 }
 
 Engine::Stats Engine::stats() const {
-  const Cycle::Stats c = cycle_.stats();
   Stats s;
-  s.cycles = c.cycles;
-  s.control_exchanges = c.control_exchanges;
-  s.control_bytes = c.control_bytes;
-  s.coordinator_rounds = c.coordinator_rounds;
-  s.cached_responses = c.cached_responses;
-  s.coordinated_responses = c.coordinated_responses;
-  s.negotiation_ns = c.negotiation_ns;
+  static_cast<Cycle::Stats&>(s) = cycle_.stats();
   s.posted_allreduces = posted_.completedAllreducePosts();
   s.posted_collectives = posted_.completedPosts();
   return s;

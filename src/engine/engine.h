@@ -164,11 +164,10 @@ class Engine {
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
   std::string lastStallWarning() const;
   uint64_t cycles() const { return cycle_.stats().cycles; }
-  // Counters for perseus_get_engine_stats (any thread; each value is read atomically).
-  struct Stats {
-    uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
-             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0,
-             posted_allreduces = 0, posted_collectives = 0;
+  // Counters for perseus_get_engine_stats (any thread; each value is read atomically): the
+  // cycle's and the posts'.
+  struct Stats : Cycle::Stats {
+    uint64_t posted_allreduces = 0, posted_collectives = 0;
   };
   Stats stats() const;
 
