@@ -37,7 +37,7 @@ class RecordingExecutor : public Executor {
 class Rank {
  public:
   Rank(InProcWorld& world, int rank)
-      : posted_(nullptr, rank, world.size(), world.params()), sets_added_(0) {
+      : posted_(nullptr, world.transport(rank), world.params()), sets_added_(0) {
     Cycle::Parts p;
     p.topology.rank = rank;
     p.topology.size = world.size();
