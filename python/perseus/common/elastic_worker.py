@@ -128,7 +128,7 @@ def host_updates_pending():
     import numpy as np
     from perseus.common import basics
     seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
-    basics.core().allreduce_blocking("perseus.elastic.epoch", seen, None, op=3)  # Max
+    basics.core().allreduce("perseus.elastic.epoch", seen, None, op=3, blocking=True)  # Max
     return int(seen[0]) > _epoch
 
 

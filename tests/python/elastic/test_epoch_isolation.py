@@ -22,7 +22,7 @@ import numpy as np
 from perseus.common import basics
 basics.init()
 x = np.ones(4, dtype=np.float32)
-basics.core().allreduce_blocking("x", x, None, op=0)
+basics.core().allreduce("x", x, None, op=0, blocking=True)
 print("sum", int(x[0]), flush=True)
 basics.shutdown()
 """

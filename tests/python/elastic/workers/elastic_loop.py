@@ -42,7 +42,7 @@ def main():
         try:
             if not synced:
                 s = np.array([step], dtype=np.int64)
-                c.allreduce_blocking("loop.step", s, None, op=MAX)
+                c.allreduce("loop.step", s, None, op=MAX, blocking=True)
                 step = int(s[0])
                 synced = True
                 record(event="joined", rank=basics.rank(), size=basics.size(), step=step)
@@ -58,12 +58,12 @@ def main():
                 synced = False
                 continue
             x = np.ones(8, dtype=np.float32)
-            c.allreduce_blocking("loop.grad", x, None, op=SUM)
+            c.allreduce("loop.grad", x, None, op=SUM, blocking=True)
             assert float(x[0]) == basics.size(), (float(x[0]), basics.size())
             if pair is not None and pair.included():
                 y = np.ones(2, dtype=np.float32)
-                c.allreduce_blocking("loop.pair", y, None, op=SUM,
-                                     process_set=pair.process_set_id)
+                c.allreduce("loop.pair", y, None, op=SUM, process_set=pair.process_set_id,
+                            blocking=True)
                 assert float(y[0]) == 2.0, float(y[0])
             step += 1
             record(event="step", rank=basics.rank(), size=basics.size(), step=step)
