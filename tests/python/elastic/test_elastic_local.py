@@ -7,6 +7,7 @@ name left)."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -57,10 +58,25 @@ class ElasticJob(relsupport.Job):
                     if any(r.get("event") == "step" and r["step"] >= at_least for r in recs)]
             if len(done) >= count:
                 return
-            assert self.proc.poll() is None, "perseusrun ended early\n" + self.output()
+            if self.proc.poll() is not None:
+                self.stop_and_collect()
+                raise AssertionError("perseusrun ended early\n" + self.output())
             time.sleep(0.1)
+        self.stop_and_collect()
         raise AssertionError("%d workers did not reach step %d\n%s"
                              % (count, at_least, self.output()))
+
+    def stop_and_collect(self):
+        """Stops perseusrun (it stops its workers) and keeps its output for the failure
+        message: a job still running has not been read yet."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.stdout, self.stderr = self.proc.communicate()
+        self.returncode = self.proc.returncode
 
     def pid(self, worker_id):
         return int((self.results / ("pid." + worker_id)).read_text())
