@@ -3,6 +3,7 @@ soon as backward produces them, overlapping communication with the rest of backw
 step() waits for them."""
 
 import contextlib
+import os
 import warnings
 
 import torch
@@ -57,8 +58,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._groups = self._make_groups(groups, all_params)
         self._group_ready = {}
-        # As Horovod: a rank outside process_set trains locally (no hooks, no allreduce).
-        if basics.size() > 1 and (process_set.process_set_id == 0 or process_set.included()):
+        # As Horovod: a rank outside process_set trains locally (no hooks, no allreduce). An
+        # elastic job (HOROVOD_ELASTIC=1) may grow past size 1 later, so it always hooks.
+        grows = os.environ.get("HOROVOD_ELASTIC") == "1"
+        if (basics.size() > 1 or grows) and (process_set.process_set_id == 0
+                                             or process_set.included()):
             self._register_hooks()
 
     @staticmethod

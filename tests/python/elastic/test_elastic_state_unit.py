@@ -130,3 +130,33 @@ def test_mxnet_errors_of_collectives_count_as_perseus_errors():
     assert _perseus_error(plain) is plain
     mismatch = _perseus_error(mx.base.MXNetError("allreduce 'g': shapes differ (MismatchError)"))
     assert isinstance(mismatch, exceptions.MismatchError)  # run() lets it through
+
+
+def test_distributed_optimizer_of_an_elastic_job_hooks_at_size_1():
+    """An elastic job that starts with one worker may grow: its DistributedOptimizer must
+    allreduce once there are peers, so it hooks the gradients at size 1 too (Horovod does the
+    same under HOROVOD_ELASTIC=1)."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    script = ("import torch, perseus.torch as hvd\n"
+              "hvd.init()\n"
+              "m = torch.nn.Linear(2, 1)\n"
+              "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),\n"
+              "                               named_parameters=m.named_parameters())\n"
+              "m(torch.ones(1, 2)).sum().backward()\n"
+              "opt.step()\n"
+              "print(hvd.size(), len(opt._hook_handles) > 0)\n")
+    env = dict(os.environ)
+    for key in [k for k in env if k.startswith(("PERSEUS_", "HOROVOD_"))]:
+        if key != "PERSEUS_BUILD_DIR":
+            del env[key]
+    out = {}
+    for elastic in ("0", "1"):
+        env["HOROVOD_ELASTIC"] = elastic
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        out[elastic] = run.stdout.split()
+    assert out == {"0": ["1", "False"], "1": ["1", "True"]}
