@@ -37,8 +37,9 @@ def init(comm=None, process_sets=None):
     first = not c.is_initialized()
     if first:
         from perseus.common import elastic_worker
-        elastic_worker.prepare_init()  # elastic mode: this worker's place in the membership
-    c.init()
+        elastic_worker.join(c.init)  # elastic mode: waits for a membership, retries a failed one
+    else:
+        c.init()
     with _lock:
         _topology = c.topology()
     if first:

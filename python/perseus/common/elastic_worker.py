@@ -143,25 +143,43 @@ def report_failure():
             pass
 
 
+def _retried(e):
+    """A failure to start a membership that the next membership may not have: a member lost
+    during start-up (the launcher aborted the rendezvous), a timeout, a broken connection. A
+    wrong argument or secret would fail every membership alike, so it is raised."""
+    from perseus.common.exceptions import (AuthenticationError, InvalidArgumentError,
+                                           PerseusInternalError)
+    if isinstance(e, (InvalidArgumentError, AuthenticationError)):
+        return False
+    return isinstance(e, (PerseusInternalError, TimeoutError, OSError))
+
+
+def join(start):
+    """Called by init() with the core's start function: prepare_init(), then start(). A
+    membership that fails while it starts is left (reported, the core shut down) and the next
+    one is joined, on a worker's first membership as on the later ones: a new worker must not
+    exit because a member of the membership it was placed in was lost meanwhile (horovod#3264's
+    case, seen from the new worker). Outside elastic mode: start() alone."""
+    from perseus.common import basics
+    while True:
+        prepare_init()
+        try:
+            start()
+            return
+        except Exception as e:  # noqa: BLE001 (classified by _retried, else raised)
+            if not enabled() or not _retried(e):
+                raise
+        report_failure()
+        basics.shutdown()
+
+
 def reset():
     """Leaves the current membership (the core is shut down, even with peers gone) and joins
     the next one: on return init() has run again and rank()/size() describe the new job. A
     membership that fails while it starts (a member lost during rendezvous) is left the same
-    way and the next one is joined."""
+    way and the next one is joined (join())."""
     from perseus.common import basics
-    if not enabled():
-        basics.shutdown()
-        basics.init()
-        return
-    while True:
+    if enabled():
         report_failure()
-        basics.shutdown()
-        try:
-            basics.init()  # calls prepare_init(), which waits for the next membership
-            return
-        except SystemExit:
-            raise
-        except Exception as e:  # noqa: BLE001 (any failure to start: try the next epoch)
-            from perseus.common.exceptions import PerseusInternalError
-            if not isinstance(e, (PerseusInternalError, TimeoutError, OSError)):
-                raise
+    basics.shutdown()
+    basics.init()
