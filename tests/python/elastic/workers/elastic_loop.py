@@ -14,6 +14,7 @@ import numpy as np
 from perseus.common import basics, elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 from perseus.common.process_sets import add_process_set
+from perseus.runner import elastic_store as keys
 
 import elastic_common
 
@@ -26,6 +27,21 @@ def _flags(p):
     p.add_argument("--exit-on-failure", default="",
                    help="this worker id exits (code 3) 1 s after its first failure instead of "
                         "resetting: a member lost while the next membership starts")
+    p.add_argument("--exit-on-update", default="", metavar="WORKER:NEWCOMER",
+                   help="WORKER exits (code 3) when a new membership is announced, once "
+                        "NEWCOMER has joined it: a member lost while a new worker starts")
+
+
+def _exit_once_joined(newcomer):
+    """Waits until `newcomer` has joined the newest membership (it is in its rendezvous,
+    waiting for this worker among others), then exits."""
+    store = elastic_worker._store()
+    newest = int(store.get(keys.EPOCH))
+    deadline = time.monotonic() + 60
+    while store.get(keys.joined(newest, newcomer)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    os._exit(3)
 
 
 def main():
@@ -53,6 +69,8 @@ def main():
                 break
             if elastic_worker.host_updates_pending():
                 record(event="hosts_updated", step=step)
+                if args.exit_on_update.startswith(wid + ":"):
+                    _exit_once_joined(args.exit_on_update[len(wid) + 1:])
                 pair = None
                 elastic_worker.reset()
                 synced = False

@@ -1,0 +1,102 @@
+"""New workers joining a running elastic job, in the cases where Horovod's hang or die:
+  - horovod#2652: a host added while the others are broadcasting a large state; the new
+    worker must join (receive the state by broadcast) and the job go on at the new size;
+  - horovod#3264 seen from a new worker: a member of the membership the new worker was placed
+    in is lost while the new worker is in its first rendezvous; it must join the next
+    membership instead of exiting.
+Real processes under perseusrun's elastic mode, each job bounded in time, then the reliability
+suite's leak check."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from test_elastic_local import elastic_job, final  # noqa: E402,F401  (elastic_job: a fixture)
+
+pytestmark = pytest.mark.timeout(240)
+
+BCAST_WORKER = HERE / "workers" / "elastic_bcast.py"
+
+
+@pytest.mark.parametrize("plane", ["shm", "tcp"])
+def test_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plane):
+    """Three growths (2 -> 3 -> 4 -> 5), each announced while the members broadcast 32 MiB
+    back to back: at least one announcement lands inside a broadcast (the workers read the
+    newest epoch before and after each one), every new worker receives the state by broadcast
+    and checks it, and every member ends at size 5 with the same step."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:2\n")
+    finish = tmp_path / "finish"
+    tcp = ["--tcp"] if plane == "tcp" else []
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "5",
+                       "--host-discovery-script", "cat %s" % hosts] + tcp,
+                      steps=100000, step_sleep=0, worker=BCAST_WORKER, timeout=200,
+                      worker_args=["--mib", "32", "--finish-file", finish]).start()
+    for size in (3, 4, 5):
+        job.wait_steps(size - 1, 3)
+        start = {w: max(r["step"] for r in recs if r["event"] == "step")
+                 for w, recs in job.records().items() if any(r["event"] == "step" for r in recs)}
+        hosts.write_text("localhost:%d\n" % size)
+        newcomer = "localhost:%d" % (size - 1)
+        wait_joined(job, newcomer, size)
+        # The members go on broadcasting at the new size after the newcomer's sync.
+        job.wait_steps(size, max(start.values()) + 3)
+    finish.write_text("1")
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    records = job.records()
+    for w in ("localhost:%d" % i for i in range(2, 5)):
+        joined = [r for r in records[w] if r["event"] == "joined"]
+        assert joined[0]["step"] > 0 and joined[0]["state_ok"], (w, joined)
+    assert all(r.get("state_ok", True) for recs in records.values() for r in recs)
+    during = [r for recs in records.values() for r in recs if r.get("announced_during")]
+    assert during, "no membership was announced while a broadcast was in flight"
+    done = final(records)
+    ends = {(d[0]["size"], d[0]["step"]) for d in done.values() if d}
+    assert sorted(w for w, d in done.items() if d) == ["localhost:%d" % i for i in range(5)]
+    assert len(ends) == 1 and next(iter(ends))[0] == 5, ends
+
+
+def wait_joined(job, wid, size, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        joined = [r for r in job.records().get(wid, ()) if r["event"] == "joined"]
+        if joined:
+            assert joined[0]["size"] == size, joined
+            return
+        assert job.proc.poll() is None, "perseusrun ended early\n" + job.output()
+        time.sleep(0.1)
+    raise AssertionError("%s did not join within %d s (a hang)" % (wid, timeout))
+
+
+
+
+def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elastic_job,
+                                                                          tmp_path):
+    """localhost:3 is added; localhost:1 exits once localhost:3 is in the rendezvous of the
+    membership that adds it (and waits for localhost:1). The launcher gives that membership up
+    and publishes the next without localhost:1: the new worker's first init() fails and it
+    joins the next membership, as the survivors do, instead of exiting."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("localhost:3\n")
+    job = elastic_job(["-np", "3", "--min-np", "2", "--host-discovery-script",
+                       "cat %s" % hosts], steps=80,
+                      worker_args=["--exit-on-update", "localhost:1:localhost:3"]).start()
+    job.wait_steps(3, 10)
+    hosts.write_text("localhost:4\n")
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    assert "epoch 2: 4 workers (localhost:0, localhost:1, localhost:2, localhost:3)" \
+        in job.stderr, job.output()
+    assert "epoch 3: 3 workers (localhost:0, localhost:2, localhost:3)" in job.stderr, \
+        job.output()
+    assert "worker localhost:3 (" not in job.stderr, job.output()  # it never failed
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:2", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 80, (w, done)
+        assert done[w][0]["epoch"] == 3, (w, done)
+    assert not done["localhost:1"]

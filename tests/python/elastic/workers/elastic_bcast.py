@@ -1,0 +1,92 @@
+"""horovod#2652's worker (test_elastic_joining.py): the ranks broadcast a large state from rank
+0, back to back, so that a new membership is announced while a broadcast is in flight; a new
+worker receives the same state by broadcast when it joins.
+
+The state is `--mib` MiB of float32 whose values are a function of the step, so every receiver
+checks what it got. The job ends when the test creates the finish file (agreed by
+allreduce, so every rank stops after the same step). Around each broadcast the worker reads the newest epoch from the store:
+`announced_during` in its record is true when the new membership was published while that
+broadcast ran."""
+
+import os
+
+import numpy as np
+
+from perseus.common import basics, elastic_worker
+from perseus.common.exceptions import PerseusInternalError
+from perseus.runner import elastic_store as keys
+
+import elastic_common
+
+MAX = 3  # perseus_reduce_op
+
+
+def _flags(p):
+    p.add_argument("--mib", type=int, default=64)
+    p.add_argument("--finish-file", required=True,
+                   help="the job ends after the step in which any rank sees this file")
+
+
+def state_for(step, n):
+    return (np.arange(n, dtype=np.float32) % 4093) + np.float32(step)
+
+
+def newest_epoch():
+    value = elastic_worker._store().get(keys.EPOCH)  # the launcher's announcement, unsynced
+    return int(value) if value else 0
+
+
+def main():
+    args = elastic_common.parse(_flags)
+    record = elastic_common.recorder(args.results)
+    n = args.mib << 18  # float32 elements
+
+    c = basics.core()
+    basics.init()
+    step = 0
+    state = np.zeros(n, dtype=np.float32)
+    synced = False
+    while True:
+        try:
+            if not synced:
+                # The state sync after a reset: the survivors' step and state, by broadcast.
+                s = np.array([step], dtype=np.int64)
+                c.allreduce_blocking("bcast.step", s, None, op=MAX)
+                step = int(s[0])
+                if basics.rank() == 0:
+                    state[:] = state_for(step, n)
+                c.broadcast_blocking("bcast.sync", state, None, 0)
+                ok = bool(np.array_equal(state, state_for(step, n)))
+                record(event="joined", rank=basics.rank(), size=basics.size(), step=step,
+                       state_ok=ok)
+                assert ok, "the synced state is not step %d's" % step
+                synced = True
+            finish = np.array([os.path.exists(args.finish_file)], dtype=np.int64)
+            c.allreduce_blocking("bcast.finish", finish, None, op=MAX)
+            if finish[0] or step >= args.steps:
+                break
+            if elastic_worker.host_updates_pending():
+                record(event="hosts_updated", step=step)
+                elastic_worker.reset()
+                synced = False
+                continue
+            if basics.rank() == 0:
+                state[:] = state_for(step + 1, n)
+            before = newest_epoch()
+            c.broadcast_blocking("bcast.state", state, None, 0)
+            after = newest_epoch()
+            step += 1
+            ok = bool(state[0] == step and state[-1] == state_for(step, n)[-1])
+            record(event="step", rank=basics.rank(), size=basics.size(), step=step,
+                   state_ok=ok, announced_during=after > before)
+            assert ok, "step %d: broadcast state %s" % (step, state[:2])
+        except PerseusInternalError as e:
+            record(event="failed", step=step, error=str(e)[:300])
+            elastic_worker.reset()
+            synced = False
+    record(event="done", rank=basics.rank(), size=basics.size(), step=step)
+    basics.shutdown()
+
+
+if __name__ == "__main__":
+    main()
