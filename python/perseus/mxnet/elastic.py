@@ -152,9 +152,10 @@ class GluonState(ObjectState):
         return [] if self.params is None else sorted(self.params.items())
 
     def _save_own(self):
-        self._saved_params = {name: p.list_data()[0].copyto(_HOST)
-                              for name, p in self._items() if _initialized(p)}
-        self._optimizer_state.save()
+        params = _finished({name: p.list_data()[0].copyto(_HOST)
+                            for name, p in self._items() if _initialized(p)})
+        optimizer = self._optimizer_state.snapshot()
+        self._saved_params, self._optimizer_state._saved = params, optimizer
 
     def save(self):
         self._save_own()
@@ -225,9 +226,10 @@ class KVStoreState(ObjectState):
                     kv._param_only.add(key)
 
     def _save_own(self):
-        self._saved_store = {k: (v.copyto(_HOST), v.context)
-                             for k, v in self.kvstore._store.items()}
-        self._optimizer_state.save()
+        copies = _finished({k: v.copyto(_HOST) for k, v in self.kvstore._store.items()})
+        optimizer = self._optimizer_state.snapshot()
+        self._saved_store = {k: (copies[k], v.context) for k, v in self.kvstore._store.items()}
+        self._optimizer_state._saved = optimizer
 
     def save(self):
         self._save_own()
@@ -264,6 +266,16 @@ class KVStoreState(ObjectState):
             kv._store[key].wait_to_read()
         self._optimizer_state.sync(root)
         super().sync()
+
+
+def _finished(copies):
+    """`copies` once MXNet has made them. A commit must hold a finished step: copies are
+    asynchronous, and a copy queued behind a step whose collectives failed is never made (its
+    array holds garbage). Such a step raises its MXNetError here, before anything is kept, so
+    the last commit stays the one to restore."""
+    for array in copies.values():
+        array.wait_to_read()
+    return copies
 
 
 def _sorted(store):
