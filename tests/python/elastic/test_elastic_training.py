@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from perseus_test_support import require_mxnet
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "reliability"))
 import relsupport  # noqa: E402
@@ -183,4 +185,19 @@ def test_torch_worker_killed_mid_epoch_training_matches_the_replay(tmp_path, job
     recs, survivors, resume, first, second = kill_and_replay(
         tmp_path, jobs, TORCH_WORKER, "localhost:1", 9)
     assert resume[0] == 0, resume  # mid-epoch
+    check_against_replay(recs, survivors, resume, first, second)
+
+
+MX_WORKER = HERE / "workers" / "elastic_mx_train.py"
+
+
+@pytest.mark.parametrize("mode", ["gluon", "kvstore"])
+def test_mxnet_worker_killed_mid_epoch_training_matches_the_replay(tmp_path, jobs, mode):
+    """Issue test 5: the same kill and replay with MXNet, through Gluon (DistributedTrainer,
+    GluonState) and through the Perseus KVStore (dist_sync_perseus with the optimizer on the
+    store, KVStoreState)."""
+    require_mxnet()
+    recs, survivors, resume, first, second = kill_and_replay(
+        tmp_path, jobs, MX_WORKER, "localhost:2", 9, worker_args=["--mode", mode])
+    assert resume[0] == 0, resume
     check_against_replay(recs, survivors, resume, first, second)
