@@ -39,14 +39,19 @@ TORCH_WORKER = HERE / "workers" / "elastic_torch_train.py"
 class TrainJob(relsupport.Job):
     """perseusrun (elastic or fixed, by `flags`) running a training worker of this folder."""
 
-    def __init__(self, tmp_path, flags, worker, worker_args=(), timeout=150):
+    def __init__(self, tmp_path, flags, worker, worker_args=(), timeout=150, cluster=None):
         self.tag = "eltrain-" + uuid.uuid4().hex[:10]
         self.results = Path(tmp_path) / self.tag
         self.results.mkdir(parents=True)
-        self.cluster = None
+        os.chmod(self.results, 0o777)
+        self.cluster = cluster
+        if cluster is not None:
+            flags = list(cluster.perseusrun_args()) + list(flags)
         self.cmd = ([relsupport.PY, "-m", "perseus.runner"] + [str(f) for f in flags]
                     + [relsupport.PY, str(worker), "--tag", self.tag, "--results",
                        str(self.results)] + [str(a) for a in worker_args])
+        if cluster is not None:  # perseusrun in the controller's namespace, as a user's
+            self.cmd = ["ip", "netns", "exec", cluster.names[cluster.controller]] + self.cmd
         self.env = relsupport.job_env()
         self.timeout = timeout
         self.shm_before = relsupport.shm_names()
@@ -100,11 +105,15 @@ def steps_by_key(records):
             if r["event"] == "step"}
 
 
-def kill_and_replay(tmp_path, jobs, worker, victim, kill_at, worker_args=()):
+def kill_and_replay(tmp_path, jobs, worker, victim, kill_at, worker_args=(), hosts=None,
+                    cluster=None):
     """The elastic run (4 workers, `victim` killed at batch `kill_at`), then its reference.
-    Returns (elastic records by worker, survivors, the resume point, reference phases)."""
-    elastic = TrainJob(tmp_path, ["-np", "4", "--min-np", "2", "-H", "localhost:4"], worker,
-                       worker_args)
+    `hosts`: the elastic run's -H (4 slots; default localhost:4) and the reference's second
+    half's (the survivors' placement). Returns (elastic records by worker, survivors, the
+    resume point, reference phases)."""
+    hosts4, hosts3 = hosts or ("localhost:4", "localhost:3")
+    elastic = TrainJob(tmp_path, ["-np", "4", "--min-np", "2", "-H", hosts4], worker,
+                       worker_args, cluster=cluster)
     jobs(elastic)
     elastic.start()
     elastic.wait_batch(victim, kill_at)
@@ -114,7 +123,8 @@ def kill_and_replay(tmp_path, jobs, worker, victim, kill_at, worker_args=()):
     assert elastic.returncode == 0, elastic.output()
     elastic.assert_clean()
     recs = elastic.records()
-    survivors = ["localhost:%d" % i for i in range(4) if "localhost:%d" % i != victim]
+    survivors = [w for w in sorted(recs, key=lambda w: recs[w][0]["rank"]) if w != victim]
+    assert len(survivors) == 3, survivors
 
     # Where the survivors resumed: the entry after their reset, the same on every one.
     resumes = set()
@@ -134,14 +144,14 @@ def kill_and_replay(tmp_path, jobs, worker, victim, kill_at, worker_args=()):
     (epoch, batch), = resumes
 
     save = tmp_path / "commit.pt"
-    first = TrainJob(tmp_path, ["-np", "4", "-H", "localhost:4"], worker,
+    first = TrainJob(tmp_path, ["-np", "4", "-H", hosts4], worker,
                      list(worker_args) + ["--stop-at", "%d:%d" % (epoch, batch), "--save",
-                                          save])
+                                          save], cluster=cluster)
     jobs(first)
     first.run_clean()
     assert save.exists(), first.output()
-    second = TrainJob(tmp_path, ["-np", "3", "-H", "localhost:3"], worker,
-                      list(worker_args) + ["--load", save])
+    second = TrainJob(tmp_path, ["-np", "3", "-H", hosts3], worker,
+                      list(worker_args) + ["--load", save], cluster=cluster)
     jobs(second)
     second.run_clean()
     return recs, survivors, (epoch, batch), first.records(), second.records()
@@ -185,6 +195,31 @@ def test_torch_worker_killed_mid_epoch_training_matches_the_replay(tmp_path, job
     recs, survivors, resume, first, second = kill_and_replay(
         tmp_path, jobs, TORCH_WORKER, "localhost:1", 9)
     assert resume[0] == 0, resume  # mid-epoch
+    check_against_replay(recs, survivors, resume, first, second)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    sys.path.insert(0, str(HERE.parent / "multihost"))
+    import netns_hosts
+    if not netns_hosts.available():
+        pytest.skip("needs root, network namespaces (ip netns) and sshd")
+    with netns_hosts.VirtualCluster(["h1", "h2"]) as c:
+        yield c
+
+
+def test_torch_on_two_hosts_a_killed_rank_matches_the_replay(tmp_path, jobs, cluster):
+    """Issue test 1 as written: 2 hosts x 2 ranks (network-namespace hosts with sshd), the
+    second rank of the second host killed mid-epoch; the reference runs with the same
+    placements (2 + 2, then the survivors' 2 + 1), so its reductions cross the same hosts."""
+    pytest.importorskip("torch")
+    h1, h2 = cluster.address("h1"), cluster.address("h2")
+    os.chmod(tmp_path, 0o777)
+    recs, survivors, resume, first, second = kill_and_replay(
+        tmp_path, jobs, TORCH_WORKER, "%s:1" % h2, 9,
+        hosts=("%s:2,%s:2" % (h1, h2), "%s:2,%s:1" % (h1, h2)), cluster=cluster)
+    assert resume[0] == 0, resume
+    assert survivors == ["%s:0" % h1, "%s:1" % h1, "%s:0" % h2], survivors
     check_against_replay(recs, survivors, resume, first, second)
 
 
