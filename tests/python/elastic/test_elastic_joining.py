@@ -16,6 +16,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from test_elastic_local import elastic_job, final  # noqa: E402,F401  (elastic_job: a fixture)
+from test_elastic_random import write_hosts  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,7 +33,7 @@ def test_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plan
     receives the state by broadcast and checks it; the job goes on at each new size and every
     member ends at the final size with the same step."""
     hosts = tmp_path / "hosts.txt"
-    hosts.write_text("localhost:2\n")
+    write_hosts(hosts, 2)
     finish = tmp_path / "finish"
     tcp = ["--tcp"] if plane == "tcp" else []
     job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", str(MAX_BCAST_NP),
@@ -47,7 +48,7 @@ def test_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plan
         start = max(r["step"] for recs in job.records().values() for r in recs
                     if r["event"] == "step")
         size += 1
-        hosts.write_text("localhost:%d\n" % size)
+        write_hosts(hosts, size)
         wait_joined(job, "localhost:%d" % (size - 1), size)
         job.wait_steps(size, start + 3)  # on at the new size, after the newcomer's sync
     finish.write_text("1")
@@ -89,12 +90,12 @@ def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elast
     and publishes the next without localhost:1: the new worker's first init() fails and it
     joins the next membership, as the survivors do, instead of exiting."""
     hosts = tmp_path / "hosts.txt"
-    hosts.write_text("localhost:3\n")
+    write_hosts(hosts, 3)
     job = elastic_job(["-np", "3", "--min-np", "2", "--host-discovery-script",
                        "cat %s" % hosts], steps=80,
                       worker_args=["--exit-on-update", "localhost:1:localhost:3"]).start()
     job.wait_steps(3, 10)
-    hosts.write_text("localhost:4\n")
+    write_hosts(hosts, 4)
     code = job.wait().returncode
     assert code == 0, job.output()
     assert "epoch 2: 4 workers (localhost:0, localhost:1, localhost:2, localhost:3)" \
