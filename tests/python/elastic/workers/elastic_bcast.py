@@ -56,12 +56,12 @@ def main():
             if not synced:
                 # The state sync after a reset: the survivors' step and state, by broadcast.
                 s = np.array([step], dtype=np.int64)
-                c.allreduce_blocking("bcast.step", s, None, op=MAX)
+                c.allreduce("bcast.step", s, None, op=MAX, blocking=True)
                 step = int(s[0])
                 if basics.rank() == 0:
                     data[:] = state_for(step, n)
                     state[n] = 0
-                c.broadcast_blocking("bcast.sync", state, None, 0)
+                c.broadcast("bcast.sync", state, None, 0, blocking=True)
                 ok = bool(np.array_equal(data, state_for(step, n)))
                 record(event="joined", rank=basics.rank(), size=basics.size(), step=step,
                        state_ok=ok)
@@ -78,7 +78,7 @@ def main():
                 data += 1  # state_for(step + 1, n): every rank holds state_for(step, n)
                 state[n] = os.path.exists(args.finish_file)
             before, began = newest_epoch(), time.monotonic()
-            c.broadcast_blocking("bcast.state", state, None, 0)
+            c.broadcast("bcast.state", state, None, 0, blocking=True)
             took, after = time.monotonic() - began, newest_epoch()
             step += 1
             ok = bool(data[0] == step and data[-1] == (n - 1) % 4093 + step)

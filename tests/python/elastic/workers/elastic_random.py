@@ -40,7 +40,7 @@ def main():
         try:
             if not synced:
                 s = np.array([step], dtype=np.int64)
-                c.allreduce_blocking("random.step", s, None, op=MAX)
+                c.allreduce("random.step", s, None, op=MAX, blocking=True)
                 step = int(s[0])
                 synced = True
                 record(event="joined", rank=basics.rank(), size=basics.size(), step=step)
@@ -54,7 +54,7 @@ def main():
             x[slot] = 1
             x[SLOTS + rank] = 1
             x[2 * SLOTS] = int(os.path.exists(args.finish_file))
-            c.allreduce_blocking("random.members", x, None, op=SUM)
+            c.allreduce("random.members", x, None, op=SUM, blocking=True)
             ranks = x[SLOTS:2 * SLOTS]
             assert (ranks[:size] == 1).all() and not ranks[size:].any(), (
                 "epoch %d, size %d: rank counts %s" % (elastic_worker.epoch(), size,
