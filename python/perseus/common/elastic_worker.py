@@ -14,8 +14,11 @@ is gone.
 
 import os
 import time
+import types
 
+from perseus.common.ops import Max, to_core_op
 from perseus.runner import elastic_store as keys
+from perseus.runner.env import rank_env
 
 _POLL_S = 0.05
 _client = None
@@ -74,12 +77,10 @@ def _wait_timeout_s():
 
 def _set_topology(assignment, epoch_number):
     fields = dict(f.split("=", 1) for f in assignment.decode().split())
-    for prefix in ("PERSEUS_", "HOROVOD_"):
-        for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE"):
-            os.environ[prefix + name] = fields[name.lower()]
-        os.environ[prefix + "HOSTNAME"] = fields["host"]
-    os.environ.update({"RANK": fields["rank"], "WORLD_SIZE": fields["size"],
-                       "LOCAL_RANK": fields["local_rank"]})
+    # The same variables perseusrun gives a rank of a fixed job.
+    os.environ.update(rank_env(types.SimpleNamespace(
+        host=fields["host"], **{name: int(fields[name]) for name in (
+            "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")})))
     # Note [Epoch isolation]: store keys, data-plane handshakes and shared-memory names are
     # this epoch's own.
     os.environ["PERSEUS_STORE_PREFIX"] = keys.epoch_prefix(epoch_number)
@@ -128,7 +129,8 @@ def host_updates_pending():
     import numpy as np
     from perseus.common import basics
     seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
-    basics.core().allreduce("perseus.elastic.epoch", seen, None, op=3, blocking=True)  # Max
+    basics.core().allreduce("perseus.elastic.epoch", seen, None, op=to_core_op(Max),
+                            blocking=True)
     return int(seen[0]) > _epoch
 
 
