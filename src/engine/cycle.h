@@ -5,31 +5,31 @@
 //
 // Contract: only the holder of the cycle lock calls it (the engine thread or a caller running a
 // cycle; Driver takes the lock), except stopped() and stats(), which any thread reads. It owns
-// the process sets (their entries, caches, coordinators, fusion buffers), the cross-set check,
-// the executors and the timeline. It completes the handles of the entries it drained, and on a
-// stop fails everything pending: the queue, the posts, the GPU work, its sets' entries. It
-// locks no mutex of its own: the process-set table and the stall warning that other threads
-// read are published through Listener, whose owner guards them.
+// the process sets (ProcessSetTable: their entries, caches, coordinators, fusion buffers), their
+// negotiation (SetNegotiator, with the cross-set check, CrossSetNames), the executors and the
+// timeline. It completes the handles of the entries it drained, and on a stop fails everything
+// pending: the queue, the posts, the GPU work, its sets' entries. It locks no mutex of its own:
+// the process-set table and the stall warning that other threads read are published through
+// Listener, whose owner guards them.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "backends/gpu_backend.h"
 #include "common/params.h"
+#include "engine/cross_set_names.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/gpu_completion.h"
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
-#include "engine/set_conflict.h"
+#include "engine/set_negotiator.h"
+#include "engine/set_table.h"
 #include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
@@ -62,9 +62,8 @@ class Cycle {
     std::function<void(const std::string&)> stall_warning;
   };
   // Counters for Engine::stats (written by the cycle holder, relaxed; any thread reads them).
-  struct Stats {
-    uint64_t cycles = 0, control_exchanges = 0, control_bytes = 0, coordinator_rounds = 0,
-             cached_responses = 0, coordinated_responses = 0, negotiation_ns = 0;
+  struct Stats : NegotiationStats {
+    uint64_t cycles = 0;
   };
 
   // Creates the global, local and cross sets (and the timeline that params.timeline names).
@@ -104,24 +103,16 @@ class Cycle {
 
  private:
   bool runSets(bool shutdown);
-  std::vector<Response> negotiate(ProcessSet& set, bool global, bool shutdown);
-  void classifyFresh(ProcessSet& set, std::chrono::steady_clock::time_point now,
-                     std::vector<int>* invalid_bits);
-  std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
-  void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
-  // Cross-set name check (set_conflict.h, cross_set.cc). announceNewRequests: this rank's
-  // new uncached requests of the other sets, to send with the global negotiation.
-  // checkCrossSet: global rank 0 feeds every rank's list to the check, keeps the requests of
-  // `set` and appends the conflicts. failCrossSet: every rank fails and drops the names of the
-  // cross-set responses in `responses` (removing them from it).
-  std::vector<Request> announceNewRequests();
-  std::vector<Request> checkCrossSet(ProcessSet& set, int set_rank, std::vector<Request> list);
-  void failCrossSet(std::vector<Response>* responses);
-  // The error of a newly drained request whose name the check failed before this rank
-  // submitted it (conflicted_names_), consumed; nullopt when there is none.
-  std::optional<std::string> takeConflict(const ProcessSet& set, const Request& q);
-  // "<op> '<name>' in process set <id> on rank <r>: <cause>".
-  std::string crossSetFailure(const Request& q, int32_t set_id, const std::string& cause) const;
+  // Where a cycle is, for the error that stops the engine ("negotiation of process set 3").
+  struct Phase {
+    bool executing = false;
+    int32_t set_id = kGlobalSetId;
+    bool global = true;
+    std::string describe() const;
+  };
+  // One negotiation of `set`, then its responses run (execute.cc). Returns whether some
+  // response ran.
+  bool negotiateAndRun(ProcessSet& set, bool shutdown, Phase* phase);
   void execute(ProcessSet& set, std::vector<Response>& responses);
   void executeControl(ProcessSet& set, const Response& r, Entry* e);
   void addSet(const Response& r, Entry* e);
@@ -132,11 +123,7 @@ class Cycle {
   void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
   void finishGpu(ProcessSet& set, Entry* e);
   void breakEngine(const Error& cause, const std::string& during);
-  ProcessSet* setById(int32_t id);
-  std::unique_ptr<collectives::Communicator> makeComm(const ProcessSet& set);
 
-  const rendezvous::Topology topology_;
-  transport::Transport* const transport_;
   transport::ShmArena* const arena_;
   const Params params_;
   Submissions& submissions_;
@@ -145,28 +132,17 @@ class Cycle {
   backends::GpuBackend* const gpu_;
   const std::unique_ptr<Executor> cpu_executor_;
   const std::unique_ptr<Executor> gpu_executor_;
-  const Listener listener_;
   std::unique_ptr<Timeline> timeline_;
   bool mark_cycles_ = false;
 
-  std::map<int, std::unique_ptr<ProcessSet>> sets_;  // by group id: the cycle order
-  int32_t next_set_id_ = 1;
-  // Group ids not used yet start at next_group_; once those ran out, a removed set's id is
-  // handed to the next new set, after every rank agreed how to continue its history in the
-  // arena (Note [Reused group ids] in collectives/collectives.h).
-  int next_group_ = kFirstUserGroup;
-  std::set<int> removed_groups_;
+  ProcessSetTable sets_;
+  CrossSetNames cross_set_;
+  SetNegotiator negotiator_;
   bool more_work_ = false;
-  bool set_work_[kMaxGroups] = {};                   // from the last global negotiation
-  std::unique_ptr<SetConflictCheck> set_conflicts_;  // global rank 0, created on first use
-  // Names failed by the cross-set check before this rank submitted them (a member of either
-  // set): the next submission of the name fails with this message instead of waiting.
-  std::map<std::string, std::string> conflicted_names_;
   std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries
 
   std::atomic<bool> stopped_{false};
-  std::atomic<uint64_t> cycles_{0}, control_exchanges_{0}, control_bytes_{0},
-      coordinator_rounds_{0}, cached_responses_{0}, coordinated_responses_{0}, negotiation_ns_{0};
+  std::atomic<uint64_t> cycles_{0};
 };
 
 }  // namespace perseus::engine

@@ -2,7 +2,6 @@
 // Holder of the cycle lock only (cycle.h).
 #include <algorithm>
 
-#include "collectives/collectives.h"
 #include "common/logging.h"
 #include "engine/cycle.h"
 
@@ -128,57 +127,34 @@ void Cycle::executeControl(ProcessSet& set, const Response& r, Entry* e) {
 }
 
 void Cycle::addSet(const Response& r, Entry* e) {
-  ProcessSet& global = *sets_.at(kGlobalGroup);
-  // Every rank runs this response in the same place, so all pick the same group id.
-  int group = -1;
-  if (next_group_ < kMaxGroups) {
-    group = next_group_++;
-  } else if (!removed_groups_.empty()) {
-    group = *removed_groups_.begin();
-    removed_groups_.erase(removed_groups_.begin());
-    collectives::reuseGroup(*sets_.at(kLocalGroup)->comm, group);
-  } else {
-    if (e) {
-      finish(global, e, StatusCode::kInvalidArgument,
-             PERSEUS_STR("add_process_set: "
-                         << kMaxGroups - kFirstUserGroup
-                         << " process sets exist already, the most a job can have at once; "
-                            "remove one it no longer needs (remove_process_set) first"));
-    }
+  // Every rank runs this response in the same place, so all get the same ids.
+  ProcessSet* set = sets_.add(std::vector<int>(r.set_ranks.begin(), r.set_ranks.end()));
+  if (e == nullptr) return;
+  if (set == nullptr) {
+    finish(sets_.global(), e, StatusCode::kInvalidArgument,
+           PERSEUS_STR("add_process_set: "
+                       << ProcessSetTable::kMaxAddedSets
+                       << " process sets exist already, the most a job can have at once; "
+                          "remove one it no longer needs (remove_process_set) first"));
     return;
   }
-  const int32_t id = next_set_id_++;
-  std::vector<int> members(r.set_ranks.begin(), r.set_ranks.end());
-  auto set = std::make_unique<ProcessSet>(
-      id, group, members, transport_->rank(),
-      static_cast<size_t>(std::max<int64_t>(params_.cache_capacity, 0)));
-  if (set->member()) set->comm = makeComm(*set);
-  if (listener_.set_added) listener_.set_added(ProcessSetInfo{id, members, set->rank});
-  sets_[group] = std::move(set);
-  if (e) {
-    e->handle->setIntResult(id);
-    finish(global, e, StatusCode::kOk, "");
-  }
+  e->handle->setIntResult(set->id);
+  finish(sets_.global(), e, StatusCode::kOk, "");
 }
 
 void Cycle::removeSet(const Response& r, Entry* e) {
-  ProcessSet& global = *sets_.at(kGlobalGroup);
-  for (auto it = sets_.begin(); it != sets_.end(); ++it) {
-    ProcessSet& set = *it->second;
-    if (set.id != r.set_id || set.id < 1) continue;
-    while (!set.entries.empty()) {
-      Entry* pending = set.entries.begin()->second.get();
-      finish(set, pending, StatusCode::kInvalidArgument,
+  ProcessSet* set = r.set_id >= 1 ? sets_.byId(r.set_id) : nullptr;
+  if (set != nullptr) {
+    while (!set->entries.empty()) {
+      Entry* pending = set->entries.begin()->second.get();
+      finish(*set, pending, StatusCode::kInvalidArgument,
              PERSEUS_STR(opTypeName(pending->request.op)
-                         << " '" << pending->request.name << "': process set " << set.id
+                         << " '" << pending->request.name << "': process set " << set->id
                          << " was removed while it was pending"));
     }
-    if (listener_.set_removed) listener_.set_removed(set.id);
-    removed_groups_.insert(it->first);
-    sets_.erase(it);
-    break;
+    sets_.remove(r.set_id);
   }
-  if (e) finish(global, e, StatusCode::kOk, "");
+  if (e) finish(sets_.global(), e, StatusCode::kOk, "");
 }
 
 }  // namespace perseus::engine

@@ -1,14 +1,12 @@
-// The engine's side of the cross-set name check (set_conflict.h): new requests of every
-// process set travel with the global negotiation to global rank 0, whose conflicts fail the
-// name on every rank in whichever set it is in flight. Holder of the cycle lock only.
+#include "engine/cross_set_names.h"
+
 #include <algorithm>
 
 #include "common/logging.h"
-#include "engine/cycle.h"
 
 namespace perseus::engine {
 
-std::vector<Request> Cycle::announceNewRequests() {
+std::vector<Request> CrossSetNames::announce() {
   std::vector<Request> out;
   for (auto& [group, set] : sets_) {
     // LOCAL and CROSS (negative ids) have other members on other hosts: the check, which
@@ -22,8 +20,8 @@ std::vector<Request> Cycle::announceNewRequests() {
       out.push_back(e->request);
     }
     // A cache hit that stalled went back to negotiation (its bit invalidated on every member,
-    // cycle.cc): reported now, so that a name cached here and submitted on another set by
-    // some rank fails as a conflict after PERSEUS_STALL_WARNING instead of stalling on.
+    // set_negotiator.cc): reported now, so that a name cached here and submitted on another
+    // set by some rank fails as a conflict after PERSEUS_STALL_WARNING instead of stalling on.
     for (Entry* e : set->uncached) {
       if (e->announced) continue;
       e->announced = true;
@@ -33,25 +31,28 @@ std::vector<Request> Cycle::announceNewRequests() {
   return out;
 }
 
-std::vector<Request> Cycle::checkCrossSet(ProcessSet& set, int set_rank,
+std::vector<Request> CrossSetNames::check(const ProcessSet& set, int set_rank,
                                           std::vector<Request> list) {
   if (set.group_id != kGlobalGroup) return list;
-  if (!set_conflicts_) {
-    set_conflicts_ =
-        std::make_unique<SetConflictCheck>([this](int32_t id) -> const std::vector<int>* {
-          const ProcessSet* s = setById(id);
-          return s == nullptr ? nullptr : &s->members;
-        });
+  if (!check_) {
+    check_ = std::make_unique<SetConflictCheck>([this](int32_t id) -> const std::vector<int>* {
+      const ProcessSet* s = sets_.byId(id);
+      return s == nullptr ? nullptr : &s->members;
+    });
   }
   std::vector<Request> own;
   for (Request& q : list) {
-    set_conflicts_->add(set.members[set_rank], q);
+    check_->add(set.members[static_cast<size_t>(set_rank)], q);
     if (q.process_set == set.id) own.push_back(std::move(q));
   }
   return own;
 }
 
-void Cycle::failCrossSet(std::vector<Response>* responses) {
+std::vector<Response> CrossSetNames::takeConflicts() {
+  return check_ ? check_->takeConflicts() : std::vector<Response>{};
+}
+
+void CrossSetNames::failConflicts(std::vector<Response>* responses) {
   auto first = std::stable_partition(responses->begin(), responses->end(),
                                      [](const Response& r) { return !r.cross_set; });
   for (auto it = first; it != responses->end(); ++it) {
@@ -71,26 +72,26 @@ void Cycle::failCrossSet(std::vector<Response>* responses) {
       };
       drop(set->fresh);
       drop(set->uncached);
-      finish(*set, e, StatusCode::kMismatch, crossSetFailure(e->request, set->id, r.error_message));
+      fail_(*set, e, StatusCode::kMismatch, failure(e->request, set->id, r.error_message));
     }
     if (!in_flight &&
-        std::find(r.set_ranks.begin(), r.set_ranks.end(), topology_.rank) != r.set_ranks.end()) {
+        std::find(r.set_ranks.begin(), r.set_ranks.end(), rank_) != r.set_ranks.end()) {
       conflicted_names_[r.name] = r.error_message;
     }
   }
   responses->erase(first, responses->end());
 }
 
-std::string Cycle::crossSetFailure(const Request& q, int32_t set_id,
+std::string CrossSetNames::failure(const Request& q, int32_t set_id,
                                    const std::string& cause) const {
   return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "' in process set " << set_id
-                                      << " on rank " << topology_.rank << ": " << cause);
+                                      << " on rank " << rank_ << ": " << cause);
 }
 
-std::optional<std::string> Cycle::takeConflict(const ProcessSet& set, const Request& q) {
+std::optional<std::string> CrossSetNames::takeConflict(const ProcessSet& set, const Request& q) {
   auto found = conflicted_names_.find(q.name);
   if (found == conflicted_names_.end()) return std::nullopt;
-  std::string message = crossSetFailure(q, set.id, found->second);
+  std::string message = failure(q, set.id, found->second);
   conflicted_names_.erase(found);
   return message;
 }
