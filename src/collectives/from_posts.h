@@ -8,10 +8,37 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
+#include "collectives/post_board.h"
 #include "common/dtype.h"
 
 namespace perseus::collectives {
+
+// How a posted collective makes its result from one generation's posts: fixed when its name
+// is given a slot, the same on every generation.
+struct FromPosts {
+  enum class Kind {
+    kReduce,    // an allreduce, or a reducescatter over this rank's block of rows
+    kGather,    // an allgather: every rank's rows in rank order
+    kCopyRoot,  // a broadcast: the root's post
+  };
+  Kind kind = Kind::kReduce;
+  size_t offset = 0;  // where the slot's payload starts in a pool (a reducescatter: its block)
+  // kReduce: `count` elements of every post, reduced with `op`, then scaled by `postscale`.
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double postscale = 1.0;
+  std::vector<size_t> piece_bytes;  // kGather: each rank's bytes
+  int root = 0;                     // kCopyRoot
+  size_t bytes = 0;                 // kCopyRoot
+};
+
+// Writes generation `gen`'s result into `out`, reading every rank's post on `board`. `own` is
+// this rank's input, which a broadcast's root copies from (an in-place root has nothing to do).
+void finishFromPosts(const PostBoard& board, uint64_t gen, const FromPosts& how, const void* own,
+                     void* out);
 
 // out = postscale * (op over the n posts of `count` elements each). op is never kAverage.
 void reduceFromPosts(void* out, const void* const* posts, int n, size_t count, DataType dtype,

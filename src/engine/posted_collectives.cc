@@ -15,15 +15,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using collectives::PostBoard;
 
-// Pool offsets keep every payload on its own cache lines (and the reduction aligned).
-constexpr size_t kAlign = 64;
-
-// The kinds whose posts are reduced (and prescaled when posted).
-bool reduces(OpType kind) { return kind == OpType::kAllreduce || kind == OpType::kReducescatter; }
-
 // A post's submission, from its handle's stamp.
 Clock::time_point submittedAt(const Handle& h) {
   return Clock::time_point(std::chrono::nanoseconds(h.submittedNs()));
+}
+
+// The job's post board, when posting is on and the arena holds every rank.
+std::optional<PostBoard> openBoard(transport::ShmArena* arena, transport::Transport* transport,
+                                   const Params& params) {
+  if (!params.posted_allreduce || arena == nullptr || transport == nullptr) return std::nullopt;
+  return PostBoard::fromArena(*arena, transport->rank(), transport->size());
 }
 
 }  // namespace
@@ -32,136 +33,21 @@ PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Tran
                                      const Params& params)
     : transport_(transport),
       size_(transport != nullptr ? transport->size() : 0),
-      spin_us_(params.spin_us) {
+      spin_us_(params.spin_us),
+      board_(openBoard(arena, transport, params)),
+      slots_(board_ ? &*board_ : nullptr) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
   patience_ =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
-  if (!params.posted_allreduce || arena == nullptr || transport == nullptr) return;
-  board_ = PostBoard::fromArena(*arena, transport->rank(), size_);
   if (!board_) return;
   watched_ = std::make_unique<std::atomic<bool>[]>(board_->numSlots());
   claimed_ = std::make_unique<std::atomic<uint64_t>[]>(board_->numSlots());
-  slots_.reserve(board_->numSlots());
-}
-
-bool PostedCollectives::postable(OpType kind, bool cuda, size_t tensors) {
-  return !cuda && tensors == 1 &&
-         (kind == OpType::kAllreduce || kind == OpType::kBroadcast || kind == OpType::kAllgather ||
-          kind == OpType::kReducescatter);
-}
-
-bool PostedCollectives::matches(const Slot& s, const Call& c) const {
-  const TensorView& in = c.inputs[0];
-  if (c.op != s.kind || in.dtype != s.meta.dtype || in.ndim != s.meta.shape.size() ||
-      !std::equal(s.meta.shape.begin(), s.meta.shape.end(), in.shape)) {
-    return false;
-  }
-  if (reduces(s.kind)) {
-    return c.reduce_op == s.reduce_op && c.prescale == s.prescale && c.postscale == s.postscale;
-  }
-  return s.kind != OpType::kBroadcast || c.root == s.root;
 }
 
 void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
-  if (!enabled() || r.is_error ||
-      !postable(r.op, r.device_kind == DeviceKind::kCuda, r.tensors.size())) {
-    return;
-  }
+  if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_name_.find(r.name);
-  const bool had_slot = it != by_name_.end();
-  if (had_slot) {
-    // Another negotiated run of a name with a slot: every rank retires the old slot here
-    // (revoking it if no rank has), so all give the name the same new one below.
-    Slot& old = slots_[it->second];
-    if (!old.dead) board_->revoke(it->second, 0);
-    old.dead = true;
-    old.negotiated.reset();
-    by_name_.erase(it);
-    ++retired_[r.name];
-  }
-  // Slots are never reused: a name whose posts keep falling back (a rank that is regularly
-  // late past the patience, say while it writes a checkpoint) stays negotiated after a few.
-  if (auto gone = retired_.find(r.name);
-      gone != retired_.end() && gone->second >= kMaxSlotsPerName) {
-    return;
-  }
-  Slot s;
-  s.kind = r.op;
-  s.meta = r.tensors[0];
-  size_t bytes = s.meta.bytes();  // the largest contribution of a rank
-  if (r.op == OpType::kAllgather) {
-    // The response holds the first rank's shape; every rank's rows are in first_dims.
-    if (r.first_dims.size() != static_cast<size_t>(size_) || s.meta.shape.empty()) return;
-    s.rows = r.first_dims;
-    s.row_bytes = static_cast<size_t>(s.meta.rowElements()) * dataTypeSize(s.meta.dtype);
-    int64_t total = 0, most = 0;
-    for (int64_t n : s.rows) {
-      total += n;
-      most = std::max(most, n);
-    }
-    s.out_shape = s.meta.shape;
-    s.out_shape[0] = total;
-    s.meta.shape[0] = s.rows[static_cast<size_t>(board_->rank())];
-    bytes = static_cast<size_t>(most) * s.row_bytes;
-  } else if (r.op == OpType::kReducescatter) {
-    // Every rank posts its whole input and reduces its own block of rows from every post.
-    if (s.meta.shape.empty()) return;
-    const int64_t row_elems = s.meta.rowElements();
-    int64_t start = 0;
-    for (int q = 0; q < board_->rank(); ++q) start += blockRows(s.meta.shape[0], size_, q);
-    s.block_offset = static_cast<size_t>(start * row_elems) * dataTypeSize(s.meta.dtype);
-    s.out_shape = s.meta.shape;
-    s.out_shape[0] = blockRows(s.meta.shape[0], size_, board_->rank());
-  }
-  const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
-  // Only names that could be posted enter the table: the others would take places (and evict
-  // first sightings of names that can) at every negotiated run.
-  if (!had_slot && !secondSightingLocked(r.name)) return;
-  if (slots_.size() >= board_->numSlots() || next_offset_ + span > board_->poolBytes()) {
-    if (!full_reported_) {
-      full_reported_ = true;
-      PERSEUS_LOG(INFO, kEngine) << "the post board is full (" << slots_.size() << " slots, "
-                                 << next_offset_
-                                 << " pool bytes): collectives of names not "
-                                    "posted so far are negotiated every time";
-    }
-    return;
-  }
-  s.name = std::make_shared<const std::string>(r.name);
-  s.reduce_op = r.reduce_op;
-  s.prescale = r.prescale;
-  s.postscale = r.postscale;
-  if (reduces(r.op)) s.reduction = reductionOf(r, size_);
-  s.root = r.root;
-  s.offset = next_offset_;
-  s.negotiated = std::move(negotiated);
-  next_offset_ += span;
-  by_name_.emplace(r.name, slots_.size());
-  slots_.push_back(std::move(s));
-}
-
-bool PostedCollectives::secondSightingLocked(const std::string& name) {
-  // FNV-1a: the same value in every process, unlike std::hash.
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
-  h |= 1;  // 0 marks an empty entry
-  // Two places per name: with one, two names of a model that share it would evict each other
-  // at every step and never get a slot (300 names, 1024 places: 163 of the 256 that fit the
-  // pool were posted, tests/cpp/engine_posted_collectives_test.cc).
-  const size_t mask = seen_once_.size() - 1;
-  uint64_t& first = seen_once_[h & mask];
-  uint64_t& second = seen_once_[((h * 0x9E3779B97F4A7C15ull) >> 32) & mask];
-  for (uint64_t* seen : {&first, &second}) {
-    if (*seen == h) {
-      *seen = 0;
-      return true;
-    }
-  }
-  // Both taken: evict one, chosen by the name, so every rank evicts the same.
-  (first == 0 ? first : second == 0 ? second : (h & 2) ? first : second) = h;
-  return false;
+  slots_.learn(r, may_add, std::move(negotiated));
 }
 
 PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
@@ -172,15 +58,15 @@ PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
   key.assign(c.name.data(), c.name.size());
   std::unique_lock<std::mutex> lock(mu_);
   if (closed_) return Outcome::kNotPosted;
-  auto it = by_name_.find(key);
-  if (it == by_name_.end()) return Outcome::kNotPosted;
-  const size_t index = it->second;
-  Slot& s = slots_[index];
+  const int64_t found = slots_.find(key);
+  if (found < 0) return Outcome::kNotPosted;
+  const auto index = static_cast<size_t>(found);
+  PostSlot& s = slots_[index];
   if (inFlightLocked(index)) return Outcome::kInFlight;
   if (s.dead) return Outcome::kNotPosted;
   const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
   // Done means the negotiated run left the engine's in-flight names (handles complete after).
-  if (!postable(c.op, cuda, c.inputs.size()) || !matches(s, c) ||
+  if (!PostSlots::postable(c.op, cuda, c.inputs.size()) || !PostSlots::matches(s, c) ||
       (s.negotiated && !s.negotiated->done())) {
     // Negotiated instead: so are every rank's posts of the name, from the revocation on.
     board_->revoke(index, 0);
@@ -192,7 +78,7 @@ PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
   void* output = c.outputs.empty() ? nullptr : c.outputs[0];
   const uint64_t gen = s.gen + 1;
   unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
-  if (reduces(s.kind) && s.prescale != 1.0) {
+  if (PostSlots::reduces(s.kind) && s.prescale != 1.0) {
     kernels::scaleCopy(mine, input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
                        s.prescale);
   } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
@@ -225,7 +111,7 @@ PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, v
                                                             std::unique_lock<std::mutex>& lock) {
   // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
   // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
-  const Slot& s = slots_[index];
+  const PostSlot& s = slots_[index];
   PostBoard::State st = board_->state(index, gen);
   if (st == PostBoard::State::kComplete) {  // the generation's last post
     ringPeers();
@@ -293,13 +179,13 @@ void PostedCollectives::stopListening() {
 }
 
 bool PostedCollectives::inFlightLocked(size_t index) {
-  Slot& s = slots_[index];
+  PostSlot& s = slots_[index];
   // Settled by a waiting caller that has not dropped it yet: no longer in flight.
   dropCompletedLocked(s);
   return s.pending || watched_[index].load(std::memory_order_acquire);
 }
 
-void PostedCollectives::dropCompletedLocked(Slot& s) {
+void PostedCollectives::dropCompletedLocked(PostSlot& s) {
   if (s.pending && s.pending->done()) {
     s.pending.reset();
     dropPendingLocked(s);
@@ -311,7 +197,7 @@ bool PostedCollectives::claim(size_t index, uint64_t gen) {
   return claimed_[index].compare_exchange_strong(expected, gen, std::memory_order_acq_rel);
 }
 
-void PostedCollectives::dropPendingLocked(Slot& s) {
+void PostedCollectives::dropPendingLocked(PostSlot& s) {
   const size_t pos = s.pending_pos;
   const size_t last = pending_slots_.back();
   pending_slots_[pos] = last;
@@ -322,7 +208,7 @@ void PostedCollectives::dropPendingLocked(Slot& s) {
 
 std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
     size_t index, const Clock::time_point* now) {
-  Slot& s = slots_[index];
+  PostSlot& s = slots_[index];
   if (!s.pending) return std::nullopt;
   PostBoard::State st = board_->state(index, s.gen);
   if (st == PostBoard::State::kWaiting) {
@@ -367,58 +253,17 @@ PostedCollectives::Settled PostedCollectives::settle(Claim c) {
   return {std::move(c.handle), std::move(c.renegotiate)};
 }
 
-void PostedCollectives::finish(const Slot& s, uint64_t gen, const void* input, void* output,
+void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
-  // The generation's payloads stay put until this rank posts again (post_board.h); the data
-  // movement is collectives/from_posts.h, the output and the counts are kept here.
-  const int n = board_->size();
-  size_t from = s.offset;
-  if (s.kind == OpType::kBroadcast) {
-    const void* root = s.root == board_->rank() ? input : board_->payload(s.root, gen, from);
-    collectives::copyFromPost(output, root, s.meta.bytes());
-    completed_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (s.kind != OpType::kAllreduce) {
-    // Allgather and reducescatter: a library-owned output.
-    std::vector<OwnedTensor>& outs = handle->outputs();
+  // The generation's payloads stay put until this rank posts again (post_board.h).
+  if (s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) {
+    std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);
     outs[0].allocate(s.meta.dtype, s.out_shape);
     output = outs[0].ptr();
   }
-  if (s.kind == OpType::kReducescatter) from += s.block_offset;  // its own block of rows
-  const void* stack[64];
-  std::vector<const void*> many;
-  const void** posts = stack;
-  if (n > 64) {
-    many.resize(static_cast<size_t>(n));
-    posts = many.data();
-  }
-  for (int r = 0; r < n; ++r) posts[r] = board_->payload(r, gen, from);
-  switch (s.kind) {
-    case OpType::kAllreduce:
-      collectives::reduceFromPosts(output, posts, n, static_cast<size_t>(s.meta.numElements()),
-                                   s.meta.dtype, s.reduction.op, s.reduction.postscale);
-      completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case OpType::kReducescatter:
-      collectives::reduceFromPosts(output, posts, n,
-                                   static_cast<size_t>(s.out_shape[0] * s.meta.rowElements()),
-                                   s.meta.dtype, s.reduction.op, s.reduction.postscale);
-      break;
-    default: {  // allgather
-      size_t stack_bytes[64];
-      std::vector<size_t> many_bytes;
-      size_t* bytes = stack_bytes;
-      if (n > 64) {
-        many_bytes.resize(static_cast<size_t>(n));
-        bytes = many_bytes.data();
-      }
-      for (int r = 0; r < n; ++r)
-        bytes[r] = static_cast<size_t>(s.rows[static_cast<size_t>(r)]) * s.row_bytes;
-      collectives::gatherFromPosts(output, posts, bytes, n);
-    }
-  }
+  collectives::finishFromPosts(*board_, gen, s.from_posts, input, output);
+  if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -437,7 +282,7 @@ bool PostedCollectives::progress(Handle& handle, Settled* out) {
     // later at 1000 tensors per step (`perseusrun -np 2 python bench/negotiation_lag_probe.py`;
     // docs/algorithms.md, "Posted collectives").
     if (!claim(index, gen)) return false;  // the engine thread has it
-    const Slot& s = slots_[index];
+    const PostSlot& s = slots_[index];
     finish(s, gen, s.input, s.output, &handle);
     handle.complete(StatusCode::kOk, "");
     std::lock_guard<std::mutex> lock(mu_);

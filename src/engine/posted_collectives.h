@@ -19,7 +19,7 @@
 //    offsets are handed out in that order, so a name has the same slot everywhere. The
 //    response runs before its handles complete, so a rank's next submission of the name (which
 //    must wait for that completion) finds the slot from the name's second negotiated run on
-//    (secondSightingLocked()); the slot takes posts once this rank's negotiated handle
+//    (PostSlots::learn(), post_slots.h); the slot takes posts once this rank's negotiated handle
 //    completed (until then the name is still in flight). The slot
 //    remembers what was negotiated: the shapes (an allgather's rows of every rank), the dtype,
 //    the reduce op and scales, the root. Slots and pool space are never reused; when they run
@@ -65,12 +65,14 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/from_posts.h"
 #include "collectives/post_board.h"
 #include "common/params.h"
 #include "engine/call.h"
 #include "engine/entry.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
+#include "engine/post_slots.h"
 #include "transport/shm/shm_arena.h"
 #include "transport/transport.h"
 
@@ -101,11 +103,8 @@ class PostWatch {
 
 class PostedCollectives {
  public:
-  // The largest contribution a rank posts: beyond it, reading every rank's input costs more
-  // than the negotiated collective's exchanges (docs/algorithms.md, "Posted collectives").
-  static constexpr size_t kMaxBytes = 4u << 10;
-  // Slots one name may be given in a job (each fall-back retires one).
-  static constexpr int kMaxSlotsPerName = 4;
+  static constexpr size_t kMaxBytes = PostSlots::kMaxBytes;
+  static constexpr int kMaxSlotsPerName = PostSlots::kMaxSlotsPerName;
 
   // Enabled only when `arena` holds every rank of `transport`'s job (>= 2) and has a shared
   // area for the post board (collectives/post_board.h). Posts that complete a generation ring
@@ -122,10 +121,10 @@ class PostedCollectives {
   void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated);
 
   // Any thread: Engine::submit() offers every call here first, and this is the one place that
-  // decides whether a call is posted (postable(), matches()). kPosted: a single CPU tensor of
-  // the global set whose name has a live slot with the same metadata, and whose negotiated
-  // run completed; `*handle` (its postedSlot() set) completes once every rank posted, or after
-  // falling back to negotiation. kNotPosted: nothing was posted; the caller negotiates the
+  // decides whether a call is posted (PostSlots::postable(), matches()). kPosted: a single CPU
+  // tensor of the global set whose name has a live slot with the same metadata, and whose
+  // negotiated run completed; `*handle` (its postedSlot() set) completes once every rank posted, or
+  // after falling back to negotiation. kNotPosted: nothing was posted; the caller negotiates the
   // call, and if its name had a live slot that slot is revoked, so that every rank's posts of
   // it go the negotiated way, which reports any difference in the metadata. kInFlight: the
   // name has a post in flight (a duplicate). kFinished: a blocking call whose generation
@@ -181,58 +180,20 @@ class PostedCollectives {
   uint64_t othersPosts() const { return enabled() ? board_->othersPosts() : 0; }
 
  private:
-  // Immutable once learned (settling threads read it without the lock), but for the fields
-  // marked as guarded.
-  struct Slot {
-    OpType kind = OpType::kAllreduce;
-    Handle::Name name;  // shared with the handles of its posts
-    TensorMeta meta;    // this rank's input
-    ReduceOp reduce_op = ReduceOp::kSum;
-    double prescale = 1.0, postscale = 1.0;
-    Reduction reduction{};
-    int32_t root = 0;
-    std::vector<int64_t> rows;  // allgather: rows of every set rank
-    size_t row_bytes = 0;
-    std::vector<int64_t> out_shape;  // allgather, reducescatter: the library-owned output
-    size_t block_offset = 0;         // reducescatter: this rank's block in a post, in bytes
-    size_t offset = 0;
-    // Guarded by mu_:
-    uint64_t gen = 0;                    // this rank's last posted generation
-    bool dead = false;                   // revoked (seen by this rank) or replaced
-    std::shared_ptr<Handle> negotiated;  // until it completed: no posts yet
-    // The pending post, if any (non-null handle).
-    std::shared_ptr<Handle> pending;
-    // The pending post's tensors: written before its handle is handed out and kept until it
-    // is dropped, so whoever claimed it (claim()) reads them without the lock.
-    const void* input = nullptr;
-    void* output = nullptr;
-    size_t pending_pos = 0;  // index in pending_slots_
-  };
   // What a settling thread needs once it let go of the lock.
   struct Claim {
-    const Slot* slot = nullptr;  // its immutable part (slots_ never reallocates)
+    const PostSlot* slot = nullptr;  // its learned part (immutable; slots never move)
     std::shared_ptr<Handle> handle;
     std::unique_ptr<Entry> renegotiate;  // null when complete
     const void* input = nullptr;
     void* output = nullptr;
     uint64_t gen = 0;
   };
-  // Whether a collective of this kind, device and tensor count can ever be posted: calls
-  // (tryPost) and negotiated responses (learn) alike.
-  static bool postable(OpType kind, bool cuda, size_t tensors);
-  bool matches(const Slot& s, const Call& c) const;
   // A blocking call, published as generation `gen` of `index`, with the lock held: watched on
   // the calling thread with no handle, settled there if it completes. Returns kFinished, or
   // kPosted after all (with the lock held again and the handle to come), or kClosed.
   Outcome watchBlocking(const void* input, void* output, size_t index, uint64_t gen,
                         std::unique_lock<std::mutex>& lock);
-  // A name gets a slot at its second negotiated run, not its first: names used once (an
-  // unnamed op gets a fresh name per call, `allreduce.noname.N`) would otherwise fill the
-  // board, after which no new name is posted, and grow the registry by ~170 B per op
-  // (tests/python/reliability/test_soak.py). The table holds each name's hash in one of two
-  // places and changes alike on every rank (the same responses in the same order); an
-  // eviction only delays a slot.
-  bool secondSightingLocked(const std::string& name);
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
@@ -244,12 +205,13 @@ class PostedCollectives {
   bool inFlightLocked(size_t slot);
   // Caller holds mu_. Drops the slot's pending post if its handle completed: a waiting caller
   // completes it before it takes the lock (progress()).
-  void dropCompletedLocked(Slot& s);
-  void dropPendingLocked(Slot& s);
+  void dropCompletedLocked(PostSlot& s);
+  void dropPendingLocked(PostSlot& s);
   Settled settle(Claim c);
-  // Writes a complete generation's result: into `output`, or for an allgather or a
-  // reducescatter into `handle`'s library-owned output (`handle` may be null for the others).
-  void finish(const Slot& s, uint64_t gen, const void* input, void* output, Handle* handle);
+  // Writes a complete generation's result (collectives/from_posts.h): into `output`, or for an
+  // allgather or a reducescatter into `handle`'s library-owned output (`handle` may be null
+  // for the others).
+  void finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
   void ringPeers() const;
 
   transport::Transport* const transport_;
@@ -260,13 +222,7 @@ class PostedCollectives {
 
   mutable std::mutex mu_;
   bool closed_ = false;
-  std::vector<Slot> slots_;  // by slot index; size() is the next free slot
-  size_t next_offset_ = 0;
-  bool full_reported_ = false;
-  std::unordered_map<std::string, size_t> by_name_;
-  std::unordered_map<std::string, int> retired_;  // slots retired per name
-  // Hashes of names negotiated once, no slot yet (secondSightingLocked()); a power of two.
-  std::vector<uint64_t> seen_once_ = std::vector<uint64_t>(size_t{1} << 14);
+  PostSlots slots_;  // guarded by mu_ (post_slots.h)
   std::vector<size_t> pending_slots_;
   // Per slot: a blocking caller watches a post of it with no handle. Set under mu_, cleared by
   // that caller without it; tryPost() takes it as a post in flight.

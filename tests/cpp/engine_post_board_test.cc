@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/from_posts.h"
 #include "collectives/post_board.h"
 
 namespace perseus::collectives {
@@ -132,6 +133,50 @@ TEST(PostBoard, ConcurrentGenerationsAndARacingRevocationAgree) {
       EXPECT_EQ(last_complete[static_cast<size_t>(r)], revoke_at - 1) << "n=" << n << " rank " << r;
     }
   }
+}
+
+// finishFromPosts (collectives/from_posts.h) reads a generation's posts where they lie: each
+// rank's pool of that generation's parity, at the slot's offset.
+TEST(PostBoard, APostedCollectiveFinishesFromTheGenerationsPosts) {
+  Memory m(3);
+  PostBoard b0 = m.board(0), b1 = m.board(1);
+  const uint64_t gen = 3;  // odd: the second pool
+  for (int r = 0; r < 3; ++r) {
+    const float v[2] = {float(r + 1), float(10 * (r + 1))};
+    std::memcpy(b0.payload(r, gen, 64), v, sizeof(v));
+  }
+  FromPosts sum;
+  sum.offset = 64;
+  sum.count = 2;
+  sum.postscale = 0.5;
+  float out[2] = {};
+  finishFromPosts(b1, gen, sum, nullptr, out);
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_EQ(out[1], 30.0f);
+
+  FromPosts gather;
+  gather.kind = FromPosts::Kind::kGather;
+  gather.offset = 64;
+  gather.piece_bytes = {4, 0, 8};  // rank 1 contributes no rows
+  float rows[3] = {};
+  finishFromPosts(b0, gen, gather, nullptr, rows);
+  EXPECT_EQ(rows[0], 1.0f);
+  EXPECT_EQ(rows[1], 3.0f);
+  EXPECT_EQ(rows[2], 30.0f);
+
+  FromPosts root2;
+  root2.kind = FromPosts::Kind::kCopyRoot;
+  root2.offset = 64;
+  root2.root = 2;
+  root2.bytes = 8;
+  float got[2] = {};
+  finishFromPosts(b1, gen, root2, nullptr, got);
+  EXPECT_EQ(got[0], 3.0f);
+  const float own[2] = {7, 8};  // the root itself reads its own input, not its post
+  float mine[2] = {};
+  root2.root = 0;
+  finishFromPosts(b0, gen, root2, own, mine);
+  EXPECT_EQ(mine[1], 8.0f);
 }
 
 }  // namespace
