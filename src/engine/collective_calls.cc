@@ -90,12 +90,7 @@ std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<Tensor
 }
 
 std::shared_ptr<Handle> Engine::barrier(int32_t set) {
-  int n;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    n = barrier_calls_[set]++;
-  }
-  const std::string name = "__barrier." + std::to_string(n);
+  const std::string name = "__barrier." + std::to_string(directory_.nextBarrier(set));
   return submit(callOf(OpType::kBarrier, name, set, {}, false));
 }
 
@@ -124,12 +119,7 @@ std::shared_ptr<Handle> Engine::addProcessSet(const std::vector<int>& ranks) {
                                                               << "): give distinct ranks in [0, "
                                                               << transport_->size() << ")"));
   }
-  int n;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    n = add_set_calls_++;
-  }
-  const std::string name = "__add_process_set." + std::to_string(n);
+  const std::string name = "__add_process_set." + std::to_string(directory_.nextAddSet());
   Call c = callOf(OpType::kAddProcessSet, name, kGlobalSet, {}, false);
   c.set_ranks = sorted;
   return submit(c);
@@ -142,12 +132,7 @@ std::shared_ptr<Handle> Engine::removeProcessSet(int32_t id) {
                                            << "): no such set; only sets made by "
                                               "add_process_set (ids >= 1) can be removed"));
   }
-  int n;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    n = remove_set_calls_++;
-  }
-  const std::string name = "__remove_process_set." + std::to_string(n);
+  const std::string name = "__remove_process_set." + std::to_string(directory_.nextRemoveSet());
   Call c = callOf(OpType::kRemoveProcessSet, name, kGlobalSet, {}, false);
   c.set_id = id;
   return submit(c);

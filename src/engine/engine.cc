@@ -25,6 +25,7 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
           {params, transport ? transport->rank() : 0, topology.hostnames})),
       // Posted operations have no timeline spans: with a timeline, everything is negotiated.
       posted_(params.timeline.empty() ? arena : nullptr, transport, params),
+      directory_(transport ? transport->rank() : 0),
       cycle_(cycleParts(), cycleListener()),
       driver_(driverParts()) {
   driver_.start();
@@ -49,18 +50,9 @@ Cycle::Parts Engine::cycleParts() {
 
 Cycle::Listener Engine::cycleListener() {
   Cycle::Listener l;
-  l.set_added = [this](const ProcessSetInfo& info) {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_info_[info.id] = info;
-  };
-  l.set_removed = [this](int32_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_info_.erase(id);
-  };
-  l.stall_warning = [this](const std::string& text) {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_stall_warning_ = text;
-  };
+  l.set_added = [this](const ProcessSetInfo& info) { directory_.added(info); };
+  l.set_removed = [this](int32_t id) { directory_.removed(id); };
+  l.stall_warning = [this](const std::string& text) { directory_.setStallWarning(text); };
   return l;
 }
 
@@ -80,79 +72,7 @@ Driver::Parts Engine::driverParts() {
 
 // --- submission ------------------------------------------------------------------------
 
-std::optional<ProcessSetInfo> Engine::processSet(int32_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = set_info_.find(id);
-  if (it == set_info_.end()) return std::nullopt;
-  return it->second;
-}
-
-void Engine::validateSet(Entry& e) const {
-  const Request& q = e.request;
-  // Built only for an error message: this runs under mu_ for every submission.
-  auto what = [&q] { return PERSEUS_STR(opTypeName(q.op) << " '" << q.name << "'"); };
-  if (q.name.empty())
-    throw InvalidArgumentError(std::string(opTypeName(q.op)) +
-                               ": empty name; give every collective a name");
-  auto it = set_info_.find(q.process_set);
-  if (it == set_info_.end()) {
-    throw InvalidArgumentError(PERSEUS_STR(what()
-                                           << ": process set " << q.process_set
-                                           << " does not exist; create it with add_process_set"));
-  }
-  const ProcessSetInfo* info = &it->second;  // no copy: mu_ is held
-  if (info->rank < 0) {
-    throw InvalidArgumentError(
-        PERSEUS_STR(what() << ": rank " << transport_->rank() << " is not a member of process set "
-                           << q.process_set << " (members " << rankVector(info->members) << ")"));
-  }
-  const int n = static_cast<int>(info->members.size());
-  for (size_t i = 0; i < q.tensors.size(); ++i) {
-    const TensorMeta& t = q.tensors[i];
-    for (int64_t d : t.shape) {
-      if (d < 0)
-        throw InvalidArgumentError(
-            PERSEUS_STR(what() << ": negative dimension in shape " << shapeString(t.shape)));
-    }
-    if (e.inputs[i] == nullptr && t.numElements() > 0) {
-      throw InvalidArgumentError(PERSEUS_STR(what() << ": input " << i << " is null"));
-    }
-    bool needs_dim0 =
-        q.op == OpType::kAllgather || q.op == OpType::kAlltoall || q.op == OpType::kReducescatter;
-    if (needs_dim0 && t.shape.empty()) {
-      throw InvalidArgumentError(PERSEUS_STR(what() << ": a scalar has no first dimension to "
-                                                       "split or concatenate; reshape it to [1]"));
-    }
-  }
-  if (q.op == OpType::kBroadcast && (q.root < 0 || q.root >= n)) {
-    throw InvalidArgumentError(PERSEUS_STR(what() << ": root rank " << q.root
-                                                  << " is outside the process set of size " << n));
-  }
-  if (q.op == OpType::kAlltoall) {
-    const int64_t rows = q.tensors[0].shape[0];
-    if (e.splits.empty()) {
-      if (rows % n != 0) {
-        throw InvalidArgumentError(PERSEUS_STR(what() << ": first dimension " << rows
-                                                      << " does not divide by the set size " << n
-                                                      << "; pass splits"));
-      }
-    } else {
-      if (static_cast<int>(e.splits.size()) != n) {
-        throw InvalidArgumentError(PERSEUS_STR(what() << ": " << e.splits.size()
-                                                      << " splits for a set of " << n << " ranks"));
-      }
-      int64_t sum = 0;
-      for (int64_t s : e.splits) {
-        if (s < 0) throw InvalidArgumentError(PERSEUS_STR(what() << ": negative split " << s));
-        sum += s;
-      }
-      if (sum != rows) {
-        throw InvalidArgumentError(PERSEUS_STR(what() << ": splits sum to " << sum
-                                                      << " but the first dimension is " << rows));
-      }
-    }
-  }
-}
+std::optional<ProcessSetInfo> Engine::processSet(int32_t id) const { return directory_.find(id); }
 
 void Engine::prepareDevice(Entry& e) {
   if (e.device < 0) return;
@@ -268,10 +188,7 @@ std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
   prepareDevice(*e);
   Submissions::Stop stop = submissions_.stopCause();
   if (!stop.stopped()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      validateSet(*e);
-    }
+    directory_.validate(*e);
     e->handle = Handle::create(e->request.name);
     auto handle = e->handle;
     switch (submissions_.submit(e, true, &stop)) {
@@ -318,11 +235,6 @@ Engine::Stats Engine::stats() const {
   s.posted_allreduces = posted_.completedAllreducePosts();
   s.posted_collectives = posted_.completedPosts();
   return s;
-}
-
-std::string Engine::lastStallWarning() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_stall_warning_;
 }
 
 }  // namespace perseus::engine

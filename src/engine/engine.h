@@ -69,6 +69,7 @@
 #include "engine/handle.h"
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
+#include "engine/set_directory.h"
 #include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
@@ -162,7 +163,7 @@ class Engine {
   bool gpuEnabled() const { return gpu_ != nullptr; }
   const Params& params() const { return params_; }
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
-  std::string lastStallWarning() const;
+  std::string lastStallWarning() const { return directory_.lastStallWarning(); }
   uint64_t cycles() const { return cycle_.stats().cycles; }
   // Counters for perseus_get_engine_stats (any thread; each value is read atomically): the
   // cycle's and the posts'.
@@ -193,7 +194,6 @@ class Engine {
   // After a queueing: the engine thread hears of it if it blocks (Dekker with idleWait()).
   void wakeEngine() { driver_.wakeIfBlocked(); }
   DuplicateNameError duplicateName(OpType op, const std::string& name, int32_t set) const;
-  void validateSet(Entry& entry) const;  // caller holds mu_
 
   // The parts' wiring (construction only).
   Cycle::Parts cycleParts();
@@ -220,16 +220,9 @@ class Engine {
 
   Submissions submissions_;  // the queue, the in-flight names, the stop cause; any thread
 
-  // Any thread, guarded by mu_: what submissions validate against (the cycle publishes its set
-  // changes here through Cycle::Listener) and the call counters.
-  mutable std::mutex mu_;
-  std::map<int32_t, ProcessSetInfo> set_info_;
-  // Names of the collective calls without a user name: every rank counts its calls, and
-  // ranks call them in the same order, so the n-th call has the same name everywhere.
-  int add_set_calls_ = 0;
-  int remove_set_calls_ = 0;
-  std::map<int32_t, int> barrier_calls_;
-  std::string last_stall_warning_;
+  // What submissions validate against (the cycle publishes its set changes there through
+  // Cycle::Listener) and the counters that name unnamed calls; any thread.
+  SetDirectory directory_;
 
   GpuCompletion gpu_completion_;  // CUDA handles whose work is enqueued; holder of the cycle lock
   Cycle cycle_;                   // negotiate, fuse, execute; holder of the cycle lock
