@@ -20,15 +20,18 @@ def parse(extra=None):
     return p.parse_args()
 
 
-def recorder(results):
-    """Writes <results>/pid.<worker id>; returns record(**fields)."""
-    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
+def recorder(results, worker_id=None, fields=None):
+    """Writes <results>/pid.<worker id>; returns record(**fields). The worker id is perseusrun's
+    (or `worker_id`); `fields()` gives what every record adds besides the worker and the time
+    (by default the membership's epoch)."""
+    wid = worker_id or os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     with open(os.path.join(results, "pid." + wid), "w") as f:
         f.write(str(os.getpid()))
     out = open(os.path.join(results, wid + ".json"), "a")
+    fields = fields or (lambda: {"epoch": elastic_worker.epoch()})
 
     def record(**r):
-        r.update(worker=wid, epoch=elastic_worker.epoch(), time=time.time())
+        r.update(worker=wid, **fields(), time=time.time())
         out.write(json.dumps(r) + "\n")
         out.flush()
     return record

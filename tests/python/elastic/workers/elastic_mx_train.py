@@ -11,7 +11,6 @@ processed count is part of the state. The same script is the elastic run and the
 of its reference (fixed jobs), as in elastic_torch_train.py (--stop-at, --save, --load)."""
 
 import argparse
-import json
 import os
 import pickle
 import time
@@ -21,6 +20,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import perseus.mxnet as hvd
+
+import elastic_common
 
 BATCH = 4  # per rank
 N, FEATURES, CLASSES = 384, 8, 4
@@ -130,15 +131,10 @@ def main():
     args = p.parse_args()
 
     hvd.init()
-    wid = os.environ.get("PERSEUS_ELASTIC_WORKER_ID") or "rank%d" % hvd.rank()
-    with open(os.path.join(args.results, "pid." + wid), "w") as f:
-        f.write(str(os.getpid()))
-    out = open(os.path.join(args.results, wid + ".json"), "a")
-
-    def record(**r):
-        r.update(worker=wid, rank=hvd.rank(), size=hvd.size(), time=time.time())
-        out.write(json.dumps(r) + "\n")
-        out.flush()
+    # A fixed reference job has no worker ids: its records go by rank.
+    record = elastic_common.recorder(
+        args.results, os.environ.get("PERSEUS_ELASTIC_WORKER_ID") or "rank%d" % hvd.rank(),
+        lambda: {"rank": hvd.rank(), "size": hvd.size()})
 
     X, Y = data()
     model = GluonModel() if args.mode == "gluon" else KVStoreModel()

@@ -13,7 +13,6 @@ Records (<results>/<worker id or rank>.json): entry (each entry into the run fun
 batch it resumes from), step (with this rank's loss), commit, reset, done (the weights)."""
 
 import argparse
-import json
 import os
 import time
 
@@ -22,6 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import perseus.torch as hvd
+
+import elastic_common
 
 BATCH = 4  # per rank
 
@@ -38,15 +39,10 @@ def main():
     args = p.parse_args()
 
     hvd.init()
-    wid = os.environ.get("PERSEUS_ELASTIC_WORKER_ID") or "rank%d" % hvd.rank()
-    with open(os.path.join(args.results, "pid." + wid), "w") as f:
-        f.write(str(os.getpid()))
-    out = open(os.path.join(args.results, wid + ".json"), "a")
-
-    def record(**r):
-        r.update(worker=wid, rank=hvd.rank(), size=hvd.size(), time=time.time())
-        out.write(json.dumps(r) + "\n")
-        out.flush()
+    # A fixed reference job has no worker ids: its records go by rank.
+    record = elastic_common.recorder(
+        args.results, os.environ.get("PERSEUS_ELASTIC_WORKER_ID") or "rank%d" % hvd.rank(),
+        lambda: {"rank": hvd.rank(), "size": hvd.size()})
 
     g = torch.Generator().manual_seed(5)
     data = torch.utils.data.TensorDataset(torch.randn(384, 8, generator=g),
