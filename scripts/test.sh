@@ -20,7 +20,18 @@ case "${1:-}" in
   *) echo "usage: scripts/test.sh [--quick | --unit]" >&2; exit 2 ;;
 esac
 
-section() { printf '\n==== %s ====\n' "$*"; }
+# Each section prints the time the previous one took, and the total so far (CI's budget is
+# 75 minutes for the whole run).
+T0=$SECONDS
+T_SECTION=$SECONDS
+LAST_SECTION=""
+section_done() {
+  [ -n "$LAST_SECTION" ] && printf '==== %s: %d s (total %d s) ====\n' "$LAST_SECTION" \
+    $((SECONDS - T_SECTION)) $((SECONDS - T0))
+  T_SECTION=$SECONDS
+}
+section() { section_done; LAST_SECTION=$*; printf '\n==== %s ====\n' "$*"; }
+trap 'section_done' EXIT
 
 build_and_test() {  # dir, extra cmake args...; $CTEST_ARGS are passed to ctest
   local dir=$1; shift
