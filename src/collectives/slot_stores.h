@@ -3,11 +3,9 @@
 // Cached stores leave the lines dirty in the writer's cache, so the reader pulls them core to
 // core; non-temporal (streaming) stores send them to memory, so the reader fetches them from
 // DRAM. Which is faster depends on where the host placed the two cores, and on a virtual
-// machine that placement can change while a job runs. Measured on a 2-vCPU virtual machine
-// (`bench/floor_probe_bench`, crosscore vs crosscore-nt): 64 KiB-1 MiB blocks move core to core
-// at 7-11 GB/s in one placement and at 2 GB/s in the other, and through memory at 7.5-8.7 and
-// 8-14 GB/s. A 2-rank 1 MiB allreduce ran at 11 GB/s (cached) vs 4.7 (streaming) in the first
-// placement and at 1.7 vs 7.5 in the second.
+// machine that placement can change while a job runs: either mode can be the faster by a
+// factor of several (`bench/floor_probe_bench`, crosscore vs crosscore-nt, shows which one is on
+// a given host).
 //
 // So with PERSEUS_SHM_STORES=auto the choice is made online, per communicator, collective and
 // size class (factors of 4 from 16 KiB): every call reports its time per byte, counted from
@@ -22,9 +20,9 @@
 // (each writer fences its streaming stores before the barrier that publishes them), so a
 // disagreement would be correct, but it measures badly: a call's time depends on every
 // member's stores, so one rank's trial of the other mode, while its peers keep theirs, shows
-// only part of that mode's gain, and the ranks could stay in the worse mode for good (a 1 MiB
-// allreduce at 4.4-6.0 GB/s under auto against 13.8-14.9 always cached, when each rank chose
-// alone; `bench/collectives_bench --ops allreduce` with PERSEUS_SHM_STORES=auto/cached). So the
+// only part of that mode's gain, and the ranks could stay in the worse mode for good (about
+// 3x slower than the better mode; `bench/collectives_bench --ops allreduce` with
+// PERSEUS_SHM_STORES=auto against cached shows it when ranks choose alone). So the
 // call's last barrier carries each member's time (ShmArena::barrierMax) and every member
 // records the slowest one: the same samples in the same order give every member the same
 // state, the same trials and the same choices.

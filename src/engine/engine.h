@@ -25,8 +25,9 @@
 // Note [Caller-run cycles]
 // A cycle is run by whoever holds the cycle lock: the engine thread, or a framework thread that
 // waits for a handle (waitFor). Handing each operation to the engine thread and its result
-// back costs two thread switches per rank; on 2 cores shared by 2 ranks' callers and engine
-// threads, that was ~5 of the 5.8 µs of a 4-byte allreduce. So a waiting caller asks for the
+// back costs two thread switches per rank, which is most of a small allreduce's time when the
+// ranks' callers and engine threads share few cores (`perseusrun -np 2
+// bench/engine_latency_bench` shows it). So a waiting caller asks for the
 // cycle lock (drive_requested_), and the engine thread, between its own cycles, parks:
 // it gives the lock up and sleeps in slices of kParkSlice, touching neither the transport nor
 // any engine state. While callers drove within the last kDriveWindow it stays parked, and on

@@ -58,7 +58,8 @@ class Handle {
   // The same with a name shared with its owner (a posted slot's): no copy per operation.
   // `timed` false: a blocking call's handle, whose times nobody can ask for. Its submission is
   // stamped with the coarse clock (ticks of a few ms: enough for patience and stall warnings,
-  // and a third of the precise clock's 24 ns under a kvm-clock), its completion not at all.
+  // and cheaper to read than the precise clock, which a virtual machine's clock source can make
+  // slow), its completion not at all.
   static std::shared_ptr<Handle> create(Name name, bool timed = true);
 
   int64_t id() const { return id_; }

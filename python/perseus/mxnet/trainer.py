@@ -6,9 +6,8 @@ averaging in the collective and gives the same update.
 
 num_groups=0 (Horovod: one allreduce per gradient) submits one grouped allreduce per dtype
 instead: the same sums, but one MXNet engine push, one GIL round trip on the engine's worker
-thread and one completion per group rather than per tensor (2 ranks on a 2-core host: ~270 us
-per tensor pushed alone vs ~20 us grouped; 38 gradients: ~10 ms -> ~0.7 ms per step, from
-`bench/training/mxnet_train_bench.py`).
+thread and one completion per group rather than per tensor, which makes a step with tens of
+gradients an order of magnitude cheaper (`bench/training/mxnet_train_bench.py` measures it).
 """
 import warnings
 from collections import OrderedDict

@@ -1,10 +1,9 @@
 // Note [Blocking launches]
 // A non-blocking NCCL communicator (config.blocking = 0) never blocks its caller, but NCCL
 // runs every group launch of one on a thread it creates for that launch (pthread_create in
-// ncclGroupEnd): measured on 2 H200s, the launch of a 4-byte allreduce took 56-64 µs (the
-// timeline's LAUNCH span) and the whole operation 90-102 µs against NCCL's 31-44 through
-// torch, whose communicators block; with NCCL_COMM_BLOCKING=1 ours took 45.5 µs against 43.7
-// (bench/gpu/two_gpu.py, docs/PERFORMANCE.md, GPU). So collectives run on blocking communicators,
+// ncclGroupEnd), which roughly doubles a small allreduce's time against torch's blocking
+// communicators (`bench/gpu/two_gpu.py bench` with and without NCCL_COMM_BLOCKING=1 shows it;
+// docs/PERFORMANCE.md has the figures). So collectives run on blocking communicators,
 // and what non-blocking ones gave us, that no NCCL call can hang the engine thread, comes from this
 // watchdog instead, as torch's does it: each blocking call marks its communicator busy (a clock
 // read and two atomic stores), and one thread per process aborts (ncclCommAbort) a communicator

@@ -4,12 +4,11 @@
 // Note [Binding ranks to cores]
 // Unbound, the scheduler moves a rank's threads between cores and at times puts two ranks on
 // one core while the other idles: a rank that spins for its peer then holds the core the peer
-// needs, and the op waits for a time slice. On a 2-vCPU virtual machine, a 4-byte posted
-// allreduce loop spent 10-28 ms of every 100k ops (~60 ms) in ops slower than 3 us, unbound,
-// and 1.6-2.5 ms with each rank bound to its own core, in three interleaved pairs (`perseusrun
-// -np 2 [--bind-to none] bench/engine_latency_bench`, counting ops over 3 us); with another
-// placement of the vCPUs both spent 3-8 ms, with outliers either way. Open MPI's mpirun binds to
-// cores by default for the same reason. perseusrun asks for binding (--bind-to,
+// needs, and the op waits for a time slice. Binding cuts the time a small-op loop spends in
+// such slow ops several-fold where the host keeps its cores apart (compare `perseusrun -np 2
+// [--bind-to none] bench/engine_latency_bench`, counting the ops over a few µs); where it does
+// not, it costs nothing. Open MPI's mpirun binds to cores by default for the same reason.
+// perseusrun asks for binding (--bind-to,
 // PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has included (a
 // framework's pools start before init), so remote ranks need nothing on their host.
 #pragma once
