@@ -279,7 +279,7 @@ bool PostedCollectives::progress(Handle& handle, Settled* out) {
     // The common case, on the thread that waits for the result: settled and completed before
     // any lock, the bookkeeping after. A waiter's path runs cold after a long watch; with the
     // lock, the claim and the pending list first, the step's last tensor completed 0.2-1.1 us
-    // later at 1000 tensors per step (`perseusrun -np 2 python bench/negotiation_lag_probe.py`;
+    // later at 1000 tensors per step (`perseusrun -np 2 python bench/probes/negotiation_lag_probe.py`;
     // docs/algorithms.md, "Posted collectives").
     if (!claim(index, gen)) return false;  // the engine thread has it
     const PostSlot& s = slots_[index];

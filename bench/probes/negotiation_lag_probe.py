@@ -1,7 +1,7 @@
 """The last tensor's lag in the negotiation step, per step and split by rank (the probe behind
 docs/algorithms.md, *Posted collectives*):
 
-    perseusrun -np 2 python bench/negotiation_lag_probe.py [--tensors 10,1000] [--steps N]
+    perseusrun -np 2 python bench/probes/negotiation_lag_probe.py [--tensors 10,1000] [--steps N]
 
 Each step submits T named 16-byte allreduce_async_ (as bench/peers/hvd_async_bench.py's
 negotiation mode does), synchronizes the last handle first, then the others. From the engines'
