@@ -27,8 +27,9 @@
 #   b..d     bench/gpu: allreduce at world size 1 vs torch NCCL; 2 ranks on one GPU through the
 #            host-staged path; SyncBatchNorm fwd+bwd vs BatchNorm2d.
 #   r        Horovod's synthetic benchmark pattern: ResNet-50, batch 64, torch alone vs
-#            DistributedOptimizer at world size 1, with and without fp16 compression; each mode
-#            in its own process, the three alternated twice.
+#            DistributedOptimizer at world size 1, with and without fp16 compression, and torch
+#            DDP on backend nccl vs backend perseus; each mode in its own process, the five
+#            alternated twice.
 #   e        only with >= 2 GPUs: two_gpu.py check / bench / split, sync_bn on 2 ranks.
 #   mc       compute-sanitizer memcheck of gpu_kernels_test, when time is left.
 #
@@ -211,7 +212,7 @@ if gpu_or_dry 1; then
   done
   run_step "d sync_bn 1 rank" 35 $PY "$ROOT/bench/gpu/sync_bn.py" "${CPU[@]}"
   for round in 1 2; do
-    for mode in plain perseus fp16; do
+    for mode in plain perseus fp16 ddp-nccl ddp-perseus; do
       run_step "r resnet50 $mode round $round" 90 $PY "$ROOT/bench/gpu/resnet50_synthetic.py" \
         --mode $mode "${CPU[@]}"
     done
