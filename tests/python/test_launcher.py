@@ -84,18 +84,17 @@ def _alive(pid):
         return False
 
 
-def test_ctrl_c_stops_everything(tmp_path):
-    """SIGINT to perseusrun: every rank and its children die, the exit code is 130, and no
-    /dev/shm/perseus-* segment is left."""
+def _start_silent_job(tmp_path, init=True):
+    """perseusrun -np 2 whose ranks each start a child and then sleep without a word; returns
+    perseusrun's Popen and the folder where each rank writes 'its pid, its child's pid'."""
     pids = tmp_path / "pids"
     pids.mkdir()
     code = ("import os,subprocess,sys,time\n"
-            "import perseus.common as c; c.init()\n"
+            + ("import perseus.common as c; c.init()\n" if init else "") +
             "child = subprocess.Popen(['sleep', '100'])\n"
             "open(os.path.join(sys.argv[1], os.environ['PERSEUS_RANK']), 'w')"
             ".write('%d %d' % (os.getpid(), child.pid))\n"
             "time.sleep(100)")
-    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")}
     proc = subprocess.Popen([PY, "-m", "perseus.runner", "-np", "2", PY, "-c", code, str(pids)],
                             env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -104,14 +103,56 @@ def test_ctrl_c_stops_everything(tmp_path):
         time.sleep(0.1)
     assert len(os.listdir(pids)) == 2, proc.communicate(timeout=5)
     time.sleep(0.3)
+    return proc, pids
+
+
+def _job_pids(pids):
+    return [int(p) for f in os.listdir(pids) for p in (pids / f).read_text().split()]
+
+
+def _survivors(pids, within_s):
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [p for p in _job_pids(pids) if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    """SIGINT to perseusrun: every rank and its children die, the exit code is 130, and no
+    /dev/shm/perseus-* segment is left."""
+    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")}
+    proc, pids = _start_silent_job(tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "received SIGINT" in err
-    all_pids = [int(p) for f in os.listdir(pids) for p in (pids / f).read_text().split()]
-    time.sleep(0.2)
-    assert not [p for p in all_pids if _alive(p)]
+    assert not _survivors(pids, 0.2)
     assert {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")} <= shm_before
+
+
+def test_hangup_stops_everything(tmp_path):
+    """A closed terminal or ssh session (SIGHUP) stops the job as SIGTERM does, and says so."""
+    proc, pids = _start_silent_job(tmp_path, init=False)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "received SIGHUP; stopping all ranks" in err
+    assert not _survivors(pids, 0.2)
+
+
+def test_killed_launcher_leaves_no_rank(tmp_path):
+    """SIGKILL gives perseusrun no chance to clean up: its guard process (runner/guard.py) ends
+    the silent ranks and their children within a few seconds, and says why."""
+    proc, pids = _start_silent_job(tmp_path)
+    proc.kill()
+    left = _survivors(pids, 8.0)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=10)
+    assert not left, "ranks outlived a SIGKILLed perseusrun: %s" % left
+    assert "the launcher died; stopping its 2 local process groups" in err
 
 
 def test_cleanup_removes_this_jobs_segments_only():

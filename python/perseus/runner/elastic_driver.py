@@ -74,8 +74,9 @@ def place(members):
 
 
 class ElasticDriver:
-    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s):
+    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s, guard=None):
         self.args = args
+        self.guard = guard
         self.discovery = discovery
         self.store = store
         self.base_env = base_env
@@ -129,14 +130,15 @@ class ElasticDriver:
         env.update(envmod.rank_env(info))
         env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
         if hostmod.is_local(host):
-            proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
+            proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
+                                   guard=self.guard)
         else:
             remote = envmod.forwardable(env)
             remote["PERSEUS_SECRET"] = env["PERSEUS_SECRET"]
             argv = ssh_argv(host, self.args.command, self.args.ssh_port,
                             self.args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, index, host, self.sink,
-                                   stdin_data=env_block(remote))
+                                   stdin_data=env_block(remote), guard=self.guard)
         w = Worker(wid, host, slot, index, proc)
         self.workers.append(w)
         if self.args.verbose:
