@@ -61,6 +61,20 @@ def test_rank_killed_by_signal():
     assert "rank 0 on host localhost was killed by signal 9 (SIGKILL)" in r.stderr
 
 
+def test_rank_that_left_early_is_named():
+    """Rank 1 leaves (exit 0, shutdown at exit) while rank 0 still runs a collective: rank 0's
+    error and perseusrun's summary both name rank 1 and its host."""
+    code = ("import os,sys,time\nimport numpy as np\nimport perseus.common as c\n"
+            "c.init()\nif c.rank() == 1:\n    sys.exit(0)\ntime.sleep(0.5)\n"
+            "try:\n    c.core().allreduce('g', np.ones(3, np.float32)).wait()\n"
+            "except Exception as e:\n    print('ERR', e, file=sys.stderr); sys.exit(1)")
+    r = perseusrun(["-np", 2, PY, "-c", code])
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"\[0\]<stderr>:ERR .*shut down: rank 1 on host localhost called shutdown",
+                     r.stderr), r.stderr
+    assert "rank 1 on host localhost had left the job before: it exited with code 0" in r.stderr
+
+
 def test_success_exit_code_and_output_files(tmp_path):
     logs = tmp_path / "logs"
     r = perseusrun(["-np", 2, "--output-filename", logs, PY, "-c",
@@ -185,6 +199,16 @@ def test_bad_arguments():
     assert r.returncode == 2 and "more processes than the 2 slots" in r.stderr
     r = perseusrun(["-np", 2])
     assert r.returncode == 2 and "no command" in r.stderr
+    r = perseusrun(["-np", 2, "-H", "localhost:1", PY, "-c", "pass"])
+    assert "more processes than the 1 slot of the hosts" in r.stderr
+
+
+def test_blacklist_lists_host_and_slot():
+    from perseus.runner.discovery import Blacklist
+    b = Blacklist(None)
+    b.add(("node7", 1))
+    b.add("node8")
+    assert b.listed() == ["node7:1", "node8"]
 
 
 def test_check_build_and_params():

@@ -89,7 +89,7 @@ def build_parser():
     t.add_argument("--stall-check-shutdown-time-seconds", type=float,
                    help="PERSEUS_STALL_SHUTDOWN.")
     horovod_flags.add_arguments(p)
-    p.add_argument("--version", action="version",
+    p.add_argument("-v", "--version", action="version",
                    version="perseusrun %s (Horovod 0.28 API)" % _version())
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="The program and its arguments (a leading '--' is allowed).")
