@@ -199,6 +199,10 @@ def test_bad_arguments():
     assert r.returncode == 2 and "more processes than the 2 slots" in r.stderr
     r = perseusrun(["-np", 2])
     assert r.returncode == 2 and "no command" in r.stderr
+    r = perseusrun(["-np", 2, "--no-such-flag", PY])
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["perseusrun: error: unrecognized arguments: --no-such-flag",
+                                     "hint: 'perseusrun --help' lists the options"], r.stderr
     r = perseusrun(["-np", 2, "-H", "localhost:1", PY, "-c", "pass"])
     assert "more processes than the 1 slot of the hosts" in r.stderr
 
