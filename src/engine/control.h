@@ -57,4 +57,8 @@ class ControlVector {
 // go through Transport and wake a peer that waits in waitIncoming().
 void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count);
 
+// The ranks of `comm` that passed `mine` = true, in order (one more allreduceAnd, one inverted
+// bit per rank). Collective: every member calls it.
+std::vector<int> ranksThatSaid(collectives::Communicator& comm, bool mine);
+
 }  // namespace perseus::engine

@@ -123,8 +123,12 @@ class Cycle {
   void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
   void finishGpu(ProcessSet& set, Entry* e);
   void breakEngine(const Error& cause, const std::string& during);
+  // "Perseus was shut down: rank 1 on host b called shutdown() ..." for the pending operations.
+  std::string shutdownMessage(const std::vector<int>& leaving) const;
 
   transport::ShmArena* const arena_;
+  const int rank_;
+  const std::vector<std::string> hostnames_;  // by rank: named when a rank shuts the job down
   const Params params_;
   Submissions& submissions_;
   PostedCollectives& posted_;

@@ -7,6 +7,8 @@ namespace perseus::engine {
 
 Cycle::Cycle(Parts parts, Listener listener)
     : arena_(parts.arena),
+      rank_(parts.topology.rank),
+      hostnames_(parts.topology.hostnames),
       params_(std::move(parts.params)),
       submissions_(*parts.submissions),
       posted_(*parts.posted),

@@ -81,6 +81,7 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
   if (global) {
     if (cv.anyFlag(ControlFlag::kShutdown)) {
       out.shutdown = true;
+      out.leaving = ranksThatSaid(*set.comm, shutdown);  // so the others can name them
       return out;
     }
     for (int g = 0; g < kMaxGroups; ++g) set_work_[g] = cv.anySetWork(g);

@@ -45,6 +45,7 @@ class SetNegotiator {
   struct Outcome {
     std::vector<Response> responses;  // to execute, in order
     bool shutdown = false;            // global set: some rank shuts the job down
+    std::vector<int> leaving;         // with `shutdown`: the ranks that asked for it
     bool more_work = false;           // requests left for the coordinator's next round
   };
   // One negotiation of `set` (collective over its members). `global`: the global set, which

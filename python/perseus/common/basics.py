@@ -11,6 +11,9 @@ _lock = threading.Lock()
 _topology = None
 _atexit_registered = False
 _NOT_INITIALIZED = "Perseus has not been initialized; use hvd.init()."
+_SHUT_DOWN = ("Perseus has been shut down (hvd.shutdown()); call hvd.init() again to rejoin "
+              "the job.")
+_was_shut_down = False
 
 
 _core_module = None
@@ -30,7 +33,7 @@ def init(comm=None, process_sets=None):
     """Rendezvous with every rank (started by perseusrun or mpirun) and start the engine.
     Idempotent. comm: None, or the list of all ranks (sub-communicators are process sets in
     Perseus). process_sets: ProcessSet objects to register now, or "dynamic" (always on)."""
-    global _topology, _atexit_registered
+    global _topology, _atexit_registered, _was_shut_down
     from perseus.common import horovod_env
     c = core()
     ignored = horovod_env.apply_before_init()
@@ -42,6 +45,7 @@ def init(comm=None, process_sets=None):
         c.init()
     with _lock:
         _topology = c.topology()
+        _was_shut_down = False
     if first:
         horovod_env.report(ignored, _params().keys(), _topology["rank"])
     with _lock:
@@ -64,8 +68,9 @@ def _at_exit():
 
 def shutdown():
     """Stops the engine; pending operations fail with ShutDownError. Safe to call twice."""
-    global _topology
+    global _topology, _was_shut_down
     with _lock:
+        _was_shut_down = _was_shut_down or _topology is not None
         _topology = None
     try:
         c = core()
@@ -89,7 +94,7 @@ def topology():
     with _lock:
         t = _topology
     if t is None:
-        raise NotInitializedError(_NOT_INITIALIZED)
+        raise NotInitializedError(_SHUT_DOWN if _was_shut_down else _NOT_INITIALIZED)
     return t
 
 

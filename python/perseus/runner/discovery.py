@@ -5,6 +5,8 @@ import random
 import subprocess
 import time
 
+from perseus.runner.wording import entry
+
 # A discovery script that takes longer than this is treated as having failed this round.
 SCRIPT_TIMEOUT_S = 10.0
 
@@ -96,4 +98,4 @@ class Blacklist:
         return end is not None and time.monotonic() < end
 
     def listed(self):
-        return sorted(str(k) for k in self.until if self.contains(k))
+        return sorted(entry(k) for k in self.until if self.contains(k))

@@ -26,6 +26,7 @@ from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist
 from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
 from perseus.runner.remote import env_block, ssh_argv
+from perseus.runner.wording import count
 
 DISCOVERY_INTERVAL_S = 1.0
 LOOP_INTERVAL_S = 0.05
@@ -74,8 +75,9 @@ def place(members):
 
 
 class ElasticDriver:
-    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s):
+    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s, guard=None):
         self.args = args
+        self.guard = guard
         self.discovery = discovery
         self.store = store
         self.base_env = base_env
@@ -129,14 +131,15 @@ class ElasticDriver:
         env.update(envmod.rank_env(info))
         env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
         if hostmod.is_local(host):
-            proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
+            proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
+                                   guard=self.guard)
         else:
             remote = envmod.forwardable(env)
             remote["PERSEUS_SECRET"] = env["PERSEUS_SECRET"]
             argv = ssh_argv(host, self.args.command, self.args.ssh_port,
                             self.args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, index, host, self.sink,
-                                   stdin_data=env_block(remote))
+                                   stdin_data=env_block(remote), guard=self.guard)
         w = Worker(wid, host, slot, index, proc)
         self.workers.append(w)
         if self.args.verbose:
@@ -189,8 +192,8 @@ class ElasticDriver:
         self.published_at = time.monotonic()
         self.dirty = False
         self.waiting_since = None
-        _log("epoch %d: %d workers (%s)" % (epoch, len(members),
-                                            ", ".join(w.wid for w in members)))
+        _log("epoch %d: %s (%s)" % (epoch, count(len(members), "worker"),
+                                    ", ".join(w.wid for w in members)))
 
     def _next_membership(self, now):
         """Publishes the next membership if one is due; raises ElasticError at a limit."""
@@ -204,15 +207,16 @@ class ElasticDriver:
                 self.waiting_since = now
                 if self.epoch:
                     self.store.set(keys.abort(self.epoch), b"1")
-                _log("%d workers available, --min-np is %d: waiting up to %.0f s "
+                _log("%s available, --min-np is %d: waiting up to %.0f s "
                      "(--elastic-timeout) for more from %s"
-                     % (len(survivors) + len(free), self.min_np, self.elastic_timeout,
+                     % (count(len(survivors) + len(free), "worker"), self.min_np, self.elastic_timeout,
                         self.discovery.describe()))
             if now - self.waiting_since > self.elastic_timeout:
                 raise ElasticError(
-                    "timed out after %.0f s (--elastic-timeout) waiting for at least %d workers "
+                    "timed out after %.0f s (--elastic-timeout) waiting for at least %s "
                     "(--min-np) from %s; %d available%s" % (
-                        self.elastic_timeout, self.min_np, self.discovery.describe(),
+                        self.elastic_timeout, count(self.min_np, "worker"),
+                        self.discovery.describe(),
                         len(survivors) + len(free), self._blacklist_note()))
             return
         if self.epoch and self.reset_limit is not None and self.resets >= self.reset_limit:

@@ -5,6 +5,8 @@ import fcntl
 import socket
 import struct
 
+from perseus.runner.wording import count
+
 HostSlots = collections.namedtuple("HostSlots", "host slots")
 
 
@@ -70,8 +72,8 @@ def assign_slots(hosts, num_proc):
     cross_rank is the host's index among the hosts that have this local_rank."""
     total = sum(h.slots for h in hosts)
     if num_proc > total:
-        raise ValueError("-np %d asks for more processes than the %d slots of the hosts (%s)"
-                         % (num_proc, total, ",".join("%s:%d" % h for h in hosts)))
+        raise ValueError("-np %d asks for more processes than the %s of the hosts (%s)"
+                         % (num_proc, count(total, "slot"), ",".join("%s:%d" % h for h in hosts)))
     placed = []  # (host, local_rank) per rank
     for h in hosts:
         for local_rank in range(h.slots):
