@@ -215,6 +215,36 @@ def check_sparse(rank, size):
     for r in range(size):
         want[r % 4] -= 1.0 / size
     assert torch.allclose(emb.weight.detach(), want), (emb.weight, want)
+    _check_sparse_as_dense(rank, size)
+
+
+def _check_sparse_as_dense(rank, size):
+    # SparseAdam over nn.Embedding(sparse=True) with sparse_as_dense=True: the densified
+    # gradient is averaged and turned back to sparse before the step (SparseAdam refuses dense
+    # gradients), as Horovod does; twice, so that the second step sees the first's state.
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(6, 3, sparse=True)
+    reference = torch.nn.Embedding(6, 3, sparse=True)
+    reference.load_state_dict(emb.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+                                   named_parameters=[("dense.emb.weight", emb.weight)],
+                                   sparse_as_dense=True)
+    ref_opt = torch.optim.SparseAdam(reference.parameters(), lr=0.1)
+    for step in range(2):
+        rows = [[r % 6, (r + step + 1) % 6] for r in range(size)]
+        opt.zero_grad()
+        (emb(torch.tensor(rows[rank])) * (rank + 1)).sum().backward()
+        opt.step()
+        assert emb.weight.grad.is_sparse
+        total = torch.zeros(6, 3)
+        for r in range(size):
+            reference.zero_grad()
+            (reference(torch.tensor(rows[r])) * (r + 1)).sum().backward()
+            total += reference.weight.grad.to_dense()
+        reference.weight.grad = (total / size).to_sparse()
+        ref_opt.step()
+        assert torch.allclose(emb.weight.detach(), reference.weight.detach()), (
+            step, emb.weight, reference.weight)
 
 
 def check_grouped_autograd(rank, size):
