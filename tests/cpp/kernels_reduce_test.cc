@@ -235,8 +235,8 @@ TEST(KernelsScale, GpuFactorRoundsToFloat16OnlyForFloat16) {
   // scaling in float32 by 1/3 for 5.0: 1.666015625 against 1.6669921875.
   EXPECT_EQ(gpuScaleFactor(DataType::kFloat16, 1.0 / 3), 0.333251953125);
   EXPECT_EQ(gpuScaleFactor(DataType::kFloat16, 0.5), 0.5);
-  for (DataType t : {DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                     DataType::kInt32, DataType::kInt64, DataType::kUInt8})
+  for (DataType t : {DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                     DataType::kInt64, DataType::kUInt8})
     EXPECT_EQ(gpuScaleFactor(t, 1.0 / 3), 1.0 / 3) << dataTypeName(t);
   uint16_t x = floatToHalf(5.0f);
   scale(&x, 1, DataType::kFloat16, gpuScaleFactor(DataType::kFloat16, 1.0 / 3));
