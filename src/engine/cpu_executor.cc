@@ -132,7 +132,6 @@ class CpuExecutor final : public Executor {
       in = static_cast<const uint8_t*>(e->inputs[it.tensor]);
       out = static_cast<uint8_t*>(e->outputs[it.tensor]);
     }
-    const double post = e == nullptr ? 1.0 : red.postscale;
     // Only a prescale needs pieces (its copy must still be in cache when the collective reads
     // it); the postscale is applied inside the collective (Note [Scaled shm allreduce]). A
     // piece buys nothing else: the collective already works in L2-sized segments, and only a
@@ -150,7 +149,10 @@ class CpuExecutor final : public Executor {
         copyScaled(dst, src, n, dt, red.prescale);
         src = dst;
       }
-      collectives::allreduce(comm, src, dst, n, dt, red.op, post);
+      // A joined rank passes the postscale too, though it discards the result: the
+      // shared-memory allreduce scales each element on the rank that reduces it, and this rank
+      // reduces a share of them (Note [Scaled shm allreduce]).
+      collectives::allreduce(comm, src, dst, n, dt, red.op, red.postscale);
     }
     timer.end("COMMUNICATE");
   }

@@ -134,7 +134,7 @@ def test_horovod_variables_translate_and_unknown_perseus_ones_name_the_closest()
 @pytest.mark.parametrize("np", [2, 3])
 def test_torch_behaves_as_horovod(np):
     out = run_worker(np, "torch_conformance.py").stdout
-    assert out.count("PASS check_") == np * 13, out
+    assert out.count("PASS check_") == np * 14, out
 
 
 def test_horovod_launch_line_runs_and_reports_what_has_no_effect(tmp_path):
@@ -181,7 +181,7 @@ def test_perseusrun_version_and_elastic_flags_alone():
 def test_mxnet_behaves_as_horovod(np):
     require_mxnet()
     out = run_worker(np, "mx_conformance.py").stdout
-    assert out.count("PASS check_") == np * 9, out
+    assert out.count("PASS check_") == np * 10, out
 
 
 @pytest.mark.skipif(__import__("shutil").which("mpirun") is None, reason="needs Open MPI")

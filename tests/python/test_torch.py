@@ -48,3 +48,18 @@ def test_engine_stats_show_posted_allreduces():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
 def test_join_with_cuda_tensors():
     assert run_worker(2, "torch_cuda_join.py").stdout.count("PASS check_") == 2 * 3
+
+
+def test_scaling_gives_horovods_bits_on_cpu():
+    assert run_worker(2, "torch_scaling.py", "cpu").stdout.count("PASS check_") == 2 * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+@pytest.mark.parametrize("np", [1, 2])
+def test_scaling_gives_horovods_bits_on_cuda(np):
+    assert run_worker(np, "torch_scaling.py", "cuda").stdout.count("PASS check_") == np * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+def test_alltoall_received_splits_stay_on_the_gpu():
+    assert run_worker(2, "torch_cuda_alltoall.py").stdout.count("PASS check_") == 2

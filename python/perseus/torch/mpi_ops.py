@@ -214,16 +214,18 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows (dim 0) to set rank i (even split when None). synchronize returns
-    (output, received_splits)."""
+    (output, received_splits); received_splits (int32) is on the device of `splits` when that
+    is a tensor, as Horovod's (splits.new()), else on the CPU."""
     ps = process_set_id(process_set)
     name = op_name("alltoall", name, ps)
     wire, restore = _t.to_wire(tensor, "alltoall", name)
+    splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
     h = _core().alltoall(name, _t.capsule(wire), splits, ps, _t.stream_of(wire))
 
     def finish(ch):
-        received = torch.tensor(ch.received_splits(), dtype=torch.int32)
+        received = torch.tensor(ch.received_splits(), dtype=torch.int32, device=splits_device)
         return restore(_t.library_output(ch, 0)), received
     return _t.register(h, finish, wire)
 

@@ -128,13 +128,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _prepare_grad(self, p):
         if p.grad is None:  # a parameter unused this step: every rank must still submit it
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
+        grad = p.grad
+        if grad.is_sparse:
             if not self.sparse_as_dense:
                 raise UnsupportedError("sparse gradient of '%s' in a group: grouped allreduce "
                                        "takes dense tensors; use sparse_as_dense=True or no "
                                        "groups" % self._parameter_names.get(p))
-            p.grad = p.grad.to_dense()
-        return self._compression.compress(p.grad)
+            # As Horovod: a dense copy travels; p.grad stays sparse for optimizers that need it
+            # (SparseAdam), and _apply puts the result back into it as a sparse tensor.
+            grad = grad.to_dense()
+        return self._compression.compress(grad)
 
     def _allreduce_grad_async(self, p):
         if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
@@ -193,7 +196,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _apply(self, p, output, cctx):
         grad = self._compression.decompress(output, cctx)
-        if grad.data_ptr() != p.grad.data_ptr():
+        if p.grad.is_sparse:  # sparse_as_dense: back to sparse before the step, as Horovod
+            p.grad.zero_().add_(grad if grad.is_sparse else grad.to_sparse())
+        elif grad.data_ptr() != p.grad.data_ptr():
             p.grad.copy_(grad)
 
     @contextlib.contextmanager

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "fusion/buffer_rounds.h"
 #include "kernels/cuda/fusion_kernels.h"
+#include "kernels/reduce.h"
 
 namespace perseus::nccl {
 namespace {
@@ -318,6 +319,8 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     op = ReduceOp::kSum;
     postscale /= comm.size();
   }
+  prescale = kernels::gpuScaleFactor(batch.dtype, prescale);
+  postscale = kernels::gpuScaleFactor(batch.dtype, postscale);
   if (auto work = worldOneInPlace(comm, batch, prescale, postscale)) return work;
   std::vector<const GpuTensor*> inputs;
   std::vector<size_t> counts;
@@ -513,6 +516,8 @@ std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& 
     op = ReduceOp::kSum;
     postscale /= comm.size();
   }
+  prescale = kernels::gpuScaleFactor(dtype, prescale);
+  postscale = kernels::gpuScaleFactor(dtype, postscale);
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   const size_t mine = counts[static_cast<size_t>(comm.rank())];
