@@ -6,7 +6,8 @@ are sorted global ranks; unsorted groups are refused at creation).
 
 Note [Collective names]: the engine matches collectives across ranks by name. torch gives
 none, so a call is named by its group, kind, dtype and element count, with a counter per such
-signature that wraps at _NAME_CYCLE. Ranks make the same calls in the same order, so they make
+signature that wraps at _NAME_CYCLE (the element count only where every rank gives the
+same). Ranks make the same calls in the same order, so they make
 the same names; a training step's calls repeat the same names, which lets the engine post them
 without negotiation (Note [Posted collectives]). A name still in flight when its turn comes
 again waits for it first."""
@@ -67,8 +68,9 @@ class PerseusBackend(Backend):
 
     # -- submission helpers ---------------------------------------------------------------
 
-    def _name(self, kind, t):
-        key = (kind, t.dtype, t.numel())
+    def _name(self, kind, t, sized=True):
+        """sized=False for ops whose ranks may give different sizes (allgather, alltoall...)."""
+        key = (kind, t.dtype, t.numel() if sized else -1)
         entry = self._names.get(key)
         if entry is None:
             base = "pt.%s.%s.%s.%d." % (self.group_name, kind, str(t.dtype)[6:], key[2])
@@ -176,10 +178,10 @@ class PerseusBackend(Backend):
         core = basics.core()
         ps, stream = self._ps, _t.stream_of(wires[0][0])
         if len(wires) == 1:
-            h = self._submit(self._name(kind, wires[0][0]), lambda n: core.allgather(
+            h = self._submit(self._name(kind, wires[0][0], False), lambda n: core.allgather(
                 n, _t.capsule(wires[0][0]), ps, stream))
         else:
-            h = self._submit(self._name("%s.%d" % (kind, len(wires)), wires[0][0]),
+            h = self._submit(self._name("%s.%d" % (kind, len(wires)), wires[0][0], False),
                              lambda n: core.grouped_allgather(
                                  n, [_t.capsule(w) for w, _ in wires], ps, stream))
         return h, wires
@@ -285,7 +287,7 @@ class PerseusBackend(Backend):
     def _alltoall(self, kind, wire, splits):
         core = basics.core()
         ps, stream = self._ps, _t.stream_of(wire)
-        return self._submit(self._name(kind, wire), lambda n: core.alltoall(
+        return self._submit(self._name(kind, wire, False), lambda n: core.alltoall(
             n, _t.capsule(wire), splits, ps, stream))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):

@@ -46,8 +46,6 @@ class _RecvWork(PerseusWork):
                              % (got.numel(), t.numel() * t.element_size()))
         t.copy_(got.view(t.dtype).view(t.shape))
 
-    def is_completed(self):
-        return self._finish is None or self._backend._store.check([self._key])
 
 
 class PointToPoint:

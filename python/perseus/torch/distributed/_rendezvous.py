@@ -5,11 +5,11 @@ through its own authenticated store (docs/launcher.md), then rank 0 opens the TC
 torch's process groups need and the engine broadcasts its address to the other ranks."""
 
 import datetime
+import importlib
 import socket
 
 import torch
 import torch.distributed as dist
-from torch.distributed import rendezvous as _rdzv
 
 from perseus.common import basics
 from perseus.torch import _tensors as _t
@@ -51,7 +51,9 @@ def _handler(url, timeout=_rendezvous_timeout, **kwargs):
 
 def install():
     try:
-        _rdzv.register_rendezvous_handler(SCHEME, _handler)
+        # torch.distributed.rendezvous is also the name of a function there
+        rdzv = importlib.import_module("torch.distributed.rendezvous")
+        rdzv.register_rendezvous_handler(SCHEME, _handler)
     except RuntimeError:
         pass  # registered by an earlier import of this module
 

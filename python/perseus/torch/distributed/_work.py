@@ -1,5 +1,11 @@
 """Work objects of the perseus backend: one submitted Perseus collective seen through torch's
-c10d Work (wait, is_completed, get_future, result, exception).
+c10d Work (wait, get_future, result, exception).
+
+Note [is_completed]: torch hands the caller of a Python backend's collective its own holder
+of the Work (PyWorkHolder), which forwards wait() and get_future() to the Python object but
+answers is_completed() from its C++ base, which nothing completes. So the Work a torch.distributed
+call returns says is_completed() False until torch changes that; work.get_future().done() is
+the poll that works. PerseusWork.is_completed() itself is right for code that holds it.
 
 Note [Work completion]: the output a caller sees may need a step after the engine finished
 (a copy back into a non-contiguous tensor, the library's allgather output copied into the
@@ -78,7 +84,7 @@ class PerseusWork(Work):
             try:
                 if self._device is not None:
                     h.cuda_stream_wait(_t.current_stream_ptr(self._device))
-                elif not h.wait(timeout_s):
+                elif not h.wait(timeout_s * 1.25 + 5):  # the engine's stall error comes first
                     raise self._fail(
                         "it did not complete within %.0f s (the group's timeout); a rank did "
                         "not call it, or called a different collective" % timeout_s) from None
@@ -95,6 +101,9 @@ class PerseusWork(Work):
     def wait(self, timeout=None):
         self._complete(_seconds(timeout, self._backend.timeout_s))
         return True
+
+    def block_current_stream(self):
+        self._complete(self._backend.timeout_s)
 
     def is_completed(self):
         h = self._h
@@ -128,14 +137,19 @@ class PerseusWork(Work):
         fut = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         self._future = fut
         h = self._h
-        if h is None or h.done:
+        if h is None and self._finish is not None:
+            _completion_pool().submit(self._settle)  # a recv: its finish waits for the message
+        elif h is None or h.done:
             self._settle()
         else:
             h.set_callback(self._on_engine_done)
         return fut
 
     def _on_engine_done(self, _status):
-        _completion_pool().submit(self._settle)
+        try:
+            _completion_pool().submit(self._settle)
+        except RuntimeError:  # the interpreter is exiting: no new threads
+            self._settle()
 
     def _settle(self):
         fut = self._future
@@ -144,7 +158,17 @@ class PerseusWork(Work):
         except Exception as e:  # noqa: BLE001 (delivered through the Future)
             fut.set_exception(e)
             return
-        fut.set_result(self._outputs)
+        fut.set_result(_flat(self._outputs))
+
+
+def _flat(outputs):
+    out = []
+    for o in outputs:
+        if isinstance(o, (list, tuple)):
+            out.extend(o)
+        else:
+            out.append(o)
+    return out
 
 
 def done_work(backend, op, outputs):
