@@ -57,6 +57,12 @@ class PerseusBackend(Backend):
         return True
 
     @property
+    def options(self):
+        """What split_group copies into its groups (torch's base property would call back into
+        this one)."""
+        return Backend.Options("perseus", datetime.timedelta(seconds=self.timeout_s))
+
+    @property
     def supports_coalescing(self):
         return False
 
