@@ -407,7 +407,7 @@ class PerseusBackend(Backend):
         if self.is_default_group:
             from perseus.torch.distributed import _engine
             _groups.forget()
-            _engine.stop()
+            _engine.stop(self.timeout_s)
 
     def abort(self):
         self.shutdown()

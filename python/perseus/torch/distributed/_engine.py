@@ -121,11 +121,17 @@ def start_from_launcher(timeout_s):
         _owned = True
 
 
-def stop():
-    """Stops the engine if torch.distributed started it."""
+def stop(timeout_s):
+    """Stops the engine if torch.distributed started it. Every rank calls
+    destroy_process_group(), but not at once: the barrier keeps a rank that is done from
+    ending the collectives that others still run on their groups."""
     global _owned, _server
     if _owned:
         _owned = False
+        try:
+            basics.core().barrier(0).wait(timeout_s)
+        except Exception:  # noqa: BLE001 (a job that already failed still shuts down)
+            pass
         basics.shutdown()
     if _server is not None:
         _server.stop()
