@@ -219,6 +219,8 @@ def test_check_build_and_params():
     r = perseusrun(["--check-build"])
     assert r.returncode == 0, r.stderr
     assert "Available Frameworks" in r.stdout and re.search(r"\[X\] PyTorch", r.stdout)
+    r = perseusrun(["-v"])  # horovodrun's short --version
+    assert r.returncode == 0 and r.stdout.startswith("perseusrun "), r.stderr
     r = perseusrun(["--params"])
     assert r.returncode == 0, r.stderr
     assert "PERSEUS_FUSION_THRESHOLD=" in r.stdout and "PERSEUS_TIMEOUT=" in r.stdout
