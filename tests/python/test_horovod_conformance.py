@@ -67,7 +67,7 @@ def test_table_lists_every_horovodrun_flag_and_perseusrun_takes_them():
 
 
 @pytest.mark.parametrize("flag", sorted(f for f in HOROVODRUN_FLAGS
-                                        if f not in ("--version", "-cb", "--check-build",
+                                        if f not in ("-v", "--version", "-cb", "--check-build",
                                                      "--config-file")))
 def test_perseusrun_parses_each_horovodrun_flag(flag, capsys):
     """Never an 'unrecognized arguments' exit: parsed, or refused with the table's reason."""
@@ -161,7 +161,8 @@ def test_horovod_launch_line_runs_and_reports_what_has_no_effect(tmp_path):
     out, err = result.stdout, result.stderr
     for rank in (0, 1):
         assert "ENV 512 2 25.0 tcp 1e9 1 %d" % rank in out, out
-    for flag in ("--cycle-time-ms", "--autotune", "-prefix-timestamp", "--disable-cache"):
+    for flag in ("--cycle-time-ms", "--autotune", "--prefix-output-with-timestamp",
+                 "--disable-cache"):
         assert "%s has no effect in Perseus" % flag in err, err
     assert "HOROVOD_AUTOTUNE=1 has no effect in Perseus" in err, err
     assert err.count("HOROVOD_AUTOTUNE=1 has no effect") == 1  # rank 0 only

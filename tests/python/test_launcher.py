@@ -75,6 +75,18 @@ def test_rank_that_left_early_is_named():
     assert "rank 1 on host localhost had left the job before: it exited with code 0" in r.stderr
 
 
+def test_rank_that_raised_is_named_not_the_survivor():
+    """Rank 1 raises (and shuts down at exit) while rank 0 waits in a collective: both exit 1,
+    and perseusrun's summary names rank 1, the cause, not rank 0."""
+    code = ("import sys\nimport numpy as np\nimport perseus.common as c\nc.init()\n"
+            "if c.rank() == 1:\n    raise RuntimeError('bad batch')\n"
+            "c.core().allreduce('g', np.ones(3, np.float32)).wait()")
+    r = perseusrun(["-np", 2, PY, "-c", code])
+    assert r.returncode == 1, r.stderr
+    assert "rank 1 on host localhost exited with code 1" in r.stderr, r.stderr
+    assert "bad batch" in r.stderr.split("last lines of its stderr")[1]
+
+
 def test_success_exit_code_and_output_files(tmp_path):
     logs = tmp_path / "logs"
     r = perseusrun(["-np", 2, "--output-filename", logs, PY, "-c",
@@ -219,6 +231,8 @@ def test_check_build_and_params():
     r = perseusrun(["--check-build"])
     assert r.returncode == 0, r.stderr
     assert "Available Frameworks" in r.stdout and re.search(r"\[X\] PyTorch", r.stdout)
+    r = perseusrun(["-v"])  # horovodrun's short --version
+    assert r.returncode == 0 and r.stdout.startswith("perseusrun "), r.stderr
     r = perseusrun(["--params"])
     assert r.returncode == 0, r.stderr
     assert "PERSEUS_FUSION_THRESHOLD=" in r.stdout and "PERSEUS_TIMEOUT=" in r.stdout

@@ -26,7 +26,7 @@ from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist
 from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
 from perseus.runner.remote import env_block, ssh_argv
-from perseus.runner.wording import count
+from perseus.runner.wording import Throttle, count
 
 DISCOVERY_INTERVAL_S = 1.0
 LOOP_INTERVAL_S = 0.05
@@ -96,10 +96,12 @@ class ElasticDriver:
         self.resets = 0
         self.published_at = 0.0
         self.hosts = {}
+        self.hosts_unresolved = set()  # listed by discovery, but their names do not resolve
         self.next_discovery = 0.0
         self.waiting_since = None
         self.finishing_since = None
         self.dirty = False  # the current membership lost a member or saw a failure
+        self._discovery_warning = Throttle(_log)  # a failing script would log every second
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self, now):
@@ -107,9 +109,17 @@ class ElasticDriver:
             return
         self.next_discovery = now + DISCOVERY_INTERVAL_S
         try:
-            self.hosts = self.discovery.find()
+            hosts = self.discovery.find()
         except RuntimeError as e:
-            _log("%s; keeping the last host list" % e)
+            self._discovery_warning("%s; keeping the last host list" % e)
+            return
+        bad = hostmod.unresolvable(hosts)
+        for host, why in bad.items():
+            if host not in self.hosts_unresolved:
+                _log("host %s does not resolve (%s): leaving it out while it does not"
+                     % (host, why))
+        self.hosts_unresolved = set(bad)
+        self.hosts = {h: n for h, n in hosts.items() if h not in bad}
 
     def _free_slots(self):
         """(host, slot) pairs that discovery offers and no live worker holds, in order."""

@@ -31,7 +31,8 @@ def _controller_address(discovery, args):
         hosts = list(discovery.find())
     except RuntimeError:
         hosts = []
-    remote = [h for h in hosts if not hostmod.is_local(h)]
+    bad = hostmod.unresolvable(hosts)
+    remote = [h for h in hosts if not hostmod.is_local(h) and h not in bad]
     if not remote:
         return "127.0.0.1", "127.0.0.1"
     return "0.0.0.0", hostmod.address_reaching(remote[0])

@@ -141,8 +141,30 @@ def is_local(host, _cache={}):
     return local
 
 
+def unresolvable(hosts):
+    """{host: why} for the hosts whose names do not resolve (a typo, a DNS entry not there yet)."""
+    bad = {}
+    for host in hosts:
+        if is_local(host):
+            continue
+        try:
+            socket.gethostbyname(host)
+        except OSError as e:
+            bad[host] = e.strerror or str(e)
+    return bad
+
+
+def check_resolvable(hosts):
+    """Raises ValueError naming every host that does not resolve."""
+    bad = unresolvable(hosts)
+    if bad:
+        raise ValueError("cannot resolve %s; check the names in -H/--hostfile (or give "
+                         "addresses)" % ", ".join("host %s (%s)" % kv for kv in bad.items()))
+
+
 def address_reaching(host):
     """This machine's address on the route to `host` (no packet is sent)."""
+    check_resolvable([host])
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.connect((socket.gethostbyname(host), 9))

@@ -19,6 +19,8 @@ from perseus.runner.remote import env_block, mpirun_argv, ssh_argv
 KILL_GRACE_S = 3.0
 # How long a first failure waits for the exits that may explain it (see Job._root_cause).
 FAILURE_SETTLE_S = 1.0
+# What a rank's ShutDownError says when another rank shut the job down (src/engine/cycle.cc).
+_PEER_SHUT_DOWN = "Perseus was shut down: rank "
 _SHM_DIR = "/dev/shm"
 # Each stops the job: SIGHUP is what a closed terminal or ssh session sends.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -86,7 +88,8 @@ class Job:
     def _root_cause(self, failed):
         """Survivors that saw a peer die exit right after it, sometimes before the dead rank's
         own exit reaches us (a remote rank's comes back through ssh). Wait a moment for the
-        others, then name a rank killed by a signal (locally, or 128+N relayed by ssh) first."""
+        others, then name a rank killed by a signal (locally, or 128+N relayed by ssh) first,
+        and a rank whose error blames another rank's shutdown last."""
         deadline = time.monotonic() + FAILURE_SETTLE_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -95,7 +98,11 @@ class Job:
             if any(killed_by_signal(code) for _, code in failed):
                 break
         by_signal = [p for p, code in failed if killed_by_signal(code)]
-        return by_signal[0] if by_signal else failed[0][0]
+        if by_signal:
+            return by_signal[0]
+        # A rank whose error says another one shut the job down failed because of it.
+        causes = [p for p, _ in failed if not any(_PEER_SHUT_DOWN in line for _, line in p.tail)]
+        return causes[0] if causes else failed[0][0]
 
     def stop(self, first_signal=signal.SIGTERM):
         alive = [p for p in self.procs if p.poll() is None]

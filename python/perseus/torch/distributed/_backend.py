@@ -17,15 +17,18 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend
+from torch._C._distributed_c10d import AllreduceOptions, Backend
 
 from perseus.common import basics
-from perseus.common.exceptions import DuplicateNameError, InvalidArgumentError
+from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
+                                       PerseusInternalError)
 from perseus.torch import _tensors as _t
 from perseus.torch.distributed import _groups, _p2p, _reduce
 from perseus.torch.distributed._work import PerseusWork, done_work
 
 _NAME_CYCLE = 64
+# Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
+_HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
 
 
 class PerseusBackend(Backend):
@@ -38,6 +41,8 @@ class PerseusBackend(Backend):
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
+        self._core = basics.core()
+        self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
         self._p2p = _p2p.PointToPoint(self)
 
@@ -117,6 +122,11 @@ class PerseusBackend(Backend):
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts)
         t = tensors[0]
+        if (_HAS_ASYNC_OP and opts is not None and not opts.asyncOp and not t.is_sparse
+                and not t.is_cuda and t.dtype in _t.NATIVE and t.is_contiguous()):
+            op = _reduce.PLAIN.get(opts.reduceOp.op)
+            if op is not None:
+                return self._allreduce_now(t, op)
         op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                                   "allreduce")
         _t.check_reducible(t, "allreduce", self.group_name)
@@ -127,6 +137,22 @@ class PerseusBackend(Backend):
             n, _t.capsule(src), None, op, pre, 1.0, ps, stream))
         finish = None if src is t else (lambda: t.copy_(src))
         return self._work("allreduce", h, tensors, finish, t)
+
+    def _allreduce_now(self, t, op):
+        """Note [Blocking calls]: a caller that waits at once (dist.all_reduce without
+        async_op) gets the engine's blocking call, which skips the handle, and a Work that is
+        complete already."""
+        name = self._name("allreduce", t)
+        core, ps = self._core, self._ps
+        try:
+            core.allreduce(name, _t.capsule(t), None, op, 1.0, 1.0, ps, 0, True)
+        except DuplicateNameError:  # that name's last use is still in flight: the slow path
+            h = self._submit(name, lambda n: core.allreduce(
+                n, _t.capsule(t), None, op, 1.0, 1.0, ps, 0))
+            return self._work("allreduce", h, [t], None, t)
+        except PerseusInternalError as e:
+            raise PerseusWork(self, "allreduce", None, [t])._fail(e) from e
+        return self._completed
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
