@@ -276,6 +276,8 @@ class PerseusBackend(Backend):
                 o.view(-1).copy_(self._gathered(h, wires, i))
         return self._work("all_gather_into_tensor_coalesced", h, outputs, finish, inputs[0])
 
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
     # -- reduce_scatter -----------------------------------------------------------------------
 
     def _reducescatter_rows(self, kind, rows, opts):
@@ -327,6 +329,9 @@ class PerseusBackend(Backend):
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(_t.library_output(h, i).view(-1))
         return self._work("reduce_scatter_tensor_coalesced", h, outputs, finish, outputs[0])
+
+    # The names other torch releases give the coalesced single-tensor ops.
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # -- alltoall / gather / scatter ------------------------------------------------------
 
