@@ -1,5 +1,7 @@
 """Per-call cost of dist.all_reduce on a 4-byte tensor: a no-op Python backend (the floor of any
-backend written in Python: torch's dispatch, the options, a completed Work), perseus and gloo.
+backend written in Python: torch's dispatch, the options, a completed Work), perseus and gloo;
+and, for the engine's own share, the Horovod API's blocking allreduce_ of the same tensor
+(row "hvd", no torch.distributed in the way).
 
     python bench/torch_distributed/percall.py                     # world size 1, all three
     perseusrun -np 2 python bench/torch_distributed/percall.py    # 2 ranks, all three
@@ -50,6 +52,18 @@ def per_call_us(group, calls):
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def hvd_per_call_us(calls):
+    import perseus.torch as hvd
+    t = torch.ones(1)
+    for _ in range(200):
+        hvd.allreduce_(t, name="percall", op=hvd.Sum)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        hvd.allreduce_(t, name="percall", op=hvd.Sum)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
@@ -66,10 +80,11 @@ def main():
     groups = {"noop": dist.new_group(ranks, backend="noop"),
               "perseus": dist.group.WORLD,
               "gloo": dist.new_group(ranks, backend="gloo")}
-    times = {name: [] for name in groups}
+    times = {name: [] for name in list(groups) + ["hvd"]}
     for _ in range(args.rounds):
         for name, group in groups.items():
             times[name].append(per_call_us(group, args.calls))
+        times["hvd"].append(hvd_per_call_us(args.calls))
     if dist.get_rank() == 0:
         floor, floor_median = min(times["noop"]), statistics.median(times["noop"])
         print("world size %d, torch %s, %d calls x %d rounds: us per call, fastest round "
