@@ -198,6 +198,9 @@ def run(args):
                      "PERSEUS_CONTROLLER_PORT": str(server.port),
                      "PERSEUS_SECRET": secret,
                      "PERSEUS_JOB_ID": job_id})
+    rank0_local = hostmod.is_local(slots[0].host)
+    base_env.update(envmod.torch_env(address if rank0_local else slots[0].host, rank0_local,
+                                     os.environ))
     if args.verbose:
         _log("%d ranks on %s; rendezvous store at %s:%d"
              % (args.np, ",".join("%s:%d" % h for h in host_list), address, server.port))
