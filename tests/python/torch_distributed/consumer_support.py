@@ -40,6 +40,14 @@ def perseusrun_script(np, script, *args, timeout=150):
     return _check(result, "perseusrun " + Path(script).name)
 
 
+def perseusrun_elastic(flags, script, *args, timeout=150):
+    """perseusrun in elastic mode (`flags`: -np, --min-np, -H ...); a short lost-peer timeout
+    so that survivors learn of a loss quickly."""
+    result = perseusrun(list(flags) + [sys.executable, script] + [str(a) for a in args],
+                        timeout=timeout, env=job_env(OMP_NUM_THREADS="1", PERSEUS_TIMEOUT="10"))
+    return _check(result, "perseusrun (elastic) " + Path(script).name)
+
+
 def compare_backends(np, example, *args, timeout=150):
     """Runs examples/<example> under REFERENCE then BACKEND in one torchrun launch; returns
     (reference records, records under test)."""
