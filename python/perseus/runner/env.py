@@ -91,7 +91,10 @@ def rank_env(slot):
 def torch_env(rank0_host, rank0_is_local, environ):
     """MASTER_ADDR/MASTER_PORT for torch.distributed's env:// rendezvous (rank 0 hosts torch's
     store there), unless the caller set them: rank 0's host, and a port free on it when it is
-    this host (torch's default 29500 otherwise)."""
+    this host (torch's default 29500 otherwise). Inside a rank of another job (a nested
+    perseusrun) the values it inherited are that job's, not the caller's."""
+    if "PERSEUS_RANK" in environ:
+        environ = {}
     addr = environ.get("MASTER_ADDR") or rank0_host
     port = environ.get("MASTER_PORT")
     if not port:

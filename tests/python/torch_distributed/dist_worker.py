@@ -1,5 +1,6 @@
-"""One rank of a torch.distributed job on the perseus backend. argv[1] names the check; the
-init method comes from argv[2] (env, tcp://..., store, perseus) when given."""
+"""One rank of a torch.distributed job on the perseus backend. Each argument is a check to run,
+in order, each with its own init_process_group and destroy_process_group: `name` or
+`name@method`, the method being env, perseus, store or a tcp:// address (env by default)."""
 import datetime
 import os
 import sys
@@ -340,7 +341,7 @@ def death(method="env"):
 
 
 def mismatch(method="env"):
-    rank, size = init(method, timeout_s=8)
+    rank, size = init(method, timeout_s=5)
     start = time.monotonic()
     try:
         if rank == 0:
@@ -354,4 +355,6 @@ def mismatch(method="env"):
 
 
 if __name__ == "__main__":
-    globals()[sys.argv[1]](*sys.argv[2:])
+    for step in sys.argv[1:]:
+        name, _, method = step.partition("@")
+        globals()[name](*([method] if method else []))

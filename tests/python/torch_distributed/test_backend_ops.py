@@ -1,5 +1,6 @@
-"""The perseus torch.distributed backend at 2 ranks: every operation against its expected
-values (each reduce op, several dtypes), groups, device meshes, DDP and FSDP2 briefly."""
+"""The perseus torch.distributed backend: every operation against its expected values (each
+reduce op, several dtypes), DDP, FSDP2 and the object collectives at 2 ranks; groups
+(new_group, new_subgroups, split_group) and 1-D and 2x2 device meshes at 4 ranks."""
 import pytest
 
 from distsupport import ok, perseusrun
@@ -7,26 +8,13 @@ from distsupport import ok, perseusrun
 pytestmark = pytest.mark.timeout(200)
 
 
-def test_every_op():
-    r, out = perseusrun(2, "ops")
+def test_every_op_ddp_fsdp2():
+    r, out = perseusrun(2, "ops", "consumers")
     ok(r, out, "OPS OK", 2)
+    assert out.count("CONSUMERS OK") == 2, out[-8000:]
 
 
-def test_groups_subgroups_split_group():
-    r, out = perseusrun(2, "groups")
-    ok(r, out, "GROUPS OK", 2)
-
-
-def test_groups_at_four_ranks():
-    r, out = perseusrun(4, "groups")
+def test_groups_and_device_mesh_at_four_ranks():
+    r, out = perseusrun(4, "groups", "mesh")
     ok(r, out, "GROUPS OK", 4)
-
-
-def test_device_mesh_2x2():
-    r, out = perseusrun(4, "mesh")
-    ok(r, out, "MESH OK", 4)
-
-
-def test_ddp_fsdp2_objects():
-    r, out = perseusrun(2, "consumers")
-    ok(r, out, "CONSUMERS OK", 2)
+    assert out.count("MESH OK") == 4, out[-8000:]

@@ -17,15 +17,22 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend
+from torch._C._distributed_c10d import AllreduceOptions, Backend
 
 from perseus.common import basics
-from perseus.common.exceptions import DuplicateNameError, InvalidArgumentError
+from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
+                                       PerseusInternalError)
 from perseus.torch import _tensors as _t
 from perseus.torch.distributed import _groups, _p2p, _reduce
 from perseus.torch.distributed._work import PerseusWork, done_work
 
-_NAME_CYCLE = 64
+_NAME_CYCLE = 64  # a power of two
+_NAME_MASK = _NAME_CYCLE - 1
+_NATIVE = _t.NATIVE
+_PLAIN_OPS = _reduce.PLAIN
+_capsule = _t.capsule
+# Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
+_HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
 
 
 class PerseusBackend(Backend):
@@ -38,6 +45,9 @@ class PerseusBackend(Backend):
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
+        self._allreduce_names = {}  # (dtype, count) -> _names_of() for the blocking path
+        self._core = basics.core()
+        self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
         self._p2p = _p2p.PointToPoint(self)
 
@@ -79,11 +89,16 @@ class PerseusBackend(Backend):
         key = (kind, t.dtype, t.numel() if sized else -1)
         entry = self._names.get(key)
         if entry is None:
-            base = "pt.%s.%s.%s.%d." % (self.group_name, kind, str(t.dtype)[6:], key[2])
-            entry = self._names[key] = [[base + str(i) for i in range(_NAME_CYCLE)], 0]
+            entry = self._names[key] = self._names_of(key)
         n = entry[1]
         entry[1] = n + 1
-        return entry[0][n % _NAME_CYCLE]
+        return entry[0][n & _NAME_MASK]
+
+    def _names_of(self, key):
+        """[the _NAME_CYCLE names of a signature (kind, dtype, count), the next call's number]."""
+        kind, dtype, count = key
+        base = "pt.%s.%s.%s.%d." % (self.group_name, kind, str(dtype)[6:], count)
+        return [[base + str(i) for i in range(_NAME_CYCLE)], 0]
 
     def _submit(self, name, call):
         """call(name) -> core handle; a name still in flight is waited for first."""
@@ -114,16 +129,41 @@ class PerseusBackend(Backend):
     # -- allreduce ------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        if len(tensors) != 1:
+        t = tensors[0] if len(tensors) == 1 else None
+        # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
+        # gets the engine's blocking call, which needs no handle, and a Work that is complete
+        # already. This path is written out for its cost: it is the per-call floor.
+        if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
+                and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
+                and t.is_contiguous()):
+            op = _PLAIN_OPS.get(opts.reduceOp.op)
+            if op is not None:
+                key = (t.dtype, t.numel())
+                entry = self._allreduce_names.get(key)
+                if entry is None:
+                    entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
+                n = entry[1]
+                entry[1] = n + 1
+                name = entry[0][n & _NAME_MASK]
+                try:
+                    self._core.allreduce(name, _capsule(t), None, op, 1.0, 1.0, self._ps, 0, True)
+                    return self._completed
+                except DuplicateNameError:  # that name's last use is still in flight
+                    return self._allreduce_async(t, op, 1.0, name, tensors)
+                except PerseusInternalError as e:
+                    raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
+        if t is None:
             return self.allreduce_coalesced(tensors, opts)
-        t = tensors[0]
         op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                                   "allreduce")
         _t.check_reducible(t, "allreduce", self.group_name)
+        return self._allreduce_async(t, op, pre, self._name("allreduce", t), tensors)
+
+    def _allreduce_async(self, t, op, pre, name, tensors):
         src = t if t.is_contiguous() else t.contiguous()
-        core = basics.core()
+        core = self._core
         ps, stream = self._ps, _t.stream_of(src)
-        h = self._submit(self._name("allreduce", t), lambda n: core.allreduce(
+        h = self._submit(name, lambda n: core.allreduce(
             n, _t.capsule(src), None, op, pre, 1.0, ps, stream))
         finish = None if src is t else (lambda: t.copy_(src))
         return self._work("allreduce", h, tensors, finish, t)
@@ -236,6 +276,8 @@ class PerseusBackend(Backend):
                 o.view(-1).copy_(self._gathered(h, wires, i))
         return self._work("all_gather_into_tensor_coalesced", h, outputs, finish, inputs[0])
 
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
     # -- reduce_scatter -----------------------------------------------------------------------
 
     def _reducescatter_rows(self, kind, rows, opts):
@@ -287,6 +329,9 @@ class PerseusBackend(Backend):
             for i, o in enumerate(outputs):
                 o.view(-1).copy_(_t.library_output(h, i).view(-1))
         return self._work("reduce_scatter_tensor_coalesced", h, outputs, finish, outputs[0])
+
+    # The names other torch releases give the coalesced single-tensor ops.
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # -- alltoall / gather / scatter ------------------------------------------------------
 

@@ -86,6 +86,14 @@ def _rendezvous_through(store, rank, size, timeout_s, n):
             "PERSEUS_SECRET": secret}
 
 
+def _launcher_store_env(n):
+    """The n-th job this process forms on its launcher's store (perseusrun's) keeps keys of its
+    own: a store's rank keys are claimed once."""
+    if n == 0 or not os.environ.get("PERSEUS_CONTROLLER_ADDR"):
+        return {}
+    return {"PERSEUS_STORE_PREFIX": "%storch%d/" % (os.environ.get("PERSEUS_STORE_PREFIX", ""), n)}
+
+
 def start(store, rank, size, timeout_s):
     """Forms the job of `size` ranks (this one `rank`) unless the engine runs already; checks
     that the engine's job is torch's world."""
@@ -95,9 +103,7 @@ def start(store, rank, size, timeout_s):
         n = next(_starts)
         env = _timeout_env(timeout_s)
         if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
-            if n > 0:  # a later job on the same launcher store: keys of its own
-                env["PERSEUS_STORE_PREFIX"] = "%storch%d/" % (
-                    os.environ.get("PERSEUS_STORE_PREFIX", ""), n)
+            env.update(_launcher_store_env(n))
         else:
             env.update(_rendezvous_through(store, rank, size, timeout_s, n))
         with _environment(env):
@@ -116,7 +122,9 @@ def start_from_launcher(timeout_s):
     """Forms the job through Perseus's launcher detection (init_method="perseus://")."""
     global _owned
     if not basics.is_initialized():
-        with _environment(_timeout_env(timeout_s)):
+        env = _timeout_env(timeout_s)
+        env.update(_launcher_store_env(next(_starts)))
+        with _environment(env):
             basics.init()
         _owned = True
 

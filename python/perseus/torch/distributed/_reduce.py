@@ -8,6 +8,7 @@ _R = dist.ReduceOp.RedOpType
 # perseus_reduce_op (include/perseus/c_api.h): SUM 0, AVERAGE 1, MIN 2, MAX 3, PRODUCT 4.
 _CORE = {_R.SUM: 0, _R.AVG: 1, _R.MIN: 2, _R.MAX: 3, _R.PRODUCT: 4}
 _SUM = 0
+PLAIN = _CORE  # the ops that need no prescale
 
 
 def core_op(reduce_op, what):

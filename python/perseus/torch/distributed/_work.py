@@ -99,7 +99,8 @@ class PerseusWork(Work):
                 finish()
 
     def wait(self, timeout=None):
-        self._complete(_seconds(timeout, self._backend.timeout_s))
+        if self._h is not None or self._finish is not None or self._error is not None:
+            self._complete(_seconds(timeout, self._backend.timeout_s))
         return True
 
     def block_current_stream(self):
