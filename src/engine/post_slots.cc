@@ -88,7 +88,8 @@ bool PostSlots::describe(const Response& r, PostSlot* slot, size_t* bytes) const
 }
 
 void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
-  if (board_ == nullptr || r.is_error ||
+  // Posting reduces element-wise from every rank's post: never Adasum (Note [Adasum]).
+  if (board_ == nullptr || r.is_error || r.reduce_op == ReduceOp::kAdasum ||
       !postable(r.op, r.device_kind == DeviceKind::kCuda, r.tensors.size())) {
     return;
   }
