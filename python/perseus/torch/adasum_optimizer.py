@@ -76,7 +76,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def skip_synchronize(self):
         raise AssertionError("Skipping synchronization is not supported when using Adasum "
                              "optimizer.")
-        yield  # noqa: unreachable; makes this a generator
+        yield  # never reached: the yield makes this function a context manager
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
@@ -86,7 +86,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         for p, (handle, ctx) in list(self._handles.items()):
             if handle is None:  # step() before backward_passes_per_step backward passes
                 handle, ctx = self._allreduce_delta_async(p)
-            compressed, cctx = ctx
+            _, cctx = ctx
             delta = self._compression.decompress(_ops.synchronize(handle), cctx)
             start = self._starting_models[p]
             start.data.add_(delta.data)
@@ -94,6 +94,11 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
         return loss
+
+    def _forget_pending(self):
+        """Drops the delta allreduces in flight after an elastic reset (TorchState calls it)."""
+        self._handles.clear()
+        self._allreduce_delay = {p: self.backward_passes_per_step for p in self._allreduce_delay}
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
