@@ -60,6 +60,12 @@ def check_allreduce(rank, size):
     got = hvd.allreduce(grads[rank], op=hvd.Adasum, prescale_factor=0.5, postscale_factor=2.0,
                         name="adasum.scaled")
     _close(got, 2.0 * adasum([0.5 * g for g in grads]), torch.float64, "scaled")
+    # A name that Sum used often enough to be posted, then Adasum, then Sum again.
+    for op in [hvd.Sum] * 4 + [hvd.Adasum] + [hvd.Sum] * 2:
+        t = grads[rank].clone()
+        hvd.allreduce_(t, op=op, name="adasum.reused")
+        want = adasum(grads) if op == hvd.Adasum else sum(grads)
+        _close(t, want, torch.float64, ("reused name", op))
 
 
 def check_grouped_allreduce_combines_each_tensor_alone(rank, size):
