@@ -59,7 +59,9 @@ typedef enum {
   PERSEUS_AVERAGE = 1,
   PERSEUS_MIN = 2,
   PERSEUS_MAX = 3,
-  PERSEUS_PRODUCT = 4
+  PERSEUS_PRODUCT = 4,
+  /* Horovod's Adasum: allreduce only, floating-point tensors, a power-of-two number of ranks. */
+  PERSEUS_ADASUM = 5
 } perseus_reduce_op;
 
 /* Process sets. 0 is every rank. LOCAL is the ranks of this host and CROSS the ranks with this

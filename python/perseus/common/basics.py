@@ -3,6 +3,7 @@
 Thread safety: init/shutdown from one thread (as in Horovod); the getters from any."""
 
 import atexit
+import os
 import threading
 
 from perseus.common.exceptions import NotInitializedError
@@ -170,12 +171,22 @@ def mpi_built():
 
 
 def mpi_enabled():
-    """As Horovod: whether MPI is in use in this job, that is, Perseus was initialised with the
-    MPI data plane (PERSEUS_CPU_OPERATIONS=mpi, or HOROVOD_CPU_OPERATIONS=MPI). Ranks started
-    by mpirun still use Perseus's own TCP and shared-memory planes unless asked."""
+    """As Horovod: whether MPI is in use in this job. Horovod's MPI controller runs wherever an
+    MPI launcher started the ranks (mpirun, mpiexec, horovodrun's MPI mode), so: ranks started
+    by Open MPI's mpirun (perseusrun --mpi too) or by Hydra's mpiexec (MPICH, Intel MPI), or a
+    job on the MPI data plane (PERSEUS_CPU_OPERATIONS=mpi, HOROVOD_CPU_OPERATIONS=MPI). False
+    before init() and where libperseus was built without MPI."""
     if not (is_initialized() and mpi_built()):
         return False
-    return _params().get("PERSEUS_CPU_OPERATIONS", "").lower() == "mpi"
+    if _params().get("PERSEUS_CPU_OPERATIONS", "").lower() == "mpi":
+        return True
+    return _started_by_mpi_launcher(os.environ)
+
+
+def _started_by_mpi_launcher(env):
+    """Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; Hydra sets PMI_SIZE with MPI_LOCALNRANKS
+    (srun's PMI sets PMI_SIZE alone)."""
+    return "OMPI_COMM_WORLD_SIZE" in env or ("PMI_SIZE" in env and "MPI_LOCALNRANKS" in env)
 
 
 def mpi_threads_supported():

@@ -7,7 +7,7 @@ import torch
 from perseus.common import basics as _basics
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 from perseus.common.names import op_name
-from perseus.common.ops import Average, Sum, resolve_op, to_core_op
+from perseus.common.ops import Average, Sum, check_adasum, resolve_op, to_core_op
 from perseus.common.process_sets import global_process_set, process_set_id, set_root
 from perseus.torch import _tensors as _t
 
@@ -50,6 +50,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     name = op_name(kind, name, ps)
     _t.check_reducible(tensor, kind, name)
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     stream = _t.stream_of(src)
     if output is None:  # in place
@@ -87,6 +88,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     for i, t in enumerate(tensors):
         _t.check_reducible(t, "grouped_allreduce", "%s[%d]" % (name, i))
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     stream = _t.stream_of(srcs[0]) if srcs else 0
     if outputs is None:
@@ -249,7 +251,9 @@ def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_facto
                                             postscale_factor, process_set))
     ps = process_set_id(process_set)
     name = op_name("allreduce", name, ps)
-    _core().allreduce(name, _t.capsule(tensor), None, to_core_op(resolve_op(op, average)),
+    op = resolve_op(op, average)
+    check_adasum(op, ps)
+    _core().allreduce(name, _t.capsule(tensor), None, to_core_op(op),
                       float(prescale_factor), float(postscale_factor), ps, 0, True)
     return tensor
 

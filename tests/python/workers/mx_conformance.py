@@ -55,6 +55,14 @@ def check_alltoall_return_shapes(rank, size):
     assert isinstance(out, mx.nd.NDArray) and out.shape == (size * 2,)
     out, received = hvd.alltoall(x, splits=[2] * size, name="a2a.splits")
     np.testing.assert_array_equal(received.asnumpy(), [2] * size)
+    out, received = hvd.alltoall(x, splits=mx.nd.array([2] * size, dtype="int32"),
+                                 name="a2a.int32")
+    np.testing.assert_array_equal(received.asnumpy(), [2] * size)
+    # Splits that are not 32-bit integers are refused before anything is sent, as Horovod.
+    for bad in (mx.nd.array([2] * size, dtype="float32"), np.full(size, 2, dtype=np.int64),
+                [2.0] * size):
+        e = expect(ValueError, hvd.alltoall, x, splits=bad, name="a2a.bad")
+        assert "splits" in str(e), str(e)
 
 
 def check_build_queries(rank, size):
