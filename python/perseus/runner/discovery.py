@@ -13,8 +13,8 @@ SCRIPT_TIMEOUT_S = 10.0
 
 class ScriptDiscovery:
     """Runs --host-discovery-script; each line of its output is 'host:slots' or a bare 'host'
-    (which gets --slots-per-host slots), as horovodrun's, or 'host slots=N' as in a hostfile. Blank lines and '#' comments are
-    skipped."""
+    (which gets --slots-per-host slots), as horovodrun's, or 'host slots=N' as in a hostfile.
+    Blank lines and '#' comments are skipped."""
 
     def __init__(self, script, default_slots):
         self.script = script

@@ -219,7 +219,8 @@ class ElasticDriver:
                     self.store.set(keys.abort(self.epoch), b"1")
                 _log("%s available, --min-np is %d: waiting up to %.0f s "
                      "(--elastic-timeout) for more from %s"
-                     % (count(len(survivors) + len(free), "worker"), self.min_np, self.elastic_timeout,
+                     % (count(len(survivors) + len(free), "worker"), self.min_np,
+                        self.elastic_timeout,
                         self.discovery.describe()))
             if now - self.waiting_since > self.elastic_timeout:
                 raise ElasticError(
