@@ -7,7 +7,8 @@ import torch
 from perseus.common import basics as _basics
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 from perseus.common.names import op_name
-from perseus.common.ops import Average, Sum, check_adasum, resolve_op, to_core_op
+from perseus.common.ops import (Average, Max, Min, Product, Sum, check_adasum, resolve_op,
+                                to_core_op)
 from perseus.common.process_sets import global_process_set, process_set_id, set_root
 from perseus.torch import _tensors as _t
 
@@ -233,38 +234,52 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 # --- blocking in-place forms (allreduce_, broadcast_) -----------------------------------------
+# A contiguous CPU tensor goes to the core by address (_core.allreduce_inplace): no capsule, no
+# handle, one FASTCALL. Anything else takes the asynchronous path, which converts it or reports
+# the error. The core checks names, dtypes and shapes across ranks on both paths.
 
-def _blocks(tensor):
-    """A tensor the blocking calls take as is: a contiguous CPU tensor of a native dtype.
-    Anything else (CUDA, strided, other dtypes, bad arguments) takes the asynchronous path,
-    which converts it or reports the error."""
-    return (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
-            and not tensor.is_sparse and tensor.dtype in _t.NATIVE and tensor.is_contiguous())
+# perseus_reduce_op of the ops the direct call takes (op=None with average=None: Average).
+_DIRECT_OPS = {None: 1, Average: 1, Sum: 0, Min: 2, Max: 3, Product: 4}
+_core_module = None
+
+
+def _direct():
+    global _core_module
+    if _core_module is None:
+        _core_module = _core()
+    return _core_module
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
     entry with its blocking flag)."""
-    if not _blocks(tensor):
+    code = _t.dense_cpu_code(tensor)
+    try:
+        core_op = _DIRECT_OPS.get(op) if average is None else None
+    except TypeError:  # an unhashable op: the asynchronous path reports it
+        core_op = None
+    if code is None or core_op is None:
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                             postscale_factor, process_set))
-    ps = process_set_id(process_set)
-    name = op_name("allreduce", name, ps)
-    op = resolve_op(op, average)
-    check_adasum(op, ps)
-    _core().allreduce(name, _t.capsule(tensor), None, to_core_op(op),
-                      float(prescale_factor), float(postscale_factor), ps, 0, True)
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("allreduce", name, ps)
+    _direct().allreduce_inplace(name, tensor.data_ptr(), code, tensor.shape, core_op,
+                                prescale_factor, postscale_factor, ps)
     return tensor
 
 
 def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
     """synchronize(broadcast_async_(...)) as one call with no handle."""
-    if not _blocks(tensor):
+    code = _t.dense_cpu_code(tensor)
+    if code is None:
         return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
-    ps = process_set_id(process_set)
-    name = op_name("broadcast", name, ps)
-    _core().broadcast(name, _t.capsule(tensor), None, set_root(ps, root_rank), ps, 0, True)
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("broadcast", name, ps)
+    root = root_rank if ps == 0 and type(root_rank) is int else set_root(ps, root_rank)
+    _direct().broadcast_inplace(name, tensor.data_ptr(), code, tensor.shape, root, ps)
     return tensor
 
 
