@@ -302,8 +302,8 @@ void SetNegotiator::inspectStalls(ProcessSet& set, std::vector<Response>* respon
 std::vector<StallNotice> SetNegotiator::diagnoseStalls(ProcessSet& set, Clock::time_point now) {
   const double diag_s = params_.stall_diagnosis_s;
   if (now - set.last_diagnosis < std::chrono::duration<double>(diag_s)) return {};
-  constexpr size_t kPerLine = 4;
-  std::vector<Coordinator::Stall> stalls = set.coordinator->takeUndiagnosed(now, diag_s, kPerLine);
+  // One line per interval: the oldest stall first, the others in the next intervals.
+  std::vector<Coordinator::Stall> stalls = set.coordinator->takeUndiagnosed(now, diag_s, 1);
   if (stalls.empty()) return {};
   set.last_diagnosis = now;
   std::vector<StallNotice> notices;
