@@ -36,7 +36,7 @@ std::string StallReport::format(const StallNotice& n, int rank, double threshold
   }
   os << " A rank that is slow, blocked, or skipping this collective stalls the others; "
         "every rank must submit the same collectives. (PERSEUS_STALL_DIAGNOSIS="
-     << std::setprecision(3) << threshold_s << " s; not an error.)";
+     << std::defaultfloat << std::setprecision(6) << threshold_s << " s; not an error.)";
   return os.str();
 }
 
