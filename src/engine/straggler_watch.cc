@@ -19,8 +19,8 @@ void StragglerWatch::record(const std::string& name, double wait_s) {
 }
 
 bool StragglerWatch::windowDue(Clock::time_point now) const {
-  return window_.steps >= kWindowSteps &&
-         std::chrono::duration<double>(now - window_start_).count() >= kWindowS;
+  const double elapsed = std::chrono::duration<double>(now - window_start_).count();
+  return elapsed >= kWindowS && (window_.steps >= kWindowSteps || elapsed >= kMaxWindowS);
 }
 
 void StragglerWatch::exchange(collectives::Communicator& comm) {

@@ -10,7 +10,8 @@
 // (a fraction of the step) in kStrikes windows in a row. The step is estimated as the window's
 // time over the number of times its first response name came back. A window closes when
 // rank 0 says so in the control vector (ControlFlag::kStragglerWindow: at least kWindowS
-// seconds and kWindowSteps steps), so every member sends at the same control exchange.
+// seconds and kWindowSteps steps, or kMaxWindowS), so every member sends at the same control
+// exchange.
 //
 // Contract: the Cycle (under the cycle lock), global set only; record() per negotiated
 // response, exchange() on every member at the control exchange that carried the flag.
@@ -30,6 +31,9 @@ class StragglerWatch {
   using Clock = std::chrono::steady_clock;
   static constexpr double kWindowS = 1.0;
   static constexpr double kWindowSteps = 4;
+  // A window whose first name did not come back (a one-off collective) closes after this long
+  // unevaluated, so that the next window starts from another name.
+  static constexpr double kMaxWindowS = 10.0;
   static constexpr int kStrikes = 3;  // windows in a row above the threshold
 
   // `hostnames`: by global rank (the global set's set rank is the global rank).

@@ -152,7 +152,7 @@ bool Handle::wait(double timeout_s) {
       }
       if (s != PERSEUS_ERR_IN_PROGRESS) break;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (!site_noted) {
+      if (!site_noted && slice >= kSliceS) {  // a full slice passed: a slow wait, not a poll
         noteCallSite(state_->id);
         site_noted = true;
       }
