@@ -305,7 +305,7 @@ std::vector<Coordinator::Stall> Coordinator::stalls(Clock::time_point now,
   for (const auto& [name, w] : table_) {
     double waited = std::chrono::duration<double>(now - w.first_seen).count();
     if (waited <= older_than_s) continue;
-    Stall s{name, OpType::kAllreduce, {}, waited};
+    Stall s{name, OpType::kAllreduce, {}, waited, {}};
     for (int r = 0; r < size_; ++r) {
       if (w.present[r]) {
         s.op = w.by_rank[r].op;
