@@ -302,9 +302,14 @@ void SetNegotiator::inspectStalls(ProcessSet& set, std::vector<Response>* respon
 std::vector<StallNotice> SetNegotiator::diagnoseStalls(ProcessSet& set, Clock::time_point now) {
   const double diag_s = params_.stall_diagnosis_s;
   if (now - set.last_diagnosis < std::chrono::duration<double>(diag_s)) return {};
-  // One line per interval: the oldest stall first, the others in the next intervals.
-  std::vector<Coordinator::Stall> stalls = set.coordinator->takeUndiagnosed(now, diag_s, 1);
+  // One line per interval (StallReport) for up to 4 stalls, oldest first; the line leads with
+  // the one that waits on the fewest ranks: when a rank skipped a collective and went on to the
+  // next, the skipped one waits on that rank, the next one on all the others.
+  std::vector<Coordinator::Stall> stalls = set.coordinator->takeUndiagnosed(now, diag_s, 4);
   if (stalls.empty()) return {};
+  std::stable_sort(stalls.begin(), stalls.end(), [](const auto& a, const auto& b) {
+    return a.missing_ranks.size() < b.missing_ranks.size();
+  });
   set.last_diagnosis = now;
   std::vector<StallNotice> notices;
   for (const Coordinator::Stall& s : stalls) {

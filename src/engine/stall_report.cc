@@ -14,11 +14,13 @@ void StallReport::noteCallSite(const std::string& name, std::string site) {
   sites_[name] = std::move(site);
 }
 
-std::string StallReport::format(const StallNotice& n, int rank, double threshold_s,
-                                const std::string& site) {
+namespace {
+
+// "ALLREDUCE 'g' [4] float32 has waited 2.1 s for rank 1 (host h), which has not submitted it.
+// Rank 0 waits for it at train.py:42."
+std::string describe(const StallNotice& n, int rank, const std::string& site) {
   std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << "Stall diagnosis: " << opTypeName(n.op) << " '"
-     << n.name << "'";
+  os << std::fixed << std::setprecision(1) << opTypeName(n.op) << " '" << n.name << "'";
   if (!n.tensors.empty()) os << " " << n.tensors;
   if (n.process_set != 0) os << " in process set " << n.process_set;
   os << " has waited " << n.waited_s << " s for " << (n.missing.size() == 1 ? "rank " : "ranks ");
@@ -34,25 +36,42 @@ std::string StallReport::format(const StallNotice& n, int rank, double threshold
   } else {
     os << "Rank " << rank << " submitted it.";
   }
-  os << " A rank that is slow, blocked, or skipping this collective stalls the others; "
-        "every rank must submit the same collectives. (PERSEUS_STALL_DIAGNOSIS="
-     << std::defaultfloat << std::setprecision(6) << threshold_s << " s; not an error.)";
   return os.str();
 }
 
+std::string footer(double threshold_s) {
+  std::ostringstream os;
+  os << " A rank that is slow, blocked, or skipping a collective stalls the others; every rank "
+        "must submit the same collectives. (PERSEUS_STALL_DIAGNOSIS="
+     << threshold_s << " s; not an error.)";
+  return os.str();
+}
+
+}  // namespace
+
+std::string StallReport::format(const StallNotice& n, int rank, double threshold_s,
+                                const std::string& site) {
+  return "Stall diagnosis: " + describe(n, rank, site) + footer(threshold_s);
+}
+
 void StallReport::report(const std::vector<StallNotice>& notices) {
-  for (const StallNotice& n : notices) {
+  if (notices.empty()) return;
+  // One line for the interval's notices: the coordinator puts the likely culprit first (the
+  // collective that waits on the fewest ranks).
+  std::string line = "Stall diagnosis: ";
+  for (size_t i = 0; i < notices.size(); ++i) {
     std::string site;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = sites_.find(n.name);
+      auto it = sites_.find(notices[i].name);
       if (it != sites_.end()) site = it->second;
     }
-    std::string line = format(n, rank_, threshold_s_, site);
-    PERSEUS_LOG(WARNING, kEngine) << line;
-    std::lock_guard<std::mutex> lock(mu_);
-    last_ = std::move(line);
+    line += (i ? " Also: " : "") + describe(notices[i], rank_, site);
   }
+  line += footer(threshold_s_);
+  PERSEUS_LOG(WARNING, kEngine) << line;
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = std::move(line);
 }
 
 std::string StallReport::lastReport() const {

@@ -24,7 +24,7 @@ class StallReport {
 
   // The Python call site ("train.py:42") where this rank waits for the collective `name`.
   void noteCallSite(const std::string& name, std::string site);
-  // Logs one WARNING line per notice.
+  // Logs the notices of one coordinator round as one WARNING line.
   void report(const std::vector<StallNotice>& notices);
   // The last line this rank logged (empty if none): for tests and diagnostics.
   std::string lastReport() const;

@@ -10,17 +10,23 @@ import relsupport as rs
 
 pytestmark = pytest.mark.timeout(120)
 THRESHOLD_S = 2.0
-LINE = re.compile(r"\[perseus (\d+) engine W\] Stall diagnosis: (\w+) '([^']+)' (.*?) has waited "
-                  r"([0-9.]+) s for (ranks? [^,]*?(?:, \d+ \(host [^)]*\))*), which")
+PREFIX = re.compile(r"\[perseus (\d+) engine W\] Stall diagnosis: ")
+NOTICE = re.compile(r"^(\w+) '([^']+)' (.*?) has waited ([0-9.]+) s for "
+                    r"(ranks? \d+ \(host [^)]*\)(?:, \d+ \(host [^)]*\))*), which")
 
 
 def diagnoses(job, name):
-    """rank -> (waited seconds, the missing ranks' text, the whole line) for tensor `name`."""
+    """rank -> (waited seconds, the missing ranks' text, the notice's text) for tensor `name`:
+    each rank's line holds one notice per stalled collective, joined by ' Also: '."""
     out = {}
     for line in job.stderr.splitlines():
-        m = LINE.search(line)
-        if m and m.group(3) == name:
-            out[int(m.group(1))] = (float(m.group(5)), m.group(6), line)
+        m = PREFIX.search(line)
+        if not m:
+            continue
+        for notice in line[m.end():].split(" Also: "):
+            n = NOTICE.match(notice)
+            if n and n.group(2) == name and int(m.group(1)) not in out:
+                out[int(m.group(1))] = (float(n.group(4)), n.group(5), notice)
     return out
 
 
