@@ -12,7 +12,7 @@ PAIRS=${1:-5}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 last_value() {  # the field $1 of the last JSON line on stdin
-  $PY -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.startswith("{")][-1][sys.argv[1]])' "$1"
+  $PY -c 'import json,sys; print([json.loads(l[l.index("{"):]) for l in sys.stdin if "{" in l][-1][sys.argv[1]])' "$1"
 }
 training() {
   env "$@" $PY -m perseus.runner -np 2 $PY bench/training/torch_train_bench.py --library perseus \
