@@ -16,11 +16,12 @@
 namespace perseus::engine {
 
 enum class ControlFlag : int {
-  kUncached = 0,  // some rank has requests for the coordinator
-  kShutdown = 1,  // some rank is shutting down
-  kJoined = 2,    // some rank has joined
-  kInvalid = 3,   // some rank invalidated cache bits
-  kNoPosts = 4,   // some rank cannot post allreduces (Note [Posted collectives])
+  kUncached = 0,         // some rank has requests for the coordinator
+  kShutdown = 1,         // some rank is shutting down
+  kJoined = 2,           // some rank has joined
+  kInvalid = 3,          // some rank invalidated cache bits
+  kNoPosts = 4,          // some rank cannot post allreduces (Note [Posted collectives])
+  kStragglerWindow = 5,  // global set rank 0: close the straggler window (straggler_watch.h)
 };
 
 class ControlVector {

@@ -60,6 +60,8 @@ class Cycle {
     std::function<void(const ProcessSetInfo&)> set_added;
     std::function<void(int32_t id)> set_removed;
     std::function<void(const std::string&)> stall_warning;
+    // Every rank: the coordinator's early stall notices (PERSEUS_STALL_DIAGNOSIS).
+    std::function<void(const std::vector<StallNotice>&)> stall_notices;
   };
   // Counters for Engine::stats (written by the cycle holder, relaxed; any thread reads them).
   struct Stats : NegotiationStats {

@@ -50,6 +50,7 @@ def tuning_env(args):
         env["PERSEUS_TIMELINE_MARK_CYCLES"] = "1" if args.timeline_mark_cycles else "0"
     if args.stall_check is False and args.stall_check_warning_time_seconds is None:
         env["PERSEUS_STALL_WARNING"] = "1e9"  # no stall warnings
+        env["PERSEUS_STALL_DIAGNOSIS"] = "0"  # nor the early diagnosis
     if args.tcp:
         env["PERSEUS_CPU_OPERATIONS"] = "tcp"
     return env
