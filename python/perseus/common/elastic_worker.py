@@ -16,6 +16,7 @@ import os
 import time
 import types
 
+from perseus.common import fault_injection
 from perseus.common.ops import Max, to_core_op
 from perseus.runner import elastic_store as keys
 from perseus.runner.env import rank_env
@@ -129,6 +130,7 @@ def host_updates_pending():
     import numpy as np
     from perseus.common import basics
     seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
+    fault_injection.exit_at("negotiation")
     basics.core().allreduce("perseus.elastic.epoch", seen, None, op=to_core_op(Max),
                             blocking=True)
     return int(seen[0]) > _epoch
