@@ -231,7 +231,7 @@ class Soak:
         while left and time.time() < deadline:
             time.sleep(0.2)
             left = relsupport.tagged_pids(job.tag)
-        return relsupport.describe_pids(left) if left else []
+        return [relsupport.describe_pids([pid]) for pid in left]
 
     @staticmethod
     def leftover_shm(job):
@@ -315,6 +315,7 @@ class Soak:
             steps = job.steps_after(at, epoch)
             if steps and (kind != "grow" or self.newcomer(epoch, at)):
                 result["resume_s"] = steps[0]["time"] - at
+                result["stall_s"] = self.stall(at, steps[0]["time"])
                 if kind == "grow":
                     result["newcomer"], result["newcomer_s"] = self.newcomer(epoch, at)
                 return result
@@ -325,6 +326,13 @@ class Soak:
                 result["problem"] = "hang: no step for %.0f s" % self.args.hang_s
                 return result
             time.sleep(0.05)
+
+    def stall(self, at, until):
+        """The longest time without any completed step between the fault and `until`: for a
+        grow, how long the members stopped training to take the new worker in."""
+        times = sorted(r["time"] for r in self.job.records
+                       if r["event"] == "step" and at < r["time"] <= until)
+        return max(b - a for a, b in zip([at] + times, times + [until]))
 
     def newcomer(self, epoch, at):
         job = self.job
