@@ -100,6 +100,8 @@ def prepare_init():
         return
     store = _store()
     me = _worker_id()
+    if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
+        store.set(keys.ready(me), b"1")
     deadline = time.monotonic() + _wait_timeout_s()
     while True:
         if _read(store, keys.STOP) is not None:

@@ -90,6 +90,7 @@ class ElasticDriver:
                                    if args.blacklist_cooldown_range else None)
         self.workers = []  # every worker ever started
         self.members = []  # the current epoch's, in rank order
+        self.starting, self.starting_since = [], 0.0  # started newcomers not yet published
         self.epoch = 0
         self.resets = 0
         self.published_at = 0.0
@@ -177,6 +178,7 @@ class ElasticDriver:
 
     # --- memberships -----------------------------------------------------------------------
     def _publish(self, members):
+        self.starting = [w for w in self.starting if w not in members]
         epoch = self.epoch + 1
         infos = place(members)
         for w, info in zip(members, infos):
@@ -194,10 +196,15 @@ class ElasticDriver:
 
     def _next_membership(self, now):
         """Publishes the next membership if one is due; raises ElasticError at a limit."""
-        survivors = [w for w in self.members if w.alive()]
-        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors)
+        joining = self._joining(now)
+        survivors = [w for w in self.members if w.alive()] + joining
+        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors) - len(
+            [w for w in self.starting if w not in joining])
         free = self._free_slots()[:max(0, room)]
-        if not self.dirty and not free:
+        if self.epoch and free:
+            self._start_newcomers(survivors, free)
+            free = []
+        if not self.dirty and not free and not joining:
             return
         if len(survivors) + len(free) < self.min_np:
             if self.waiting_since is None:
@@ -225,6 +232,31 @@ class ElasticDriver:
         if self.epoch:
             self.resets += 1
         self._publish(survivors + added)
+
+    def _start_newcomers(self, survivors, free):
+        """Note [Newcomers start before they are published]: a worker for a new slot is
+        started at once but joins a published membership only once it is ready (waiting in
+        init() for its assignment, elastic/ready/<worker id>). Publishing it at start would
+        stop every member in the next commit's reset for as long as the newcomer takes to
+        start (importing torch alone takes seconds); this way the members train on meanwhile."""
+        infos = place(survivors + [Worker("%s:%d" % hs, hs[0], hs[1], -1, None) for hs in free])
+        for (host, slot), info in zip(free, infos[len(survivors):]):
+            self.store.set(keys.ready("%s:%d" % (host, slot)), b"0")  # not the last one's
+            self.starting.append(self._spawn(host, slot, info))
+        self.starting_since = time.monotonic()
+
+    def _joining(self, now):
+        """The started newcomers to publish now: the ready ones, or all of them once they
+        have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
+        newcomer that failed before it was ready is blacklisted as a member would be."""
+        for w in self.starting:
+            if w.code not in (None, 0):
+                _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
+                self._blacklist_failed(w)
+        self.starting = [w for w in self.starting if w.alive()]
+        overdue = now - self.starting_since > self.join_timeout
+        return [w for w in self.starting
+                if overdue or self.store.get(keys.ready(w.wid)) == b"1"]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()

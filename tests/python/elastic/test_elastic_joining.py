@@ -108,3 +108,27 @@ def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elast
         assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 80, (w, done)
         assert done[w][0]["epoch"] == 3, (w, done)
     assert not done["localhost:1"]
+
+
+def test_members_train_on_while_a_new_worker_starts(elastic_job, tmp_path):
+    """Note [Newcomers start before they are published] (runner/elastic_driver.py): a slot
+    added through discovery whose worker takes 6 s to start. The driver publishes the
+    membership with it only once it waits for one, so the members keep training (in epoch 1)
+    while it starts, instead of waiting for it in the next membership's rendezvous."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "3",
+                       "--host-discovery-script", "cat %s" % hosts], steps=150,
+                      step_sleep=0.05, worker_args=["--start-delay", "localhost:2:6"]).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 3)
+    listed = time.time()
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    records = job.records()
+    late = [r for r in records["localhost:0"]
+            if r["event"] == "step" and r["epoch"] == 1 and r["time"] > listed + 5]
+    assert late, "the members stopped training while the new worker started\n" + job.output()
+    done = final(records)
+    for w in ("localhost:0", "localhost:1", "localhost:2"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 150, (w, done)
