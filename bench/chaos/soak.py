@@ -62,6 +62,8 @@ def parse():
     p.add_argument("--gap", type=float, nargs=2, default=(0.2, 2.0), metavar=("MIN", "MAX"),
                    help="random pause between a recovery and the next fault (seconds)")
     p.add_argument("--step-sleep", type=float, default=0.05)
+    p.add_argument("--max-wall", type=float, default=None,
+                   help="inject no fault after this many seconds; the job then finishes")
     return p.parse_args()
 
 
@@ -366,7 +368,12 @@ class Soak:
 
     def run(self):
         number = 0
+        started = time.time()
         while number < self.args.faults:
+            if self.args.max_wall is not None and time.time() - started > self.args.max_wall:
+                print("--max-wall: %.0f s passed, stopping after %d faults"
+                      % (self.args.max_wall, number), flush=True)
+                break
             if self.job is None and not self.start_job():
                 continue
             result = self.one_fault(number)

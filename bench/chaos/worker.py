@@ -11,7 +11,7 @@ It records what the soak measures, one JSON object a line in <results>/<worker i
 The soak aims a fault at a phase by writing <results>/arm.<worker id> (the phase name): the
 worker sets PERSEUS_TEST_EXIT_AT to it (perseus.common.fault_injection) for --arm-steps steps.
 The job ends after the step in which any rank sees the --finish-file (the flag is summed by
-the step's allreduce, so every rank stops after the same step)."""
+the step's allreduce, so every rank stops after the same step), or at step --steps."""
 
 import argparse
 import json
@@ -36,6 +36,8 @@ def parse():
     p.add_argument("--step-sleep", type=float, default=0.05)
     p.add_argument("--big-elements", type=int, default=1 << 20)
     p.add_argument("--arm-steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=0,
+                   help="also finish at this step (0: only at the finish file)")
     return p.parse_args()
 
 
@@ -118,7 +120,8 @@ def main():
                 handle = hvd.allreduce_async_(big, name="chaos.big")
                 fault_injection.exit_at("allreduce")
                 hvd.synchronize(handle)
-            finish = torch.tensor([float(os.path.exists(args.finish_file))])
+            finish = torch.tensor([float(os.path.exists(args.finish_file) or
+                                         0 < args.steps <= state.step + 1)])
             finish = hvd.allreduce(finish, name="chaos.finish", op=hvd.Sum)
             state.step += 1
             record(event="step", step=state.step, rank=hvd.rank(), size=hvd.size())

@@ -103,11 +103,14 @@ def prepare_init():
     if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
         store.set(keys.ready(me), b"1")
     deadline = time.monotonic() + _wait_timeout_s()
+    # Not an epoch published before this process started: its worker id may be a former
+    # worker's (a slot listed again), with an assignment there that was that worker's.
+    after = max(_epoch, int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) - 1)
     while True:
         if _read(store, keys.STOP) is not None:
             raise SystemExit(0)
         newest = _newest_epoch(store)
-        if newest > _epoch:
+        if newest > after:
             assignment = _read(store, keys.assignment(newest, me))
             if assignment is not None:
                 _set_topology(assignment, newest)

@@ -128,7 +128,9 @@ class ElasticDriver:
         index = len(self.workers)
         env = dict(self.base_env)
         env.update(envmod.rank_env(info))
-        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
+        # A worker id comes back when its slot is listed again: the new process must not take
+        # the old one's place in a membership published before it started.
+        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid, keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
         if hostmod.is_local(host):
             proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
         else:

@@ -18,6 +18,8 @@ this module, so the two sides cannot drift apart.
 A worker id is "<host>:<local slot>", stable for the life of the worker."""
 
 EPOCH = "elastic/epoch"
+# The environment variable that gives a started worker the first epoch it may join.
+FIRST_EPOCH_ENV = "PERSEUS_ELASTIC_FIRST_EPOCH"
 STOP = "elastic/stop"
 
 

@@ -25,7 +25,7 @@ MAX_BCAST_NP = 7
 
 
 @pytest.mark.parametrize("plane", ["shm", "tcp"])
-def test_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plane):
+def test_horovod_2652_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plane):
     """Growth one slot at a time from 2 workers, each announced while the members broadcast
     32 MiB back to back, until an announcement has landed inside a broadcast (the workers read
     the newest epoch before and after each one; broadcasts fill most of the time, so the first
@@ -83,8 +83,8 @@ def wait_joined(job, wid, size, timeout=60):
 
 
 
-def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elastic_job,
-                                                                          tmp_path):
+def test_horovod_3264_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(
+        elastic_job, tmp_path):
     """localhost:3 is added; localhost:1 exits once localhost:3 is in the rendezvous of the
     membership that adds it (and waits for localhost:1). The launcher gives that membership up
     and publishes the next without localhost:1: the new worker's first init() fails and it
