@@ -176,6 +176,7 @@ class Soak:
         self.faults_file = open(self.out / "faults.jsonl", "a")
         self.jobs_file = open(self.out / "jobs.jsonl", "a")
         self.job, self.job_index, self.job_faults = None, 0, 0
+        self.pending_grows, self.claimed = [], set()
 
     # --- the job's lifetime -------------------------------------------------------------------
     def start_job(self):
@@ -215,6 +216,8 @@ class Soak:
                 job.proc.kill()
                 job.proc.wait()
         job.poll()
+        self.resolve_grows(final=True)
+        self.claimed = set()
         left = self.leftover_pids(job)
         relsupport.kill_tagged(job.tag)
         summary = {"job": job.dir.name, "faults": self.job_faults, "problem": problem,
@@ -245,15 +248,31 @@ class Soak:
     def choose(self):
         kinds, weights = zip(*MIX)
         kind = self.rng.choices(kinds, weights)[0]
-        size = len(self.job.members())
-        if kind != "resize" and size <= MIN_NP:
+        members = len(self.job.members())
+        size = members + len(self.pending_grows)  # with the new workers still starting
+        if kind != "resize" and members <= MIN_NP:
             kind = "resize"
         if kind == "exit@join" and size >= MAX_NP:
             kind = "exit@commit"
         if kind == "resize":
+            # The listing is a slot count: a shrink would unlist the new workers still
+            # starting, so it waits for them (None: settle_grows() first).
+            if self.pending_grows or members <= MIN_NP:
+                return "grow" if size < MAX_NP else None
             grow = size < START_NP or (size == START_NP and self.rng.random() < 0.5)
             kind = "grow" if grow and size < MAX_NP else "shrink"
         return kind
+
+    def settle_grows(self):
+        """Waits until every new worker still starting has taken its first step (at most
+        --hang-s; then those that did not are written as problems)."""
+        deadline = time.time() + self.args.hang_s
+        while self.pending_grows and time.time() < deadline and self.job.alive():
+            self.job.poll()
+            self.resolve_grows()
+            time.sleep(0.1)
+        if self.pending_grows:
+            self.resolve_grows(final=True)
 
     def inject(self, kind):
         """Injects one fault; returns (its time, the worker it hit or added, or None)."""
@@ -288,17 +307,26 @@ class Soak:
         return at
 
     def aim(self, phase, victim):
-        """Arms `victim` for `phase`; for the phases that need a membership change, makes one.
-        The fault's time is the exit's, read from the hook's record."""
+        """Arms `victim` for `phase`; for the phases that need a membership change, makes one:
+        a grow for `join` (the members see it once the new worker is ready), a kill of another
+        member for `broadcast` (the reset after it syncs the state; a grow when that would
+        leave fewer than --min-np). The fault's time is the exit's, read from the hook's
+        record."""
         job = self.job
-        (job.results / ("arm." + victim)).write_text(phase)
-        if phase == "join" or phase == "broadcast":
+        slow = phase in ("join", "broadcast")
+        (job.results / ("arm." + victim)).write_text("%s %d" % (phase, 2000 if slow else 40))
+        if slow:
             self.wait(lambda: any(r["event"] == "armed" and r["worker"] == victim
-                                  for r in job.records[-200:]), 10)
-            size = len(job.members())
-            self.resize(phase == "join" or size < MAX_NP)
+                                  for r in job.records[-400:]), 10)
+            others = [w for w in job.members() if w != victim]
+            if phase == "broadcast" and len(others) > MIN_NP:
+                os.kill(job.pid(self.rng.choice(others)), signal.SIGKILL)
+            else:
+                self.resize(grow=True)
+                self.pending_grows.append({"at": time.time(), "epoch": job.newest_epoch(),
+                                           "job": job.dir.name, "via": phase})
         before = len(job.exit_records)
-        if self.wait(lambda: len(job.exit_records) > before, 30):
+        if self.wait(lambda: len(job.exit_records) > before, 120 if slow else 30):
             hit = job.exit_records[before]
             return hit["time"], hit["worker"]
         return None, victim
@@ -314,13 +342,17 @@ class Soak:
             job.poll()
             if len(job.records) > seen:
                 seen, last = len(job.records), time.time()
-            steps = job.steps_after(at, epoch)
-            if steps and (kind != "grow" or self.newcomer(epoch, at)):
-                result["resume_s"] = steps[0]["time"] - at
-                result["stall_s"] = self.stall(at, steps[0]["time"])
-                if kind == "grow":
-                    result["newcomer"], result["newcomer_s"] = self.newcomer(epoch, at)
-                return result
+            if kind == "grow":  # the new worker's first step comes later: resolve_grows()
+                steps = job.steps_after(at)
+                if steps:
+                    self.pending_grows.append(dict(result, epoch=epoch, at=at))
+                    return None
+            else:
+                steps = job.steps_after(at, epoch)
+                if steps:
+                    result["resume_s"] = steps[0]["time"] - at
+                    result["stall_s"] = self.stall(at, steps[0]["time"])
+                    return result
             if not job.alive():
                 result["problem"] = "perseusrun exited %s" % job.proc.returncode
                 return result
@@ -337,21 +369,51 @@ class Soak:
         return max(b - a for a, b in zip([at] + times, times + [until]))
 
     def newcomer(self, epoch, at):
+        """(worker, seconds from `at` to its first step) of the first worker that is a member
+        of a membership after `epoch` but not of `epoch`, and not claimed by an earlier grow."""
         job = self.job
         before = set(job.epochs.get(epoch, (0, []))[1])
         for e in sorted(job.epochs):
             if e <= epoch:
                 continue
-            for w in set(job.epochs[e][1]) - before:
+            for w in sorted(set(job.epochs[e][1]) - before - self.claimed):
                 first = [r for r in job.records if r["worker"] == w and r["event"] == "step"
                          and r["time"] > at]
                 if first:
                     return w, first[0]["time"] - at
         return None
 
+    def resolve_grows(self, final=False):
+        """Writes the grows whose new worker has completed its first step: the fault's resume
+        time is that step (the first of the membership with it), its stall the members' longest
+        pause meanwhile. At the end of a job (`final`) the others are written as problems."""
+        left = []
+        for g in self.pending_grows:
+            found = self.newcomer(g["epoch"], g["at"])
+            if found:
+                self.claimed.add(found[0])
+                result = dict(g, newcomer=found[0], newcomer_s=found[1], resume_s=found[1],
+                              stall_s=self.stall(g["at"], g["at"] + found[1]))
+            elif final:
+                result = dict(g, problem="the new worker never completed a step")
+            else:
+                left.append(g)
+                continue
+            if "kind" in result:  # grows made by aim() are recorded as their exit's fault
+                self.write(result)
+        self.pending_grows = left
+
+    def write(self, result):
+        self.faults_file.write(json.dumps(result) + "\n")
+        self.faults_file.flush()
+        print("fault %s: %s" % (result.get("number"), result), flush=True)
+
     def one_fault(self, number):
         time.sleep(self.rng.uniform(*self.args.gap))
         kind = self.choose()
+        if kind is None:
+            self.settle_grows()
+            kind = self.choose() or "kill"
         epoch_at_start = self.job.newest_epoch()
         at, victim = self.inject(kind)
         if at is None:  # an aimed exit whose phase never came
@@ -360,10 +422,11 @@ class Soak:
         else:
             epoch = self.job.newest_epoch(at) if kind.startswith("exit@") else epoch_at_start
             result = self.measure(kind, at, victim, epoch)
+            if result is None:  # a grow: written once its new worker has stepped
+                self.pending_grows[-1]["number"] = number
+                return {}
         result["number"] = number
-        self.faults_file.write(json.dumps(result) + "\n")
-        self.faults_file.flush()
-        print("fault %d: %s" % (number, result), flush=True)
+        self.write(result)
         return result
 
     def run(self):
@@ -377,6 +440,7 @@ class Soak:
             if self.job is None and not self.start_job():
                 continue
             result = self.one_fault(number)
+            self.resolve_grows()
             if result.get("problem") != "not fired":
                 number += 1
                 self.job_faults += 1
@@ -386,9 +450,14 @@ class Soak:
             elif not self.wait(self.job.stable, self.args.hang_s):
                 self.end_job("did not settle within %.0f s" % self.args.hang_s)
             elif self.job_faults >= self.args.faults_per_job:
-                self.end_job()
+                self.finish_job()
         if self.job is not None:
-            self.end_job()
+            self.finish_job()
+
+    def finish_job(self):
+        """Lets the new workers still starting take their first step, then ends the job."""
+        self.settle_grows()
+        self.end_job()
 
 
 def check_records(records):

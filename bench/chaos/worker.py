@@ -8,8 +8,9 @@ It records what the soak measures, one JSON object a line in <results>/<worker i
   step    each completed step (the step's allreduce took every member);
   commit  each commit that returned (every member had saved that step).
 
-The soak aims a fault at a phase by writing <results>/arm.<worker id> (the phase name): the
-worker sets PERSEUS_TEST_EXIT_AT to it (perseus.common.fault_injection) for --arm-steps steps.
+The soak aims a fault at a phase by writing <results>/arm.<worker id> ("<phase> [<steps>]"):
+the worker sets PERSEUS_TEST_EXIT_AT to it (perseus.common.fault_injection) for that many
+steps (--arm-steps by default).
 The job ends after the step in which any rank sees the --finish-file (the flag is summed by
 the step's allreduce, so every rank stops after the same step), or at step --steps."""
 
@@ -67,10 +68,10 @@ class Arming:
     def tick(self, record):
         if os.path.exists(self.path):
             with open(self.path) as f:
-                phase = f.read().strip()
+                phase, _, steps = f.read().strip().partition(" ")
             os.unlink(self.path)
             os.environ["PERSEUS_TEST_EXIT_AT"] = phase
-            self.left = self.steps
+            self.left = int(steps) if steps else self.steps
             record(event="armed", phase=phase)
         elif self.left:
             self.left -= 1

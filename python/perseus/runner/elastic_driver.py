@@ -250,12 +250,18 @@ class ElasticDriver:
     def _joining(self, now):
         """The started newcomers to publish now: the ready ones, or all of them once they
         have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
-        newcomer that failed before it was ready is blacklisted as a member would be."""
+        newcomer that failed before it was ready is blacklisted as a member would be; one whose
+        slot discovery no longer lists is stopped, as a member would be."""
         for w in self.starting:
-            if w.code not in (None, 0):
+            if w.code not in (None, 0) and not w.removed:
                 _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
                 self._blacklist_failed(w)
-        self.starting = [w for w in self.starting if w.alive()]
+            elif w.alive() and self.hosts.get(w.host, 0) <= w.slot:
+                _log("host slot %s is no longer listed by %s; stopping its new worker"
+                     % (w.wid, self.discovery.describe()))
+                self._kill(w, signal.SIGTERM)
+                w.removed = True
+        self.starting = [w for w in self.starting if w.alive() and not w.removed]
         overdue = now - self.starting_since > self.join_timeout
         return [w for w in self.starting
                 if overdue or self.store.get(keys.ready(w.wid)) == b"1"]

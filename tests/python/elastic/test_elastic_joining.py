@@ -132,3 +132,25 @@ def test_members_train_on_while_a_new_worker_starts(elastic_job, tmp_path):
     done = final(records)
     for w in ("localhost:0", "localhost:1", "localhost:2"):
         assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 150, (w, done)
+
+
+def test_a_new_worker_unlisted_while_it_starts_is_stopped_unpublished(elastic_job, tmp_path):
+    """Note [Newcomers start before they are published]: a slot added and removed again by
+    discovery while its worker is still starting. The worker is stopped and never enters a
+    membership; the members never reset."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "3",
+                       "--host-discovery-script", "cat %s" % hosts], steps=150,
+                      step_sleep=0.05, worker_args=["--start-delay", "localhost:2:8"]).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 3)
+    time.sleep(3)  # discovery runs every second: the worker has started and sleeps
+    write_hosts(hosts, 2)
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    assert "host slot localhost:2 is no longer listed" in job.stderr, job.output()
+    assert "epoch 2" not in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:1"):
+        assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 150, (w, done)
