@@ -53,7 +53,7 @@ MIX = [("kill", 35)] + [("exit@" + p, 5) for p in PHASES] + [("stop", 10), ("res
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", type=int, default=1000)
-    p.add_argument("--faults-per-job", type=int, default=100)
+    p.add_argument("--faults-per-job", type=int, default=25)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", required=True)
     p.add_argument("--timeout", type=float, default=3.0, help="PERSEUS_TIMEOUT of the job")
@@ -264,9 +264,11 @@ class Soak:
         return kind
 
     def settle_grows(self):
-        """Waits until every new worker still starting has taken its first step (at most
-        --hang-s; then those that did not are written as problems)."""
-        deadline = time.time() + self.args.hang_s
+        """Waits until every new worker still starting has taken its first step (at most twice
+        PERSEUS_START_TIMEOUT; then those that did not are written as problems)."""
+        # The launcher publishes a new worker at most PERSEUS_START_TIMEOUT after starting it,
+        # and stops it if it has not joined another PERSEUS_START_TIMEOUT later.
+        deadline = time.time() + 2 * self.args.start_timeout + 10
         while self.pending_grows and time.time() < deadline and self.job.alive():
             self.job.poll()
             self.resolve_grows()
@@ -432,10 +434,19 @@ class Soak:
     def run(self):
         number = 0
         started = time.time()
+        self.stopping = False
+
+        def stop(signum, frame):  # SIGTERM/SIGINT: end after this fault, checks included
+            self.stopping = True
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         while number < self.args.faults:
             if self.args.max_wall is not None and time.time() - started > self.args.max_wall:
                 print("--max-wall: %.0f s passed, stopping after %d faults"
                       % (self.args.max_wall, number), flush=True)
+                break
+            if self.stopping:
+                print("stopped by a signal after %d faults" % number, flush=True)
                 break
             if self.job is None and not self.start_job():
                 continue
