@@ -26,7 +26,7 @@ SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 
 MAX_WALL_S = float(os.environ.get("CHAOS_MAX_WALL_S", "200"))
 # At least this share of FAULTS must fit in MAX_WALL_S on a loaded machine (a grow waits for
 # the new worker to start, which takes seconds under load).
-MIN_SHARE = 0.5
+MIN_SHARE = 1 / 3
 
 pytestmark = pytest.mark.timeout(MAX_WALL_S + 100)
 
