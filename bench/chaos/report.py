@@ -31,7 +31,7 @@ def seconds(values, q):
 def fault_rows(faults):
     kinds = sorted({f["kind"] for f in faults})
     rows = ["| fault | count | resumed | p50 resume (s) | p99 resume (s) | max resume (s) | "
-            "p50 / max stall (s) | hangs | other problems |", "|---|---|---|---|---|---|---|---|---|"]
+            "p50 / max stall (s) | hangs | other problems |", "|---" * 9 + "|"]
     for kind in kinds + ["all"]:
         these = [f for f in faults if kind in ("all", f["kind"])]
         resumed = [f["resume_s"] for f in these if "resume_s" in f]
@@ -46,6 +46,33 @@ def fault_rows(faults):
     return rows
 
 
+def goal_rows(faults, jobs, timeout):
+    """The issue's goals against what the run measured."""
+    kills = [f["resume_s"] for f in faults if "resume_s" in f
+             and (f["kind"] == "kill" or f["kind"].startswith("exit@"))
+             and f["kind"] not in ("exit@join", "exit@broadcast")]
+    stops = [f["resume_s"] for f in faults if "resume_s" in f and f["kind"] == "stop"]
+    newcomers = [f["newcomer_s"] for f in faults if "newcomer_s" in f]
+    problems = sum(1 for f in faults if f.get("problem"))
+    zero = sum(j["divergent_count"] + j["lost_commit_count"] + len(j["leftover_pids"]) +
+               len(j["leftover_shm"]) for j in jobs) + problems
+
+    def row(goal, value, met):
+        return "| %s | %s | %s |" % (goal, value, "met" if met else "**not met**")
+    return ["| goal | measured | |", "|---|---|---|",
+            row("kills (SIGKILL and the exits at negotiation, commit, allreduce): p99 resume "
+                "<= 2 s", "%s s over %d" % (seconds(kills, 99), len(kills)),
+                kills and percentile(kills, 99) <= 2),
+            row("stops: resume <= PERSEUS_TIMEOUT + 2 s = %.0f s" % (timeout + 2),
+                "max %s s over %d" % (seconds(stops, 100), len(stops)),
+                stops and max(stops) <= timeout + 2),
+            row("a new worker's first step <= 5 s after discovery lists it",
+                "p99 %s s over %d" % (seconds(newcomers, 99), len(newcomers)),
+                newcomers and percentile(newcomers, 99) <= 5),
+            row("0 hangs, 0 divergent replicas, 0 lost commits, 0 leftovers, every fault "
+                "recovered from", "%d" % zero, zero == 0)]
+
+
 def main():
     out = Path(sys.argv[1])
     command = json.loads((out / "command.json").read_text())
@@ -55,6 +82,8 @@ def main():
     wanted = command["argv"][command["argv"].index("--faults") + 1] \
         if "--faults" in command["argv"] else "1000"
     newcomers = [f["newcomer_s"] for f in faults if "newcomer_s" in f]
+    argv = command["argv"]
+    timeout = float(argv[argv.index("--timeout") + 1]) if "--timeout" in argv else 3.0
     phases = {}
     for f in faults:
         if f["kind"].startswith("exit@"):
@@ -73,6 +102,12 @@ def main():
         "- jobs (perseusrun runs, each taking up to --faults-per-job faults): %d ended" % len(jobs),
         "- exits aimed at a phase, per phase: %s; armed but never fired (no fault counted): %d"
         % (", ".join("%s %d" % kv for kv in sorted(phases.items())) or "none", len(unfired)),
+        "",
+        "- machine: %s CPUs, load average %s at the start" % (
+            command.get("cpus", "?"), " ".join("%.1f" % x for x in command.get("loadavg", ()))),
+        "",
+        "## Goals",
+    ] + goal_rows(faults, jobs, timeout) + [
         "",
         "## Per fault type",
         "Resume: from the fault (the kill, the stop, the hooked exit, the discovery listing) "

@@ -371,18 +371,21 @@ class Soak:
         return max(b - a for a, b in zip([at] + times, times + [until]))
 
     def newcomer(self, epoch, at):
-        """(worker, seconds from `at` to its first step) of the first worker that is a member
-        of a membership after `epoch` but not of `epoch`, and not claimed by an earlier grow."""
+        """(worker, seconds from `at` to its first step, that step's time) of the first worker
+        that is a member of a membership after `epoch` but not of `epoch`, and whose process
+        no earlier grow claimed."""
         job = self.job
         before = set(job.epochs.get(epoch, (0, []))[1])
         for e in sorted(job.epochs):
             if e <= epoch:
                 continue
-            for w in sorted(set(job.epochs[e][1]) - before - self.claimed):
+            for w in sorted(set(job.epochs[e][1]) - before):
                 first = [r for r in job.records if r["worker"] == w and r["event"] == "step"
                          and r["time"] > at]
-                if first:
-                    return w, first[0]["time"] - at
+                # A worker id comes back when its slot is listed again: a claim is one
+                # process's (its first step), not the id's.
+                if first and (w, first[0]["time"]) not in self.claimed:
+                    return w, first[0]["time"] - at, first[0]["time"]
         return None
 
     def resolve_grows(self, final=False):
@@ -393,7 +396,7 @@ class Soak:
         for g in self.pending_grows:
             found = self.newcomer(g["epoch"], g["at"])
             if found:
-                self.claimed.add(found[0])
+                self.claimed.add((found[0], found[2]))
                 result = dict(g, newcomer=found[0], newcomer_s=found[1], resume_s=found[1],
                               stall_s=self.stall(g["at"], g["at"] + found[1]))
             elif final:
@@ -494,7 +497,8 @@ def main():
     print("chaos soak: --seed %d --faults %d" % (args.seed, args.faults), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "command.json", "w") as f:
-        json.dump({"argv": sys.argv, "seed": args.seed, "started": time.time()}, f)
+        json.dump({"argv": sys.argv, "seed": args.seed, "started": time.time(),
+                   "cpus": os.cpu_count(), "loadavg": os.getloadavg()}, f)
     soak = Soak(args)
     try:
         soak.run()
