@@ -92,6 +92,7 @@ class ElasticDriver:
                                    if args.blacklist_cooldown_range else None)
         self.workers = []  # every worker ever started
         self.members = []  # the current epoch's, in rank order
+        self.starting, self.starting_since = [], 0.0  # started newcomers not yet published
         self.epoch = 0
         self.resets = 0
         self.published_at = 0.0
@@ -139,7 +140,9 @@ class ElasticDriver:
         index = len(self.workers)
         env = dict(self.base_env)
         env.update(envmod.rank_env(info))
-        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
+        # A worker id comes back when its slot is listed again: the new process must not take
+        # the old one's place in a membership published before it started.
+        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid, keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
         if hostmod.is_local(host):
             proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
                                    guard=self.guard)
@@ -190,6 +193,7 @@ class ElasticDriver:
 
     # --- memberships -----------------------------------------------------------------------
     def _publish(self, members):
+        self.starting = [w for w in self.starting if w not in members]
         epoch = self.epoch + 1
         infos = place(members)
         for w, info in zip(members, infos):
@@ -207,10 +211,15 @@ class ElasticDriver:
 
     def _next_membership(self, now):
         """Publishes the next membership if one is due; raises ElasticError at a limit."""
-        survivors = [w for w in self.members if w.alive()]
-        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors)
+        joining = self._joining(now)
+        survivors = [w for w in self.members if w.alive()] + joining
+        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors) - len(
+            [w for w in self.starting if w not in joining])
         free = self._free_slots()[:max(0, room)]
-        if not self.dirty and not free:
+        if self.epoch and free:
+            self._start_newcomers(survivors, free)
+            free = []
+        if not self.dirty and not free and not joining:
             return
         if len(survivors) + len(free) < self.min_np:
             if self.waiting_since is None:
@@ -240,6 +249,37 @@ class ElasticDriver:
         if self.epoch:
             self.resets += 1
         self._publish(survivors + added)
+
+    def _start_newcomers(self, survivors, free):
+        """Note [Newcomers start before they are published]: a worker for a new slot is
+        started at once but joins a published membership only once it is ready (waiting in
+        init() for its assignment, elastic/ready/<worker id>). Publishing it at start would
+        stop every member in the next commit's reset for as long as the newcomer takes to
+        start (importing torch alone takes seconds); this way the members train on meanwhile."""
+        infos = place(survivors + [Worker("%s:%d" % hs, hs[0], hs[1], -1, None) for hs in free])
+        for (host, slot), info in zip(free, infos[len(survivors):]):
+            self.store.set(keys.ready("%s:%d" % (host, slot)), b"0")  # not the last one's
+            self.starting.append(self._spawn(host, slot, info))
+        self.starting_since = time.monotonic()
+
+    def _joining(self, now):
+        """The started newcomers to publish now: the ready ones, or all of them once they
+        have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
+        newcomer that failed before it was ready is blacklisted as a member would be; one whose
+        slot discovery no longer lists is stopped, as a member would be."""
+        for w in self.starting:
+            if w.code not in (None, 0) and not w.removed:
+                _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
+                self._blacklist_failed(w)
+            elif w.alive() and self.hosts.get(w.host, 0) <= w.slot:
+                _log("host slot %s is no longer listed by %s; stopping its new worker"
+                     % (w.wid, self.discovery.describe()))
+                self._kill(w, signal.SIGTERM)
+                w.removed = True
+        self.starting = [w for w in self.starting if w.alive() and not w.removed]
+        overdue = now - self.starting_since > self.join_timeout
+        return [w for w in self.starting
+                if overdue or self.store.get(keys.ready(w.wid)) == b"1"]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
