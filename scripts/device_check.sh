@@ -156,6 +156,12 @@ run_step "first test_horovod_conformance.py on the install" 150 \
 run_step "first test_elastic_gpu.py on the install (reset rebuilds GPU state)" 300 \
   $PY -m pytest -q -p no:cacheprovider --timeout=260 "$ROOT/tests/python/elastic/test_elastic_gpu.py"
 
+# ---- td: the torch.distributed backend "perseus" on the install ---------------------------------------
+run_step "td test_backend_cuda.py (CUDA ops, Work.wait on the stream)" 200 \
+  $PY -m pytest -q -p no:cacheprovider --timeout=180 "$ROOT/tests/python/torch_distributed/test_backend_cuda.py"
+run_step "td per-call dist.all_reduce 4 B, world size 1: noop floor, perseus, nccl" 120 \
+  $PY "$ROOT/bench/gpu/dist_percall.py" "${CPU[@]}"
+
 # ---- quiet: a clean exit logs nothing ----------------------------------------------------------------
 if [ $MODE = dry ] || [ "$NGPU" -ge 1 ]; then
   cat >"$OUT/quiet.py" <<'PYEOF'
