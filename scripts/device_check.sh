@@ -21,6 +21,8 @@
 #            CUDA tensors, every dtype and the error paths (tests/python/test_runtime_isolation.py,
 #            which also checks the libraries' exports), then tests/python/test_torch.py (CUDA join
 #            included) and tests/python/test_horovod_conformance.py.
+#   td       the torch.distributed backend: its CUDA tests, and the per-call cost of
+#            dist.all_reduce at world size 1 against a no-op Python backend and NCCL.
 #   quiet    a clean exit after GPU collectives logs no warning (no communicator abort).
 #   a        the C++ GPU tests and the GPU benchmarks (bench/gpu/*_bench.cc), built there by
 #            the same toolchain (CMake, GoogleTest from .devdeps).
