@@ -450,9 +450,10 @@ class PerseusBackend(Backend):
 
     def shutdown(self):
         if self.is_default_group:
-            from perseus.torch.distributed import _engine
+            from perseus.torch.distributed import _engine, _work
             _groups.forget()
             _engine.stop(self.timeout_s)
+            _work.shutdown_pool()
 
     def abort(self):
         self.shutdown()
