@@ -7,10 +7,9 @@ are sorted global ranks; unsorted groups are refused at creation).
 Note [Collective names]: the engine matches collectives across ranks by name. torch gives
 none, so a call is named by its group, kind, dtype and element count, with a counter per such
 signature that wraps at _NAME_CYCLE (the element count only where every rank gives the
-same). Ranks make the same calls in the same order, so they make
-the same names; a training step's calls repeat the same names, which lets the engine post them
-without negotiation (Note [Posted collectives]). A name still in flight when its turn comes
-again waits for it first."""
+same). Ranks make the same calls in the same order, so they make the same names; a training
+step's calls repeat the same names, which lets the engine post them without negotiation (Note
+[Posted collectives]). A name still in flight when its turn comes again waits for it first."""
 
 import datetime
 import time
