@@ -105,7 +105,10 @@ class _Allgather(torch.autograd.Function):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    return _Allgather.apply(tensor, name, process_set)
+    # The autograd function costs several times a small allgather: only for a gradient.
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _Allgather.apply(tensor, name, process_set)
+    return _ops.allgather_blocking(tensor, name, process_set)
 
 
 class _GroupedAllgather(torch.autograd.Function):

@@ -166,6 +166,23 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _t.register(h, lambda ch: restore(_t.library_output(ch, 0)), wire)
 
 
+def allgather_blocking(tensor, name=None, process_set=global_process_set):
+    """synchronize(allgather_async(...)) without the handle table."""
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("allgather", name, ps)
+    if _t.dense_cpu_code(tensor) is None:
+        wire, restore = _t.to_wire(tensor, "allgather", name)
+    else:
+        wire, restore = tensor, None
+    h = _direct().allgather(name, _t.capsule(wire), ps, _t.stream_of(wire))
+    h.wait()
+    if wire.is_cuda:
+        _wait_device(_t.Pending(h, None, wire))
+    out = _t.library_output(h, 0)
+    return out if restore is None else restore(out)
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     ps = process_set_id(process_set)
     name = op_name("grouped_allgather", name, ps)
