@@ -13,7 +13,7 @@ lowest rank holding the newest commit, not from rank 0 whatever it holds.
 
 import functools
 
-from perseus.common import basics, elastic_sync, elastic_worker
+from perseus.common import basics, elastic_sync, elastic_worker, fault_injection
 from perseus.common import objects as _objects
 from perseus.common.exceptions import (  # noqa: F401  (Horovod's names, from here too)
     AuthenticationError, HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError,
@@ -65,12 +65,14 @@ class State:
         copy time."""
         self.save()
         self._commits = max(self._commits, 0) + 1
+        fault_injection.exit_at("commit")
         self.check_host_updates()
 
     def check_host_updates(self):
         """Collective: raises HostsUpdatedInterrupt on every rank alike when the launcher has
         announced a new membership (hosts added or removed)."""
         if elastic_worker.host_updates_pending():
+            fault_injection.exit_at("join")
             # skip_sync: this rank's state is current (every rank stopped at this same call);
             # a sync still happens if a new worker or any other rank asks for one.
             raise HostsUpdatedInterrupt(skip_sync=True)
@@ -95,6 +97,7 @@ class State:
         do_sync, source, newest = elastic_sync.agree(self._commits, need)
         if do_sync:
             self._sync_root = source
+            fault_injection.exit_at("broadcast")
             self.sync()
             self._commits = max(newest, 0)
 

@@ -16,6 +16,7 @@ import os
 import time
 import types
 
+from perseus.common import fault_injection
 from perseus.common.ops import Max, to_core_op
 from perseus.runner import elastic_store as keys
 from perseus.runner.env import rank_env
@@ -99,12 +100,17 @@ def prepare_init():
         return
     store = _store()
     me = _worker_id()
+    if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
+        store.set(keys.ready(me), b"1")
     deadline = time.monotonic() + _wait_timeout_s()
+    # Not an epoch published before this process started: its worker id may be a former
+    # worker's (a slot listed again), with an assignment there that was that worker's.
+    after = max(_epoch, int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) - 1)
     while True:
         if _read(store, keys.STOP) is not None:
             raise SystemExit(0)
         newest = _newest_epoch(store)
-        if newest > _epoch:
+        if newest > after:
             assignment = _read(store, keys.assignment(newest, me))
             if assignment is not None:
                 _set_topology(assignment, newest)
@@ -129,6 +135,7 @@ def host_updates_pending():
     import numpy as np
     from perseus.common import basics
     seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
+    fault_injection.exit_at("negotiation")
     basics.core().allreduce("perseus.elastic.epoch", seen, None, op=to_core_op(Max),
                             blocking=True)
     return int(seen[0]) > _epoch

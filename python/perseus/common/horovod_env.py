@@ -111,7 +111,9 @@ OTHER_PERSEUS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_
                  "PERSEUS_JOB_ID", "PERSEUS_BUILD_DIR",
                  # perseusrun's elastic mode (perseus/common/elastic_worker.py)
                  "PERSEUS_ELASTIC", "PERSEUS_ELASTIC_WORKER_ID", "PERSEUS_ELASTIC_JOB_ID",
-                 "PERSEUS_ELASTIC_TIMEOUT")
+                 "PERSEUS_ELASTIC_TIMEOUT", "PERSEUS_ELASTIC_FIRST_EPOCH",
+                 # the test-only exit hook (perseus/common/fault_injection.py)
+                 "PERSEUS_TEST_EXIT_AT", "PERSEUS_TEST_EXIT_RECORD")
 
 
 def translate(environ):

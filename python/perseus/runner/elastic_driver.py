@@ -26,6 +26,7 @@ from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist
 from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
 from perseus.runner.remote import env_block, ssh_argv
+from perseus.runner.wording import Throttle, count
 
 DISCOVERY_INTERVAL_S = 1.0
 LOOP_INTERVAL_S = 0.05
@@ -74,8 +75,9 @@ def place(members):
 
 
 class ElasticDriver:
-    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s):
+    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s, guard=None):
         self.args = args
+        self.guard = guard
         self.discovery = discovery
         self.store = store
         self.base_env = base_env
@@ -90,14 +92,17 @@ class ElasticDriver:
                                    if args.blacklist_cooldown_range else None)
         self.workers = []  # every worker ever started
         self.members = []  # the current epoch's, in rank order
+        self.starting, self.starting_since = [], 0.0  # started newcomers not yet published
         self.epoch = 0
         self.resets = 0
         self.published_at = 0.0
         self.hosts = {}
+        self.hosts_unresolved = set()  # listed by discovery, but their names do not resolve
         self.next_discovery = 0.0
         self.waiting_since = None
         self.finishing_since = None
         self.dirty = False  # the current membership lost a member or saw a failure
+        self._discovery_warning = Throttle(_log)  # a failing script would log every second
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self, now):
@@ -105,9 +110,17 @@ class ElasticDriver:
             return
         self.next_discovery = now + DISCOVERY_INTERVAL_S
         try:
-            self.hosts = self.discovery.find()
+            hosts = self.discovery.find()
         except RuntimeError as e:
-            _log("%s; keeping the last host list" % e)
+            self._discovery_warning("%s; keeping the last host list" % e)
+            return
+        bad = hostmod.unresolvable(hosts)
+        for host, why in bad.items():
+            if host not in self.hosts_unresolved:
+                _log("host %s does not resolve (%s): leaving it out while it does not"
+                     % (host, why))
+        self.hosts_unresolved = set(bad)
+        self.hosts = {h: n for h, n in hosts.items() if h not in bad}
 
     def _free_slots(self):
         """(host, slot) pairs that discovery offers and no live worker holds, in order."""
@@ -127,16 +140,19 @@ class ElasticDriver:
         index = len(self.workers)
         env = dict(self.base_env)
         env.update(envmod.rank_env(info))
-        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid})
+        # A worker id comes back when its slot is listed again: the new process must not take
+        # the old one's place in a membership published before it started.
+        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid, keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
         if hostmod.is_local(host):
-            proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
+            proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
+                                   guard=self.guard)
         else:
             remote = envmod.forwardable(env)
             remote["PERSEUS_SECRET"] = env["PERSEUS_SECRET"]
             argv = ssh_argv(host, self.args.command, self.args.ssh_port,
                             self.args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, index, host, self.sink,
-                                   stdin_data=env_block(remote))
+                                   stdin_data=env_block(remote), guard=self.guard)
         w = Worker(wid, host, slot, index, proc)
         self.workers.append(w)
         if self.args.verbose:
@@ -177,6 +193,7 @@ class ElasticDriver:
 
     # --- memberships -----------------------------------------------------------------------
     def _publish(self, members):
+        self.starting = [w for w in self.starting if w not in members]
         epoch = self.epoch + 1
         infos = place(members)
         for w, info in zip(members, infos):
@@ -189,30 +206,37 @@ class ElasticDriver:
         self.published_at = time.monotonic()
         self.dirty = False
         self.waiting_since = None
-        _log("epoch %d: %d workers (%s)" % (epoch, len(members),
-                                            ", ".join(w.wid for w in members)))
+        _log("epoch %d: %s (%s)" % (epoch, count(len(members), "worker"),
+                                    ", ".join(w.wid for w in members)))
 
     def _next_membership(self, now):
         """Publishes the next membership if one is due; raises ElasticError at a limit."""
-        survivors = [w for w in self.members if w.alive()]
-        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors)
+        joining = self._joining(now)
+        survivors = [w for w in self.members if w.alive()] + joining
+        room = (self.max_np if self.max_np is not None else 1 << 30) - len(survivors) - len(
+            [w for w in self.starting if w not in joining])
         free = self._free_slots()[:max(0, room)]
-        if not self.dirty and not free:
+        if self.epoch and free:
+            self._start_newcomers(survivors, free)
+            free = []
+        if not self.dirty and not free and not joining:
             return
         if len(survivors) + len(free) < self.min_np:
             if self.waiting_since is None:
                 self.waiting_since = now
                 if self.epoch:
                     self.store.set(keys.abort(self.epoch), b"1")
-                _log("%d workers available, --min-np is %d: waiting up to %.0f s "
+                _log("%s available, --min-np is %d: waiting up to %.0f s "
                      "(--elastic-timeout) for more from %s"
-                     % (len(survivors) + len(free), self.min_np, self.elastic_timeout,
+                     % (count(len(survivors) + len(free), "worker"), self.min_np,
+                        self.elastic_timeout,
                         self.discovery.describe()))
             if now - self.waiting_since > self.elastic_timeout:
                 raise ElasticError(
-                    "timed out after %.0f s (--elastic-timeout) waiting for at least %d workers "
+                    "timed out after %.0f s (--elastic-timeout) waiting for at least %s "
                     "(--min-np) from %s; %d available%s" % (
-                        self.elastic_timeout, self.min_np, self.discovery.describe(),
+                        self.elastic_timeout, count(self.min_np, "worker"),
+                        self.discovery.describe(),
                         len(survivors) + len(free), self._blacklist_note()))
             return
         if self.epoch and self.reset_limit is not None and self.resets >= self.reset_limit:
@@ -225,6 +249,37 @@ class ElasticDriver:
         if self.epoch:
             self.resets += 1
         self._publish(survivors + added)
+
+    def _start_newcomers(self, survivors, free):
+        """Note [Newcomers start before they are published]: a worker for a new slot is
+        started at once but joins a published membership only once it is ready (waiting in
+        init() for its assignment, elastic/ready/<worker id>). Publishing it at start would
+        stop every member in the next commit's reset for as long as the newcomer takes to
+        start (importing torch alone takes seconds); this way the members train on meanwhile."""
+        infos = place(survivors + [Worker("%s:%d" % hs, hs[0], hs[1], -1, None) for hs in free])
+        for (host, slot), info in zip(free, infos[len(survivors):]):
+            self.store.set(keys.ready("%s:%d" % (host, slot)), b"0")  # not the last one's
+            self.starting.append(self._spawn(host, slot, info))
+        self.starting_since = time.monotonic()
+
+    def _joining(self, now):
+        """The started newcomers to publish now: the ready ones, or all of them once they
+        have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
+        newcomer that failed before it was ready is blacklisted as a member would be; one whose
+        slot discovery no longer lists is stopped, as a member would be."""
+        for w in self.starting:
+            if w.code not in (None, 0) and not w.removed:
+                _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
+                self._blacklist_failed(w)
+            elif w.alive() and self.hosts.get(w.host, 0) <= w.slot:
+                _log("host slot %s is no longer listed by %s; stopping its new worker"
+                     % (w.wid, self.discovery.describe()))
+                self._kill(w, signal.SIGTERM)
+                w.removed = True
+        self.starting = [w for w in self.starting if w.alive() and not w.removed]
+        overdue = now - self.starting_since > self.join_timeout
+        return [w for w in self.starting
+                if overdue or self.store.get(keys.ready(w.wid)) == b"1"]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()

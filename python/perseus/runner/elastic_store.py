@@ -8,6 +8,9 @@ this module, so the two sides cannot drift apart.
                                       cross_size=.. host=.." of one member of epoch E
   elastic/<E>/joined/<worker id>     set by the member when it starts epoch E's rendezvous
   elastic/<E>/failed                 counter: members that saw epoch E fail
+  elastic/ready/<worker id>          "1" once a started worker waits for its first membership
+                                      (the driver publishes a new worker only then); "0" set
+                                      by the driver before it starts one
   elastic/<E>/perseus/...            epoch E's own rendezvous (PERSEUS_STORE_PREFIX); the
                                       driver sets elastic/<E>/perseus/abort when it gives up on
                                       E, which ends a rendezvous still waiting for a lost member
@@ -15,6 +18,8 @@ this module, so the two sides cannot drift apart.
 A worker id is "<host>:<local slot>", stable for the life of the worker."""
 
 EPOCH = "elastic/epoch"
+# The environment variable that gives a started worker the first epoch it may join.
+FIRST_EPOCH_ENV = "PERSEUS_ELASTIC_FIRST_EPOCH"
 STOP = "elastic/stop"
 
 
@@ -28,6 +33,10 @@ def assignment(epoch, worker_id):
 
 def joined(epoch, worker_id):
     return "elastic/%d/joined/%s" % (epoch, worker_id)
+
+
+def ready(worker_id):
+    return "elastic/ready/%s" % worker_id
 
 
 def failed(epoch):

@@ -7,7 +7,8 @@ import torch
 from perseus.common import basics as _basics
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 from perseus.common.names import op_name
-from perseus.common.ops import Average, Max, Min, Product, Sum, resolve_op, to_core_op
+from perseus.common.ops import (Average, Max, Min, Product, Sum, check_adasum, resolve_op,
+                                to_core_op)
 from perseus.common.process_sets import global_process_set, process_set_id, set_root
 from perseus.torch import _tensors as _t
 
@@ -50,6 +51,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     name = op_name(kind, name, ps)
     _t.check_reducible(tensor, kind, name)
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     stream = _t.stream_of(src)
     if output is None:  # in place
@@ -87,6 +89,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     for i, t in enumerate(tensors):
         _t.check_reducible(t, "grouped_allreduce", "%s[%d]" % (name, i))
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     stream = _t.stream_of(srcs[0]) if srcs else 0
     if outputs is None:
@@ -231,16 +234,18 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows (dim 0) to set rank i (even split when None). synchronize returns
-    (output, received_splits)."""
+    (output, received_splits); received_splits (int32) is on the device of `splits` when that
+    is a tensor, as Horovod's (splits.new()), else on the CPU."""
     ps = process_set_id(process_set)
     name = op_name("alltoall", name, ps)
     wire, restore = _t.to_wire(tensor, "alltoall", name)
+    splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
     h = _core().alltoall(name, _t.capsule(wire), splits, ps, _t.stream_of(wire))
 
     def finish(ch):
-        received = torch.tensor(ch.received_splits(), dtype=torch.int32)
+        received = torch.tensor(ch.received_splits(), dtype=torch.int32, device=splits_device)
         return restore(_t.library_output(ch, 0)), received
     return _t.register(h, finish, wire)
 

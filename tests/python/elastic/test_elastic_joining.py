@@ -25,7 +25,7 @@ MAX_BCAST_NP = 7
 
 
 @pytest.mark.parametrize("plane", ["shm", "tcp"])
-def test_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plane):
+def test_horovod_2652_a_host_added_during_a_large_broadcast_joins(elastic_job, tmp_path, plane):
     """Growth one slot at a time from 2 workers, each announced while the members broadcast
     32 MiB back to back, until an announcement has landed inside a broadcast (the workers read
     the newest epoch before and after each one; broadcasts fill most of the time, so the first
@@ -83,8 +83,8 @@ def wait_joined(job, wid, size, timeout=60):
 
 
 
-def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elastic_job,
-                                                                          tmp_path):
+def test_horovod_3264_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(
+        elastic_job, tmp_path):
     """localhost:3 is added; localhost:1 exits once localhost:3 is in the rendezvous of the
     membership that adds it (and waits for localhost:1). The launcher gives that membership up
     and publishes the next without localhost:1: the new worker's first init() fails and it
@@ -108,3 +108,49 @@ def test_a_new_worker_whose_first_membership_loses_a_member_joins_the_next(elast
         assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 80, (w, done)
         assert done[w][0]["epoch"] == 3, (w, done)
     assert not done["localhost:1"]
+
+
+def test_members_train_on_while_a_new_worker_starts(elastic_job, tmp_path):
+    """Note [Newcomers start before they are published] (runner/elastic_driver.py): a slot
+    added through discovery whose worker takes 6 s to start. The driver publishes the
+    membership with it only once it waits for one, so the members keep training (in epoch 1)
+    while it starts, instead of waiting for it in the next membership's rendezvous."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "3",
+                       "--host-discovery-script", "cat %s" % hosts], steps=150,
+                      step_sleep=0.05, worker_args=["--start-delay", "localhost:2:6"]).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 3)
+    listed = time.time()
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    records = job.records()
+    late = [r for r in records["localhost:0"]
+            if r["event"] == "step" and r["epoch"] == 1 and r["time"] > listed + 5]
+    assert late, "the members stopped training while the new worker started\n" + job.output()
+    done = final(records)
+    for w in ("localhost:0", "localhost:1", "localhost:2"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 150, (w, done)
+
+
+def test_a_new_worker_unlisted_while_it_starts_is_stopped_unpublished(elastic_job, tmp_path):
+    """Note [Newcomers start before they are published]: a slot added and removed again by
+    discovery while its worker is still starting. The worker is stopped and never enters a
+    membership; the members never reset."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "3",
+                       "--host-discovery-script", "cat %s" % hosts], steps=150,
+                      step_sleep=0.05, worker_args=["--start-delay", "localhost:2:8"]).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 3)
+    time.sleep(3)  # discovery runs every second: the worker has started and sleeps
+    write_hosts(hosts, 2)
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    assert "host slot localhost:2 is no longer listed" in job.stderr, job.output()
+    assert "epoch 2" not in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:1"):
+        assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 150, (w, done)

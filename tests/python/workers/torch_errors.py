@@ -64,7 +64,7 @@ def main():
     # Unsupported dtypes and ops are ValueErrors, raised before any communication.
     expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.complex64))
     expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.int16))
-    expect(ValueError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+    expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
     expect(ValueError, hvd.allreduce, torch.ones(2), average=True, op=hvd.Sum)
     expect(ValueError, hvd.synchronize, 123456)
     expect(ValueError, hvd.broadcast, torch.ones(2), 5, name="bad.rootrange")

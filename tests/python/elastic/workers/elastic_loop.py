@@ -30,6 +30,8 @@ def _flags(p):
     p.add_argument("--exit-on-update", default="", metavar="WORKER:NEWCOMER",
                    help="WORKER exits (code 3) when a new membership is announced, once "
                         "NEWCOMER has joined it: a member lost while a new worker starts")
+    p.add_argument("--start-delay", default="", metavar="WORKER:SECONDS",
+                   help="WORKER sleeps SECONDS before init(): a newcomer slow to start")
 
 
 def _exit_once_joined(newcomer):
@@ -49,6 +51,8 @@ def main():
     wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     record = elastic_common.recorder(args.results)
 
+    if args.start_delay.startswith(wid + ":"):
+        time.sleep(float(args.start_delay[len(wid) + 1:]))
     c = basics.core()
     basics.init()
     step = 0
