@@ -85,6 +85,29 @@ def breakdown(x, dev, reps, dist):
     common.result("b_w1_split", **kv)
 
 
+def per_call(x, dev, dist, calls, samples=7):
+    """`b_percall_w1`: the per-call cost of a 4-B allreduce_ issued back to back (`calls` per
+    sample, one device sync at the end), Perseus and torch's NCCL alternated per sample."""
+    def sample(fn):
+        common.sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        common.sync(dev)
+        return (time.perf_counter() - t0) * 1e6 / calls
+
+    perseus = lambda: hvd.allreduce_(x, op=hvd.Sum, name="ar.w1.percall")  # noqa: E731
+    torch_nccl = lambda: dist.all_reduce(x)  # noqa: E731
+    sample(perseus), sample(torch_nccl)  # warm-up
+    p, t = [], []
+    for _ in range(samples):
+        p.append(sample(perseus))
+        t.append(sample(torch_nccl))
+    common.result("b_percall_w1", bytes=x.numel() * x.element_size(), calls=calls,
+                  perseus_us=statistics.median(p), torch_us=statistics.median(t),
+                  perseus_min_us=min(p), perseus_max_us=max(p))
+
+
 def main():
     args = common.parse(__doc__)
     dev = common.device_for(args)
@@ -113,6 +136,7 @@ def main():
         common.result("b_allreduce_w1", bytes=nbytes, perseus_us=p_us, torch_us=t_us,
                       time_ratio=p_us / t_us, rounds=rounds, reps=reps)
     x = torch.randn(1, device=dev)
+    per_call(x, dev, dist, 200 if args.cpu else 2000)
     breakdown(x, dev, 30 if args.cpu else 300, dist)
     dist.destroy_process_group()
     hvd.shutdown()

@@ -1,9 +1,12 @@
 // Blocking in-place allreduce and broadcast for the framework layers' fast path: the caller
-// passes a dense, contiguous CPU tensor as (address, dtype, shape) and keeps it alive for the
-// call, so no DLPack capsule, TensorArg or Handle is built. These are plain CPython FASTCALL
-// functions: pybind11's overload dispatch, keyword matching and argument casters cost about as
-// much as the engine's whole small allreduce (bench/small_ops/README.md has the split).
-// Every check of the core still runs: names, dtypes and shapes are matched across ranks there.
+// passes a dense, contiguous tensor as (address, dtype, shape[, CUDA device, stream]) and keeps
+// it alive for the call, so no DLPack capsule, TensorArg or Handle is built. A CUDA call returns
+// once the collective's GPU work is done (its handle completes only then, Note [GPU
+// completion]), so later work on any stream is ordered after it without a stream wait. These are
+// plain CPython FASTCALL functions: pybind11's overload dispatch, keyword matching and argument
+// casters cost about as much as the engine's whole small allreduce (bench/small_ops/README.md has
+// the split). Every check of the core still runs: names, dtypes and shapes are matched across ranks
+// there.
 #include <Python.h>
 
 #include <cstdint>
@@ -53,10 +56,22 @@ bool parseTensor(PyObject* address, PyObject* dtype, PyObject* shape, FlatTensor
   return true;
 }
 
+// The optional trailing (device, stream) of a CUDA tensor; absent: a CPU tensor.
+bool parseDevice(PyObject* const* args, Py_ssize_t at, Py_ssize_t nargs, FlatTensor& out) {
+  if (nargs == at) return true;
+  const long device = PyLong_AsLong(args[at]);
+  void* stream = PyLong_AsVoidPtr(args[at + 1]);
+  if (PyErr_Occurred()) return false;
+  out.t.device = static_cast<int32_t>(device);
+  out.t.cuda_stream = device >= 0 ? stream : nullptr;
+  return true;
+}
+
+// `expected` arguments, or two more (a CUDA tensor's device and stream).
 bool argCount(const char* fn, Py_ssize_t nargs, Py_ssize_t expected) {
-  if (nargs == expected) return true;
-  PyErr_Format(PyExc_TypeError, "%s takes %zd positional arguments (%zd given)", fn, expected,
-               nargs);
+  if (nargs == expected || nargs == expected + 2) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd or %zd positional arguments (%zd given)", fn,
+               expected, expected + 2, nargs);
   return false;
 }
 
@@ -67,7 +82,8 @@ PyObject* finish(perseus_status status, const char* what) {
   return nullptr;
 }
 
-// allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set)
+// allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set
+//                   [, device, stream])
 PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!argCount("allreduce_inplace", nargs, 8)) return nullptr;
   const char* name = PyUnicode_AsUTF8(args[0]);
@@ -78,7 +94,7 @@ PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const double prescale = PyFloat_AsDouble(args[5]);
   const double postscale = PyFloat_AsDouble(args[6]);
   const long process_set = PyLong_AsLong(args[7]);
-  if (PyErr_Occurred()) return nullptr;
+  if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
   perseus_status status;
   Py_BEGIN_ALLOW_THREADS;
   status = perseus_allreduce_blocking(name, &t.t, &t.t, static_cast<int32_t>(op), prescale,
@@ -87,7 +103,7 @@ PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return finish(status, "perseus_allreduce_blocking");
 }
 
-// broadcast_inplace(name, address, dtype, shape, root, process_set)
+// broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream])
 PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!argCount("broadcast_inplace", nargs, 6)) return nullptr;
   const char* name = PyUnicode_AsUTF8(args[0]);
@@ -96,7 +112,7 @@ PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
   const long root = PyLong_AsLong(args[4]);
   const long process_set = PyLong_AsLong(args[5]);
-  if (PyErr_Occurred()) return nullptr;
+  if (PyErr_Occurred() || !parseDevice(args, 6, nargs, t)) return nullptr;
   perseus_status status;
   Py_BEGIN_ALLOW_THREADS;
   status = perseus_broadcast_blocking(name, &t.t, &t.t, static_cast<int32_t>(root),
@@ -114,11 +130,12 @@ PyCFunction asCFunction() {
 
 PyMethodDef kFastCalls[] = {
     {"allreduce_inplace", asCFunction<allreduceInplace>(), METH_FASTCALL,
-     "allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set): "
-     "a blocking in-place allreduce of a contiguous CPU tensor the caller keeps alive."},
+     "allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set"
+     "[, device, stream]): a blocking in-place allreduce of a contiguous tensor the caller "
+     "keeps alive."},
     {"broadcast_inplace", asCFunction<broadcastInplace>(), METH_FASTCALL,
-     "broadcast_inplace(name, address, dtype, shape, root, process_set): a blocking in-place "
-     "broadcast of a contiguous CPU tensor the caller keeps alive."},
+     "broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream]): a "
+     "blocking in-place broadcast of a contiguous tensor the caller keeps alive."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -32,6 +32,20 @@ def dense_cpu_code(tensor):
     return None
 
 
+def dense_cuda_args(tensor):
+    """(perseus_dtype, device index, current stream) of a contiguous, dense CUDA torch tensor
+    of a native dtype, for the blocking calls; None for anything else."""
+    if (isinstance(tensor, torch.Tensor) and tensor.is_cuda and tensor.layout is _strided
+            and tensor.is_contiguous()):
+        code = CORE_DTYPE.get(tensor.dtype)
+        if code is not None:
+            index = tensor.get_device()
+            stream = (_raw_stream(index) if _raw_stream is not None
+                      else torch.cuda.current_stream(index).cuda_stream)
+            return code, index, stream
+    return None
+
+
 def check_reducible(tensor, op_kind, name):
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError("%s '%s': expected a torch.Tensor, got %s"

@@ -169,6 +169,23 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _t.register(h, lambda ch: restore(_t.library_output(ch, 0)), wire)
 
 
+def allgather_blocking(tensor, name=None, process_set=global_process_set):
+    """synchronize(allgather_async(...)) without the handle table."""
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("allgather", name, ps)
+    if _t.dense_cpu_code(tensor) is None:
+        wire, restore = _t.to_wire(tensor, "allgather", name)
+    else:
+        wire, restore = tensor, None
+    h = _direct().allgather(name, _t.capsule(wire), ps, _t.stream_of(wire))
+    h.wait()
+    if wire.is_cuda:
+        _wait_device(_t.Pending(h, None, wire))
+    out = _t.library_output(h, 0)
+    return out if restore is None else restore(out)
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     ps = process_set_id(process_set)
     name = op_name("grouped_allgather", name, ps)
@@ -234,8 +251,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 # --- blocking in-place forms (allreduce_, broadcast_) -----------------------------------------
-# A contiguous CPU tensor goes to the core by address (_core.allreduce_inplace): no capsule, no
-# handle, one FASTCALL. Anything else takes the asynchronous path, which converts it or reports
+# A contiguous CPU or CUDA tensor goes to the core by address (_core.allreduce_inplace): no
+# capsule, no handle, one FASTCALL; a CUDA call returns once its GPU work is done, as
+# synchronize() does. Anything else takes the asynchronous path, which converts it or reports
 # the error. The core checks names, dtypes and shapes across ranks on both paths.
 
 # perseus_reduce_op of the ops the direct call takes (op=None with average=None: Average).
@@ -254,32 +272,42 @@ def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_facto
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
     entry with its blocking flag)."""
-    code = _t.dense_cpu_code(tensor)
     try:
         core_op = _DIRECT_OPS.get(op) if average is None else None
     except TypeError:  # an unhashable op: the asynchronous path reports it
         core_op = None
-    if code is None or core_op is None:
+    code = _t.dense_cpu_code(tensor) if core_op is not None else None
+    cuda = None if code is not None or core_op is None else _t.dense_cuda_args(tensor)
+    if code is None and cuda is None:
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                             postscale_factor, process_set))
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("allreduce", name, ps)
-    _direct().allreduce_inplace(name, tensor.data_ptr(), code, tensor.shape, core_op,
-                                prescale_factor, postscale_factor, ps)
+    if cuda is None:
+        _direct().allreduce_inplace(name, tensor.data_ptr(), code, tensor.shape, core_op,
+                                    prescale_factor, postscale_factor, ps)
+    else:
+        _direct().allreduce_inplace(name, tensor.data_ptr(), cuda[0], tensor.shape, core_op,
+                                    prescale_factor, postscale_factor, ps, cuda[1], cuda[2])
     return tensor
 
 
 def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
     """synchronize(broadcast_async_(...)) as one call with no handle."""
     code = _t.dense_cpu_code(tensor)
-    if code is None:
+    cuda = None if code is not None else _t.dense_cuda_args(tensor)
+    if code is None and cuda is None:
         return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("broadcast", name, ps)
     root = root_rank if ps == 0 and type(root_rank) is int else set_root(ps, root_rank)
-    _direct().broadcast_inplace(name, tensor.data_ptr(), code, tensor.shape, root, ps)
+    if cuda is None:
+        _direct().broadcast_inplace(name, tensor.data_ptr(), code, tensor.shape, root, ps)
+    else:
+        _direct().broadcast_inplace(name, tensor.data_ptr(), cuda[0], tensor.shape, root, ps,
+                                    cuda[1], cuda[2])
     return tensor
 
 

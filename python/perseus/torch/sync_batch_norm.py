@@ -26,9 +26,9 @@ from perseus.torch import mpi_ops as _ops
 _names = {}
 
 
-def _allreduce_sum(tensor, name, process_set):
-    return _ops.synchronize(_ops.allreduce_async(tensor, name=name, op=Sum,
-                                                 process_set=process_set))
+def _allreduce_sum_(tensor, name, process_set):
+    """In place: a contiguous tensor goes to the core directly, with no handle or stream wait."""
+    return _ops.allreduce_blocking_(tensor, name=name, op=Sum, process_set=process_set)
 
 
 def _batch_dims(x):
@@ -90,7 +90,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         mean, var = _local_moments(x, eps, acc)
         count = torch.full((1,), n_local, dtype=acc, device=x.device)
         stats = torch.cat([mean * n_local, (var + mean * mean) * n_local, count])
-        stats = _allreduce_sum(stats, name + ".stats", process_set)
+        stats = _allreduce_sum_(stats, name + ".stats", process_set)
         # The total count stays on the device: reading it on the host would synchronize with
         # the device on every forward. Only a rank whose own batch is empty must look (if every
         # rank's is, there are no statistics to normalize with).
@@ -130,7 +130,13 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             local = torch.cat([dya.sum(dims), (dya * xmu).sum(dims)])
         else:
             local = torch.zeros(2 * c, dtype=acc, device=x.device)
-        sums = _allreduce_sum(local, ctx.name + ".grad", ctx.process_set)
+        # The weight and bias gradients are this rank's sums: taken before they are reduced
+        # in place (on CUDA the reduction is ordered after them on the stream).
+        gw = gb = None
+        if weight is not None:
+            gw = (local[c:] * invstd).to(weight.dtype)
+            gb = local[:c].to(weight.dtype, copy=True)
+        sums = _allreduce_sum_(local, ctx.name + ".grad", ctx.process_set)
         if fused:
             count = ctx.total.to(torch.int32).reshape(1)
             gx = torch.batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums[:c], sums[c:],
@@ -145,10 +151,6 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             gx = torch.addcmul(xmu, dya, _per_channel(scale, x)).to(x.dtype)
         else:
             gx = torch.zeros_like(x)
-        gw = gb = None
-        if weight is not None:
-            gw = (local[c:] * invstd).to(weight.dtype)
-            gb = local[:c].to(weight.dtype)
         return gx, gw, gb, None, None, None, None, None, None
 
 
