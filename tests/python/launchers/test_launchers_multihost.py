@@ -96,6 +96,18 @@ def test_srun_one_node(slurm):
     check_job(r.stdout, [2], ["pn01", "pn01"])
 
 
+def test_srun_torch_distributed_perseus_rendezvous(slurm):
+    """init_process_group("perseus", init_method="perseus://") under srun across two nodes:
+    Slurm's variables form the job, and rank 0's TCPStore is reached by its node name."""
+    worker = os.path.join(os.path.dirname(os.path.dirname(WORKER)), "torch_distributed",
+                          "dist_worker.py")
+    r = slurm.run(["srun", "-N", "2", "--ntasks-per-node", "1", PY, worker, "launch@perseus"],
+                  check=False, timeout=120,
+                  env=slurm.env(**python_env(PERSEUS_SECRET=TEST_SECRET)))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and out.count("LAUNCH OK") == 2, out[-8000:]
+
+
 def test_srun_without_secret_fails_at_init(slurm):
     r = slurm.run(["srun", "-N", "2", "--ntasks-per-node", "2", PY, WORKER], check=False,
                   env=slurm.env(**python_env(HOME=slurm.tmp)), timeout=90)

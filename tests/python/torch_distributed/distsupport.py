@@ -19,7 +19,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(cmd, env=None, timeout=150):
+def run(cmd, env=None, timeout=100):
     r = subprocess.run([str(c) for c in cmd], env=env or job_env(), capture_output=True,
                        text=True, timeout=timeout)
     return r, r.stdout + r.stderr
@@ -30,17 +30,17 @@ def ok(r, out, marker, count):
     assert out.count(marker) == count, out[-8000:]
 
 
-def perseusrun(np, *worker_args, timeout=150, env=None):
+def perseusrun(np, *worker_args, timeout=100, env=None):
     return run([PY, "-m", "perseus.runner", "-np", np, PY, WORKER] + list(worker_args),
                env=env, timeout=timeout)
 
 
-def torchrun(np, *worker_args, timeout=150):
+def torchrun(np, *worker_args, timeout=100):
     return run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", np,
                 WORKER] + list(worker_args), timeout=timeout)
 
 
-def mpirun(np, *worker_args, timeout=150):
+def mpirun(np, *worker_args, timeout=100):
     require(shutil.which("mpirun"), "Open MPI's mpirun")
     env = job_env()
     forward = [a for k in ("PYTHONPATH", "PERSEUS_BUILD_DIR", "PERSEUS_TIMEOUT",
@@ -49,7 +49,7 @@ def mpirun(np, *worker_args, timeout=150):
                [PY, WORKER] + list(worker_args), env=env, timeout=timeout)
 
 
-def processes(np, *worker_args, timeout=150):
+def processes(np, *worker_args, timeout=90):
     """np ranks started by hand with RANK/WORLD_SIZE/MASTER_* (what tcp:// and store= use)."""
     env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(np))
     procs = [subprocess.Popen([PY, WORKER] + list(worker_args), env=dict(env, RANK=str(r)),

@@ -10,5 +10,5 @@ pytestmark = [pytest.mark.timeout(200),
 
 
 def test_cuda_ops_and_stream_semantics():
-    r, out = perseusrun(1, "cuda")
+    r, out = perseusrun(1, "cuda", timeout=180)
     ok(r, out, "CUDA OK", 1)

@@ -9,12 +9,12 @@ pytestmark = pytest.mark.timeout(200)
 
 
 def test_every_op_ddp_fsdp2():
-    r, out = perseusrun(2, "ops", "consumers")
+    r, out = perseusrun(2, "ops", "consumers", timeout=180)
     ok(r, out, "OPS OK", 2)
     assert out.count("CONSUMERS OK") == 2, out[-8000:]
 
 
 def test_groups_and_device_mesh_at_four_ranks():
-    r, out = perseusrun(4, "groups", "mesh")
+    r, out = perseusrun(4, "groups", "mesh", timeout=180)
     ok(r, out, "GROUPS OK", 4)
     assert out.count("MESH OK") == 4, out[-8000:]

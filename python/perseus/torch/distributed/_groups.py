@@ -73,8 +73,34 @@ def _before_new_group(ranks, backend, pg_tag, timeout):
     set_for(ranks)
 
 
+def _refuse_local_synchronization():
+    """new_group(use_local_synchronization=True) runs on the members only, so the set could
+    never be made: say so at once instead of failing at the group's timeout."""
+    original = getattr(c10d, "new_group", None)
+    if original is None or getattr(original, "_perseus_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def new_group(*args, **kwargs):
+        if kwargs.get("use_local_synchronization"):
+            backend = kwargs.get("backend")
+            if backend is None and c10d.is_initialized():
+                backend = c10d.get_backend_config()
+            if uses_perseus(backend):
+                raise ValueError(
+                    "perseus: new_group(use_local_synchronization=True) is not supported: every "
+                    "rank of the job makes each Perseus process set, so call new_group on every "
+                    "rank without use_local_synchronization")
+        return original(*args, **kwargs)
+
+    new_group._perseus_wrapped = True
+    c10d.new_group = new_group
+    dist.new_group = new_group
+
+
 def install():
     """Wraps torch's group creation helper once (Note [Groups as process sets])."""
+    _refuse_local_synchronization()
     original = getattr(c10d, "_new_process_group_helper", None)
     if original is None or getattr(original, "_perseus_wrapped", False):
         return
