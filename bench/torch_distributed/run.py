@@ -41,6 +41,7 @@ def main():
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build", "rel"))
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    load_before = os.getloadavg()[0]
     r = Runner(os.path.abspath(args.build_dir), args.ranks)
     rows = []
     if "ddp" not in skip:
@@ -60,7 +61,10 @@ def main():
         for row in rows:
             f.write(json.dumps(dict(row, date=stamp)) + "\n")
     cmd = " ".join(["python", "bench/torch_distributed/run.py"] + sys.argv[1:])
-    path = write_report(rows, cmd, machine_description(), stamp,
+    # Other processes on the machine move these figures more than anything measured here.
+    machine = "%s, 1-min load average %.1f before and %.1f after" % (
+        machine_description(), load_before, os.getloadavg()[0])
+    path = write_report(rows, cmd, machine, stamp,
                         os.path.join(RESULTS, "torch_distributed.md"))
     print(path)
 
