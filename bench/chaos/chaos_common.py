@@ -51,8 +51,12 @@ class Arming:
             with open(self.path) as f:
                 phase, _, steps = f.read().strip().partition(" ")
             os.unlink(self.path)
-            os.environ["PERSEUS_TEST_EXIT_AT"] = phase
             self.left = int(steps) if steps else self.steps
+            if not self.left:  # "<phase> 0": the soak gave up waiting for the phase
+                os.environ.pop("PERSEUS_TEST_EXIT_AT", None)
+                record(event="disarmed")
+                return
+            os.environ["PERSEUS_TEST_EXIT_AT"] = phase
             record(event="armed", phase=phase)
         elif self.left:
             self.left -= 1

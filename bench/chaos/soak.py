@@ -334,6 +334,7 @@ class Soak:
         if self.wait(lambda: len(job.exit_records) > before, 120 if slow else 30):
             hit = job.exit_records[before]
             return hit["time"], hit["worker"]
+        (job.results / ("arm." + victim)).write_text("%s 0" % phase)  # disarmed
         return None, victim
 
     def measure(self, kind, at, victim, epoch):
