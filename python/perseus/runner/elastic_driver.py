@@ -171,8 +171,10 @@ class ElasticDriver:
 
     def _blacklist_failed(self, w):
         self.blacklist.add((w.host, w.slot))
-        on_host = [x for x in self.workers if x.host == w.host and (x in self.members or
-                                                                       x.alive())]
+        # A new worker still starting proves nothing about its host (Note [Newcomers start
+        # before they are published]); counted, it would keep a dead host off the blacklist.
+        on_host = [x for x in self.workers if x.host == w.host and (
+            x is w or x in self.members or (x.alive() and x not in self.starting))]
         if on_host and all(x.code not in (None, 0) for x in on_host):
             delay = self.blacklist.add(w.host)
             _log("host %s blacklisted %s: every worker it had failed" % (
@@ -260,6 +262,10 @@ class ElasticDriver:
                 _log("host slot %s is no longer listed by %s; stopping its new worker"
                      % (w.wid, self.discovery.describe()))
                 self._kill(w, signal.SIGTERM)
+                w.removed = True
+            elif w.alive() and self.blacklist.contains(w.host):
+                _log("host %s is blacklisted; stopping its new worker %s" % (w.host, w.wid))
+                self._kill(w)
                 w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
         overdue = now - self.starting_since > self.join_timeout
