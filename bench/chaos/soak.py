@@ -102,6 +102,7 @@ class Job:
         self.listed = START_NP
         self.write_hosts()
         self.records, self.epochs = [], {}  # epochs: number -> (time seen, [worker ids])
+        self.failed_slots = set()
         self._worker_tails, self._err = {}, Tail(self.dir / "perseusrun.err")
         self._exits = Tail(self.exits)
         self.exit_records = []
@@ -133,6 +134,10 @@ class Job:
                 number = int(line.split()[2].rstrip(":"))
                 members = line.split("(", 1)[1].rstrip(")").split(", ")
                 self.epochs[number] = (now, members)
+            elif line.startswith("perseusrun: worker ") and (
+                    "signal 9" in line or "exited with code" in line):
+                # A failed worker's slot is blacklisted for good (no cooldown): never free.
+                self.failed_slots.add(int(line.split()[2].rsplit(":", 1)[1]))
         for path in self.results.glob("*.json"):
             tail = self._worker_tails.setdefault(path, Tail(path))
             self.records += [json.loads(t) for t in tail.lines() if t.strip()]
@@ -302,8 +307,11 @@ class Soak:
 
     def resize(self, grow):
         job = self.job
-        if grow:
+        if grow:  # one more slot that the launcher can use
+            job.poll()
             job.listed += 1
+            while job.listed - 1 in job.failed_slots:
+                job.listed += 1
         else:  # remove the highest listed slot that has a member (and any above it)
             slots = [int(w.rsplit(":", 1)[1]) for w in job.members()]
             job.listed = max(slots)
