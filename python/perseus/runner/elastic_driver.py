@@ -250,10 +250,11 @@ class ElasticDriver:
         self.starting_since = time.monotonic()
 
     def _joining(self, now):
-        """The started newcomers to publish now: the ready ones, or all of them once they
-        have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
-        newcomer that failed before it was ready is blacklisted as a member would be; one whose
-        slot discovery no longer lists is stopped, as a member would be."""
+        """The started newcomers to publish now: all of them once all are ready (after a
+        failure, those that are), or all once they have had PERSEUS_START_TIMEOUT (the join
+        check then stops those that do not join). A newcomer that failed before it was ready
+        is blacklisted as a member would be; one whose slot discovery no longer lists, or
+        whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
                 _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
@@ -268,9 +269,12 @@ class ElasticDriver:
                 self._kill(w)
                 w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
-        overdue = now - self.starting_since > self.join_timeout
-        return [w for w in self.starting
-                if overdue or self.store.get(keys.ready(w.wid)) == b"1"]
+        if now - self.starting_since > self.join_timeout:
+            return list(self.starting)
+        ready = [w for w in self.starting if self.store.get(keys.ready(w.wid)) == b"1"]
+        # Newcomers started together join together (one reset for the members, not one
+        # each), unless a failure forces a new membership now anyway.
+        return ready if self.dirty or len(ready) == len(self.starting) else []
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
