@@ -59,7 +59,9 @@ typedef enum {
   PERSEUS_AVERAGE = 1,
   PERSEUS_MIN = 2,
   PERSEUS_MAX = 3,
-  PERSEUS_PRODUCT = 4
+  PERSEUS_PRODUCT = 4,
+  /* Horovod's Adasum: allreduce only, floating-point tensors, a power-of-two number of ranks. */
+  PERSEUS_ADASUM = 5
 } perseus_reduce_op;
 
 /* Process sets. 0 is every rank. LOCAL is the ranks of this host and CROSS the ranks with this
@@ -218,6 +220,10 @@ PERSEUS_API perseus_status perseus_handle_received_splits(perseus_handle handle,
  * until the handle is done. Either pointer may be NULL. */
 PERSEUS_API perseus_status perseus_handle_times(perseus_handle handle, int64_t* submitted_ns,
                                                 int64_t* completed_ns);
+/* Where the caller waits for the operation (for example "train.py:42"): if the collective
+ * stalls, the early stall diagnosis (PERSEUS_STALL_DIAGNOSIS) names it. Meant for waits that
+ * already took long; costs a lock. */
+PERSEUS_API perseus_status perseus_handle_note_call_site(perseus_handle handle, const char* site);
 /* join: the last rank that joined. */
 PERSEUS_API perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank);
 /* CUDA: makes `stream` wait for the collective on the GPU (no host block). */

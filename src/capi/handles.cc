@@ -125,6 +125,14 @@ perseus_status perseus_handle_times(perseus_handle handle, int64_t* submitted_ns
   });
 }
 
+perseus_status perseus_handle_note_call_site(perseus_handle handle, const char* site) {
+  return guarded([&] {
+    if (site == nullptr) throw InvalidArgumentError("perseus_handle_note_call_site: site is NULL");
+    auto h = findHandle(handle);
+    if (auto e = currentEngine()) e->noteCallSite(h->name(), site);
+  });
+}
+
 perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
   return guarded([&] {
     if (rank == nullptr) throw InvalidArgumentError("perseus_handle_join_rank: rank is NULL");

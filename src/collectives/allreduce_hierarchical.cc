@@ -16,8 +16,8 @@ namespace perseus::collectives {
 namespace {
 
 bool supports(const Communicator& comm, const CollectiveArgs& args) {
-  return comm.params().hierarchical_allreduce != "0" && comm.numHosts() > 1 &&
-         comm.size() > comm.numHosts();
+  return args.op != ReduceOp::kAdasum && comm.params().hierarchical_allreduce != "0" &&
+         comm.numHosts() > 1 && comm.size() > comm.numHosts();
 }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {

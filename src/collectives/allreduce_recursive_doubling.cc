@@ -75,7 +75,7 @@ extern const Algorithm kAllreduceRecursiveDoubling = {
     Collective::kAllreduce,
     "log2(p) whole-vector exchanges over the transport; latency-optimal for small vectors, any "
     "number of ranks",
-    detail::anyCall,
+    detail::elementwise,
     estimate,
     run};
 

@@ -72,7 +72,7 @@ extern const Algorithm kAllreduceRing = {
     Collective::kAllreduce,
     "ring reduce-scatter + allgather over the transport, pipelined in PERSEUS_TCP_CHUNK_BYTES "
     "segments; bandwidth-optimal",
-    detail::anyCall,
+    detail::elementwise,
     estimate,
     run};
 

@@ -97,7 +97,8 @@ bool isTiny(const Communicator& comm, const CollectiveArgs& args) {
 }
 
 bool supports(const Communicator& comm, const CollectiveArgs& args) {
-  return comm.arena() != nullptr && detail::ArenaView::dataBytesOf(*comm.arena()) / 3 >= 64 * 16;
+  return args.op != ReduceOp::kAdasum && comm.arena() != nullptr &&
+         detail::ArenaView::dataBytesOf(*comm.arena()) / 3 >= 64 * 16;
 }
 
 double estimate(const Communicator& comm, const CollectiveArgs& args) {

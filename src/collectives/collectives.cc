@@ -60,12 +60,33 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 
 extern const Algorithm kAllreduceShm;
 
+namespace {
+
+// Horovod's conditions for Adasum, checked before any rank moves data.
+void checkAdasum(const Communicator& comm, DataType dtype) {
+  const int p = comm.size();
+  if ((p & (p - 1)) != 0) {
+    throw UnsupportedError(
+        PERSEUS_STR("Running Adasum with non-power-of-two ranks is not supported yet (this set has "
+                    << p << " ranks; Adasum combines them in pairs over log2(size) levels)"));
+  }
+  if (!isFloatingPoint(dtype)) {
+    throw UnsupportedError(
+        PERSEUS_STR("Adasum takes float16, bfloat16, float32 or float64 "
+                    "tensors, not "
+                    << dataTypeName(dtype) << "; use op=Sum or Average"));
+  }
+}
+
+}  // namespace
+
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
                ReduceOp op, double postscale) {
   if (op == ReduceOp::kAverage) {
     throw InvalidArgumentError(
         "allreduce: Average must be turned into Sum plus a postscale before the collective");
   }
+  if (op == ReduceOp::kAdasum) checkAdasum(comm, dtype);
   CollectiveArgs args;
   args.kind = Collective::kAllreduce;
   args.in = in;
@@ -77,7 +98,9 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   if (comm.size() == 1 || count == 0) {
     detail::run(comm, args);
   } else {
-    const Algorithm& algorithm = selectAlgorithm(comm, args, comm.params().allreduce_algo);
+    // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
+    const Algorithm& algorithm = selectAlgorithm(
+        comm, args, op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo);
     // Only a top-level shm call scales inside: one nested in another algorithm (hierarchical)
     // gets a copy of these args with the default postscale of 1.
     scaled = &algorithm == &kAllreduceShm;

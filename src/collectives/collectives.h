@@ -20,6 +20,8 @@ namespace perseus::collectives {
 // here: the engine turns Average into Sum with a postscale. float16/bfloat16 reduce in
 // float32. The shared-memory algorithm scales each reduced chunk while it is still in L1
 // (Note [Scaled shm allreduce]); the others scale the result afterwards, with the same bits.
+// op kAdasum runs Horovod's Adasum over the whole of `in` as one tensor (Note [Adasum]); it
+// throws UnsupportedError unless the size is a power of two and dtype a floating-point type.
 void allreduce(Communicator& comm, const void* in, void* out, size_t count, DataType dtype,
                ReduceOp op, double postscale = 1.0);
 

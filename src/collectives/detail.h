@@ -35,6 +35,11 @@ struct Blocks {
 
 // supports() of the algorithms over the transport, which run any call on any communicator.
 inline bool anyCall(const Communicator&, const CollectiveArgs&) { return true; }
+// supports() of the element-wise allreduce algorithms over the transport: every op but Adasum
+// (allreduce_adasum.cc).
+inline bool elementwise(const Communicator&, const CollectiveArgs& args) {
+  return args.op != ReduceOp::kAdasum;
+}
 
 // estimate() of the algorithms that send one message to (or receive one from) each of the p-1
 // peers, n bytes in all (pairwise alltoallv, linear gatherv): (p-1)α + nβ.

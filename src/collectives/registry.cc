@@ -14,6 +14,7 @@ extern const Algorithm kAllreduceRing;
 extern const Algorithm kAllreduceRecursiveDoubling;
 extern const Algorithm kAllreduceShm;
 extern const Algorithm kAllreduceHierarchical;
+extern const Algorithm kAllreduceAdasum;
 extern const Algorithm kAllgathervRing;
 extern const Algorithm kAllgathervShm;
 extern const Algorithm kBroadcastBinomial;
@@ -70,13 +71,13 @@ const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> table = {
       &kAllreduceShm,         &kAllreduceHierarchical,
       &kAllreduceRing,        &kAllreduceRecursiveDoubling,
-      &kAllgathervShm,        &kAllgathervSingleCopy,
-      &kAllgathervRing,       &kBroadcastShm,
-      &kBroadcastSingleCopy,  &kBroadcastBinomial,
-      &kBroadcastChain,       &kAlltoallvPairwise,
-      &kReducescattervShm,    &kReducescattervRing,
-      &kGathervLinear,        &kBarrierShm,
-      &kBarrierDissemination,
+      &kAllreduceAdasum,      &kAllgathervShm,
+      &kAllgathervSingleCopy, &kAllgathervRing,
+      &kBroadcastShm,         &kBroadcastSingleCopy,
+      &kBroadcastBinomial,    &kBroadcastChain,
+      &kAlltoallvPairwise,    &kReducescattervShm,
+      &kReducescattervRing,   &kGathervLinear,
+      &kBarrierShm,           &kBarrierDissemination,
   };
   return table;
 }

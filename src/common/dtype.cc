@@ -57,6 +57,8 @@ const char* reduceOpName(ReduceOp op) {
       return "Max";
     case ReduceOp::kProduct:
       return "Product";
+    case ReduceOp::kAdasum:
+      return "Adasum";
   }
   return "unknown";
 }

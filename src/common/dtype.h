@@ -23,8 +23,17 @@ enum class DataType : int32_t {
 constexpr int kNumDataTypes = 9;
 
 // Numbering mirrors perseus_reduce_op.
-enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kProduct = 4 };
-constexpr int kNumReduceOps = 5;
+// Adasum is an allreduce algorithm more than an element-wise op (collectives/allreduce_adasum.cc):
+// the kernels and the element-wise algorithms never see it.
+enum class ReduceOp : int32_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+  kAdasum = 5
+};
+constexpr int kNumReduceOps = 6;
 
 size_t dataTypeSize(DataType t);
 const char* dataTypeName(DataType t);

@@ -24,6 +24,16 @@ namespace perseus {
     "Seconds a tensor may wait on a subset of ranks before it is logged with the missing ranks.")  \
   X(double, stall_shutdown_s, "PERSEUS_STALL_SHUTDOWN", 0.0,                                       \
     "If > 0, seconds after which a stalled tensor fails the job instead of only warning.")         \
+  X(double, stall_diagnosis_s, "PERSEUS_STALL_DIAGNOSIS", 2.0,                                     \
+    "Seconds a collective may wait on some ranks before every rank logs one line naming the "      \
+    "ranks that have not submitted it (with hosts), the tensor (name, shape, op), the Python "     \
+    "call "                                                                                        \
+    "site where this rank waits for it and how long it waited; at most one line per this "         \
+    "interval and process set. An early diagnosis, not an error; 0 turns it off.")                 \
+  X(double, straggler_threshold, "PERSEUS_STRAGGLER_THRESHOLD", 0.05,                              \
+    "Fraction of a step by which a rank must keep arriving later than the others at the "          \
+    "negotiated collectives before rank 0 flags it, once, as a straggler (rank, host, how much "   \
+    "later). Same value on every rank; 0 turns it off.")                                           \
   X(std::string, timeline, "PERSEUS_TIMELINE", std::string(),                                      \
     "Path of a Chrome-trace/Perfetto JSON timeline written by this rank (rank suffix added when "  \
     "several ranks share it); DYNAMIC: none until start_timeline().")                              \

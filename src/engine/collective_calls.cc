@@ -49,6 +49,14 @@ std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView
                                              << " is null; pass a buffer (it may be the input)"));
     }
   }
+  for (size_t i = 0; op == ReduceOp::kAdasum && i < in.size(); ++i) {
+    if (!isFloatingPoint(in[i].dtype)) {
+      throw UnsupportedError(PERSEUS_STR("allreduce '" << name << "': Adasum takes float16, "
+                                                       << "bfloat16, float32 or float64 tensors, "
+                                                       << "not " << dataTypeName(in[i].dtype)
+                                                       << "; use op=Sum or Average"));
+    }
+  }
   Call c = reductionCall(OpType::kAllreduce, name, set, in, op, prescale, postscale, blocking);
   c.outputs = out;
   return submit(c);
@@ -84,6 +92,11 @@ std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<Tensor
                                               int32_t set, bool blocking) {
   if (in.empty()) {
     throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': no tensors"));
+  }
+  if (op == ReduceOp::kAdasum) {
+    throw UnsupportedError(PERSEUS_STR("reducescatter '" << name
+                                                         << "': op=Adasum is an allreduce op, as "
+                                                            "in Horovod; use op=Sum or Average"));
   }
   return submit(
       reductionCall(OpType::kReducescatter, name, set, in, op, prescale, postscale, blocking));

@@ -63,4 +63,15 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
   }
 }
 
+std::vector<int> ranksThatSaid(collectives::Communicator& comm, bool mine) {
+  std::vector<uint64_t> words((static_cast<size_t>(comm.size()) + 63) / 64, ~uint64_t{0});
+  if (mine) words[comm.rank() / 64] &= ~(uint64_t{1} << (comm.rank() % 64));
+  allreduceAnd(comm, words.data(), words.size());
+  std::vector<int> ranks;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (!((words[r / 64] >> (r % 64)) & 1)) ranks.push_back(r);
+  }
+  return ranks;
+}
+
 }  // namespace perseus::engine

@@ -16,11 +16,12 @@
 namespace perseus::engine {
 
 enum class ControlFlag : int {
-  kUncached = 0,  // some rank has requests for the coordinator
-  kShutdown = 1,  // some rank is shutting down
-  kJoined = 2,    // some rank has joined
-  kInvalid = 3,   // some rank invalidated cache bits
-  kNoPosts = 4,   // some rank cannot post allreduces (Note [Posted collectives])
+  kUncached = 0,         // some rank has requests for the coordinator
+  kShutdown = 1,         // some rank is shutting down
+  kJoined = 2,           // some rank has joined
+  kInvalid = 3,          // some rank invalidated cache bits
+  kNoPosts = 4,          // some rank cannot post allreduces (Note [Posted collectives])
+  kStragglerWindow = 5,  // global set rank 0: close the straggler window (straggler_watch.h)
 };
 
 class ControlVector {
@@ -56,5 +57,9 @@ class ControlVector {
 // point-to-point messages (after folding the ranks beyond a power of two), so that the bytes
 // go through Transport and wake a peer that waits in waitIncoming().
 void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count);
+
+// The ranks of `comm` that passed `mine` = true, in order (one more allreduceAnd, one inverted
+// bit per rank). Collective: every member calls it.
+std::vector<int> ranksThatSaid(collectives::Communicator& comm, bool mine);
 
 }  // namespace perseus::engine

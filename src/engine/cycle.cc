@@ -2,6 +2,9 @@
 // (SetNegotiator), then run its responses (execute.cc). Holder of the cycle lock only (cycle.h).
 #include "engine/cycle.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "common/logging.h"
 
 namespace perseus::engine {
@@ -48,15 +51,30 @@ bool Cycle::negotiateAndRun(ProcessSet& set, bool shutdown, Phase* phase) {
   *phase = {false, set.id, global};
   SetNegotiator::Outcome out = negotiator_.negotiate(set, global, shutdown, timeline_.get());
   if (out.shutdown) {
-    stopAll(StatusCode::kShutDown,
-            "Perseus was shut down: a rank called shutdown() (at exit, or after an error on "
-            "that rank) while this operation was pending");
+    stopAll(StatusCode::kShutDown, shutdownMessage(out.leaving));
     return true;
   }
   if (out.more_work) more_work_ = true;
   phase->executing = true;
   execute(set, out.responses);
   return !out.responses.empty();
+}
+
+std::string Cycle::shutdownMessage(const std::vector<int>& leaving) const {
+  // Another rank than this one is the one to look at, when there is one.
+  auto other = std::find_if(leaving.begin(), leaving.end(), [this](int r) { return r != rank_; });
+  if (other == leaving.end()) {
+    return "Perseus was shut down: this rank called shutdown() while this operation was pending";
+  }
+  const int who = *other;
+  const auto more = std::count_if(other + 1, leaving.end(), [this](int r) { return r != rank_; });
+  std::ostringstream msg;
+  msg << "Perseus was shut down: rank " << who;
+  if (who < static_cast<int>(hostnames_.size())) msg << " on host " << hostnames_[who];
+  if (more > 0) msg << " (and " << more << " more)";
+  msg << " called shutdown() (at exit, or after an error on that rank) while this operation "
+         "was pending";
+  return msg.str();
 }
 
 std::string Cycle::Phase::describe() const {

@@ -60,6 +60,8 @@ class Cycle {
     std::function<void(const ProcessSetInfo&)> set_added;
     std::function<void(int32_t id)> set_removed;
     std::function<void(const std::string&)> stall_warning;
+    // Every rank: the coordinator's early stall notices (PERSEUS_STALL_DIAGNOSIS).
+    std::function<void(const std::vector<StallNotice>&)> stall_notices;
   };
   // Counters for Engine::stats (written by the cycle holder, relaxed; any thread reads them).
   struct Stats : NegotiationStats {
@@ -123,8 +125,12 @@ class Cycle {
   void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
   void finishGpu(ProcessSet& set, Entry* e);
   void breakEngine(const Error& cause, const std::string& during);
+  // "Perseus was shut down: rank 1 on host b called shutdown() ..." for the pending operations.
+  std::string shutdownMessage(const std::vector<int>& leaving) const;
 
   transport::ShmArena* const arena_;
+  const int rank_;
+  const std::vector<std::string> hostnames_;  // by rank: named when a rank shuts the job down
   const Params params_;
   Submissions& submissions_;
   PostedCollectives& posted_;

@@ -7,6 +7,8 @@ namespace perseus::engine {
 
 Cycle::Cycle(Parts parts, Listener listener)
     : arena_(parts.arena),
+      rank_(parts.topology.rank),
+      hostnames_(parts.topology.hostnames),
       params_(std::move(parts.params)),
       submissions_(*parts.submissions),
       posted_(*parts.posted),
@@ -20,7 +22,8 @@ Cycle::Cycle(Parts parts, Listener listener)
                  [this](ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
                    finish(set, e, code, message);
                  }),
-      negotiator_(params_, sets_, cross_set_, posted_, std::move(listener.stall_warning)) {
+      negotiator_(params_, sets_, cross_set_, posted_, std::move(listener.stall_warning),
+                  std::move(listener.stall_notices), parts.topology.hostnames) {
   // DYNAMIC (Horovod's value) arms the timeline for Engine::startTimeline() only.
   if (!params_.timeline.empty() && params_.timeline != "DYNAMIC") {
     const int rank = parts.transport->rank();

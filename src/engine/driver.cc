@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "engine/set_negotiator.h"
 
 namespace perseus::engine {
 namespace {
@@ -97,7 +98,7 @@ void Driver::idleWait(bool pending, bool spin) {
 
 bool Driver::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
-  const double retry_s = std::clamp(params_.stall_warning_s / 4, 0.01, 1.0);
+  const double retry_s = std::clamp(stallAttentionSeconds(params_) / 4, 0.01, 1.0);
   *pending = false;
   posts_.sweep();
   if (cycle_.gpuPending()) cycle_.pollGpu();

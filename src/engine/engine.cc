@@ -26,6 +26,7 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
       // Posted operations have no timeline spans: with a timeline, everything is negotiated.
       posted_(params.timeline.empty() ? arena : nullptr, transport, params),
       directory_(transport ? transport->rank() : 0),
+      stall_report_(transport ? transport->rank() : 0, params.stall_diagnosis_s),
       cycle_(cycleParts(), cycleListener()),
       driver_(driverParts()) {
   driver_.start();
@@ -53,6 +54,7 @@ Cycle::Listener Engine::cycleListener() {
   l.set_added = [this](const ProcessSetInfo& info) { directory_.added(info); };
   l.set_removed = [this](int32_t id) { directory_.removed(id); };
   l.stall_warning = [this](const std::string& text) { directory_.setStallWarning(text); };
+  l.stall_notices = [this](const std::vector<StallNotice>& n) { stall_report_.report(n); };
   return l;
 }
 

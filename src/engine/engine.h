@@ -71,6 +71,7 @@
 #include "engine/posted_collectives.h"
 #include "engine/process_set.h"
 #include "engine/set_directory.h"
+#include "engine/stall_report.h"
 #include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
@@ -165,6 +166,13 @@ class Engine {
   const Params& params() const { return params_; }
   // The last stall warning this rank logged (empty if none): for tests and diagnostics.
   std::string lastStallWarning() const { return directory_.lastStallWarning(); }
+  // The last early stall diagnosis this rank logged (PERSEUS_STALL_DIAGNOSIS; empty if none).
+  std::string lastStallDiagnosis() const { return stall_report_.lastReport(); }
+  // Where this rank's Python code waits for the collective `name` (any thread): the stall
+  // diagnosis names it.
+  void noteCallSite(const std::string& name, std::string site) {
+    stall_report_.noteCallSite(name, std::move(site));
+  }
   uint64_t cycles() const { return cycle_.stats().cycles; }
   // Counters for perseus_get_engine_stats (any thread; each value is read atomically): the
   // cycle's and the posts'.
@@ -224,6 +232,7 @@ class Engine {
   // What submissions validate against (the cycle publishes its set changes there through
   // Cycle::Listener) and the counters that name unnamed calls; any thread.
   SetDirectory directory_;
+  StallReport stall_report_;  // the early stall lines and the call sites they name; any thread
 
   GpuCompletion gpu_completion_;  // CUDA handles whose work is enqueued; holder of the cycle lock
   Cycle cycle_;                   // negotiate, fuse, execute; holder of the cycle lock

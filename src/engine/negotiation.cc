@@ -250,12 +250,16 @@ void Coordinator::add(int rank, const std::vector<Request>& requests, Clock::tim
       continue;
     }
     Waiting& w = table_[q.name];
+    const Clock::time_point submitted =
+        now - std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(std::max(0.0, q.waited_s)));
     if (w.by_rank.empty()) {
       w.seq = next_seq_++;
-      w.first_seen = now;
+      w.first_seen = submitted;
       w.by_rank.resize(size_);
       w.present.assign(size_, false);
     }
+    w.first_seen = std::min(w.first_seen, submitted);
     PERSEUS_CHECK(!w.present[rank], "set rank " << rank << " sent '" << q.name << "' twice");
     w.by_rank[rank] = q;
     w.present[rank] = true;
@@ -301,10 +305,11 @@ std::vector<Coordinator::Stall> Coordinator::stalls(Clock::time_point now,
   for (const auto& [name, w] : table_) {
     double waited = std::chrono::duration<double>(now - w.first_seen).count();
     if (waited <= older_than_s) continue;
-    Stall s{name, OpType::kAllreduce, {}, waited};
+    Stall s{name, OpType::kAllreduce, {}, waited, {}};
     for (int r = 0; r < size_; ++r) {
       if (w.present[r]) {
         s.op = w.by_rank[r].op;
+        if (s.tensors.empty()) s.tensors = w.by_rank[r].tensors;
       } else if (!joined_[r]) {
         s.missing_ranks.push_back(r);
       }
@@ -315,6 +320,19 @@ std::vector<Coordinator::Stall> Coordinator::stalls(Clock::time_point now,
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<Stall> out;
   for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::vector<Coordinator::Stall> Coordinator::takeUndiagnosed(Clock::time_point now,
+                                                             double older_than_s, size_t max) {
+  std::vector<Stall> out;
+  for (Stall& s : stalls(now, older_than_s)) {
+    if (out.size() == max) break;
+    Waiting& w = table_.at(s.name);
+    if (w.diagnosed) continue;
+    w.diagnosed = true;
+    out.push_back(std::move(s));
+  }
   return out;
 }
 

@@ -35,7 +35,8 @@ class Coordinator {
 
   explicit Coordinator(int set_size);
 
-  // Adds what set rank `rank` sent this cycle. Call for ranks in ascending order.
+  // Adds what set rank `rank` sent this cycle. Call for ranks in ascending order. A name waits
+  // from its earliest submission (`now` less the request's waited_s).
   void add(int rank, const std::vector<Request>& requests, Clock::time_point now);
   // The responses of every name that became complete, in the deterministic order above.
   std::vector<Response> takeReady();
@@ -45,9 +46,13 @@ class Coordinator {
     OpType op;
     std::vector<int> missing_ranks;  // set ranks that have neither requested it nor joined
     double waited_s;
+    std::vector<TensorMeta> tensors;  // as the lowest submitting set rank sent them
   };
   // Names that have waited on some ranks for longer than `older_than_s`.
   std::vector<Stall> stalls(Clock::time_point now, double older_than_s) const;
+  // The same, less the names an earlier call already returned (up to `max` of them, oldest
+  // first): each stall is diagnosed once while it lasts.
+  std::vector<Stall> takeUndiagnosed(Clock::time_point now, double older_than_s, size_t max);
   // Error responses (code `code`) for every waiting name older than `older_than_s`; they
   // leave the table.
   std::vector<Response> failStalled(Clock::time_point now, double older_than_s, StatusCode code,
@@ -65,6 +70,7 @@ class Coordinator {
     std::vector<Request> by_rank;
     std::vector<bool> present;
     int count = 0;
+    bool diagnosed = false;
   };
 
   int size_;

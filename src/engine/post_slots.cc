@@ -104,6 +104,8 @@ void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> n
     by_name_.erase(it);
     ++retired_[r.name];
   }
+  // Posting reduces element-wise from every rank's post: never Adasum (Note [Adasum]).
+  if (r.reduce_op == ReduceOp::kAdasum) return;
   // Slots are never reused: a name whose posts keep falling back (a rank that is regularly
   // late past the patience, say while it writes a checkpoint) stays negotiated after a few.
   if (auto gone = retired_.find(r.name);

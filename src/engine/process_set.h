@@ -65,6 +65,7 @@ struct ProcessSet {
   bool posts_refused = false;    // global set: some rank cannot post (for good, from one cycle)
   std::chrono::steady_clock::time_point next_stall_check{};
   std::chrono::steady_clock::time_point last_stall_warning{};
+  std::chrono::steady_clock::time_point last_diagnosis{};
 };
 
 }  // namespace perseus::engine

@@ -60,6 +60,9 @@ struct Request {
   // Where the tensors live: every rank must agree (CPU and CUDA collectives use different
   // data planes). The CUDA ordinal is local and may differ between ranks.
   DeviceKind device_kind = DeviceKind::kCpu;
+  // Seconds this rank had already waited when it sent the request (a stalled cache hit goes to
+  // the coordinator late): the coordinator counts the stall from the submission, not from now.
+  double waited_s = 0.0;
 
   // Same negotiation result: everything but the name and the set.
   bool sameMetadata(const Request& o) const;
@@ -86,6 +89,19 @@ struct Response {
   // An error from the global coordinator's cross-set check (set_conflict.h): it fails the
   // name in whichever sets this rank has it in flight, not in the global set only.
   bool cross_set = false;
+};
+
+// The coordinator's early report of one collective that waits on some ranks
+// (PERSEUS_STALL_DIAGNOSIS): sent to every member with the cycle's responses, so that every
+// rank logs it with what only that rank knows (its own call site).
+struct StallNotice {
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  std::string tensors;             // "[1024, 256] float32", as a submitting rank sent it
+  std::vector<int32_t> missing;    // global ranks that have not submitted it
+  std::vector<std::string> hosts;  // their hosts, in the same order
+  double waited_s = 0.0;           // since the earliest submission
+  int32_t process_set = 0;
 };
 
 }  // namespace perseus::engine

@@ -9,6 +9,26 @@
 
 namespace perseus::engine {
 
+double stallAttentionSeconds(const Params& params) {
+  return params.stall_diagnosis_s > 0 ? std::min(params.stall_warning_s, params.stall_diagnosis_s)
+                                      : params.stall_warning_s;
+}
+
+SetNegotiator::SetNegotiator(const Params& params, ProcessSetTable& sets, CrossSetNames& cross_set,
+                             const PostedCollectives& posted, StallWarning stall_warning,
+                             StallNotices stall_notices, std::vector<std::string> hostnames)
+    : params_(params),
+      sets_(sets),
+      cross_set_(cross_set),
+      posted_(posted),
+      stall_warning_(std::move(stall_warning)),
+      stall_notices_(std::move(stall_notices)),
+      hostnames_(std::move(hostnames)) {
+  if (params.straggler_threshold > 0) {
+    straggler_ = std::make_unique<StragglerWatch>(params.straggler_threshold, hostnames_);
+  }
+}
+
 void SetNegotiator::classifyFresh(ProcessSet& set, Clock::time_point now,
                                   std::vector<int>* invalid_bits) {
   for (Entry* e : set.fresh) {
@@ -24,9 +44,10 @@ void SetNegotiator::classifyFresh(ProcessSet& set, Clock::time_point now,
   set.fresh.clear();
   // A cached request that waits too long goes to the coordinator, whose stall inspector
   // knows which ranks are missing (invalidating the bit moves every rank's copy there).
+  const double attention_s = stallAttentionSeconds(params_);
   for (auto& [name, e] : set.entries) {
     if (e->cache_bit >= 0 && !e->stall_reported &&
-        std::chrono::duration<double>(now - e->submitted).count() > params_.stall_warning_s) {
+        std::chrono::duration<double>(now - e->submitted).count() > attention_s) {
       e->stall_reported = true;
       invalid_bits->push_back(e->cache_bit);
     }
@@ -51,6 +72,9 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
   if (global && shutdown) cv.setFlag(ControlFlag::kShutdown);
   if (set.joined) cv.setFlag(ControlFlag::kJoined);
   if (global && !posted_.enabled()) cv.setFlag(ControlFlag::kNoPosts);
+  if (global && straggler_ && set.rank == 0 && straggler_->windowDue(now)) {
+    cv.setFlag(ControlFlag::kStragglerWindow);
+  }
   if (!invalid_bits.empty()) cv.setFlag(ControlFlag::kInvalid);
   for (int b : invalid_bits) cv.setInvalid(b);
   if (global) {
@@ -81,9 +105,11 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
   if (global) {
     if (cv.anyFlag(ControlFlag::kShutdown)) {
       out.shutdown = true;
+      out.leaving = ranksThatSaid(*set.comm, shutdown);  // so the others can name them
       return out;
     }
     for (int g = 0; g < kMaxGroups; ++g) set_work_[g] = cv.anySetWork(g);
+    if (straggler_ && cv.anyFlag(ControlFlag::kStragglerWindow)) straggler_->exchange(*set.comm);
   }
   auto toUncached = [&](Entry* e) {
     e->cache_bit = -1;
@@ -122,8 +148,10 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
 
   if (cv.anyFlag(ControlFlag::kUncached)) {
     std::vector<Request> requests;
+    const auto sent_at = Clock::now();
     for (Entry* e : set.uncached) {
       requests.push_back(e->request);
+      requests.back().waited_s = std::chrono::duration<double>(sent_at - e->submitted).count();
       e->sent = true;
     }
     set.uncached.clear();
@@ -154,14 +182,23 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
       static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()),
       std::memory_order_relaxed);
-  if (timeline) {
-    for (const Response& r : responses) {
-      auto it = set.entries.find(r.name);
-      if (it != set.entries.end())
-        timeline->span(r.name, "NEGOTIATE", it->second->submitted, Clock::now());
+  recordWaits(set, global, responses, timeline);
+  return out;
+}
+
+void SetNegotiator::recordWaits(ProcessSet& set, bool global,
+                                const std::vector<Response>& responses, Timeline* timeline) {
+  StragglerWatch* watch = global ? straggler_.get() : nullptr;
+  if (responses.empty() || (!timeline && !watch)) return;
+  const auto now = Clock::now();
+  for (const Response& r : responses) {
+    auto it = set.entries.find(r.name);
+    if (it == set.entries.end()) continue;
+    if (timeline) timeline->span(r.name, "NEGOTIATE", it->second->submitted, now);
+    if (watch && !r.is_error) {
+      watch->record(r.name, std::chrono::duration<double>(now - it->second->submitted).count());
     }
   }
-  return out;
 }
 
 std::vector<Response> SetNegotiator::coordinate(ProcessSet& set,
@@ -176,7 +213,10 @@ std::vector<Response> SetNegotiator::coordinate(ProcessSet& set,
     comm.exchange({}, {{0, &out_len, sizeof(out_len)}});
     std::vector<uint8_t> out(out_len);
     comm.exchange({}, {{0, out.data(), out.size()}});
-    return decodeResponses(out);
+    std::vector<StallNotice> notices;
+    std::vector<Response> responses = decodeResponses(out, &notices);
+    if (!notices.empty() && stall_notices_) stall_notices_(notices);
+    return responses;
   }
   std::vector<uint64_t> lens(n, 0);
   std::vector<transport::RecvOp> recvs;
@@ -205,7 +245,9 @@ std::vector<Response> SetNegotiator::coordinate(ProcessSet& set,
     }
   }
 
-  std::vector<uint8_t> out = encodeResponses(responses);
+  std::vector<StallNotice> notices = std::move(notices_);
+  notices_.clear();
+  std::vector<uint8_t> out = encodeResponses(responses, notices);
   uint64_t out_len = out.size();
   std::vector<transport::SendOp> sends;
   for (int r = 1; r < n; ++r) {
@@ -213,6 +255,7 @@ std::vector<Response> SetNegotiator::coordinate(ProcessSet& set,
     sends.push_back({r, out.data(), out.size()});
   }
   comm.exchange(sends, {});
+  if (!notices.empty() && stall_notices_) stall_notices_(notices);
   return responses;
 }
 
@@ -221,8 +264,8 @@ void SetNegotiator::inspectStalls(ProcessSet& set, std::vector<Response>* respon
   const auto now = Clock::now();
   const double warn_s = params_.stall_warning_s;
   set.next_stall_check =
-      now + std::chrono::duration_cast<Clock::duration>(
-                std::chrono::duration<double>(std::clamp(warn_s / 4, 0.01, 1.0)));
+      now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                std::clamp(stallAttentionSeconds(params_) / 4, 0.01, 1.0)));
   if (params_.stall_shutdown_s > 0) {
     std::vector<Response> failed = coord.failStalled(
         now, params_.stall_shutdown_s, StatusCode::kTimeout,
@@ -231,6 +274,7 @@ void SetNegotiator::inspectStalls(ProcessSet& set, std::vector<Response>* respon
                     << " s passed, so the job stops; check that every rank submits this tensor"));
     responses->insert(responses->end(), failed.begin(), failed.end());
   }
+  if (params_.stall_diagnosis_s > 0) notices_ = diagnoseStalls(set, now);
   if (now - set.last_stall_warning < std::chrono::duration<double>(warn_s)) return;
   std::vector<Coordinator::Stall> stalls = coord.stalls(now, warn_s);
   if (stalls.empty()) return;
@@ -254,6 +298,39 @@ void SetNegotiator::inspectStalls(ProcessSet& set, std::vector<Response>* respon
   if (stalls.size() > 8) os << " and " << stalls.size() - 8 << " more";
   PERSEUS_LOG(WARNING, kEngine) << os.str();
   if (stall_warning_) stall_warning_(os.str());
+}
+
+std::vector<StallNotice> SetNegotiator::diagnoseStalls(ProcessSet& set, Clock::time_point now) {
+  const double diag_s = params_.stall_diagnosis_s;
+  if (now - set.last_diagnosis < std::chrono::duration<double>(diag_s)) return {};
+  // One line per interval (StallReport) for up to 4 stalls, oldest first; the line leads with
+  // the one that waits on the fewest ranks: when a rank skipped a collective and went on to the
+  // next, the skipped one waits on that rank, the next one on all the others.
+  std::vector<Coordinator::Stall> stalls = set.coordinator->takeUndiagnosed(now, diag_s, 4);
+  if (stalls.empty()) return {};
+  std::stable_sort(stalls.begin(), stalls.end(), [](const auto& a, const auto& b) {
+    return a.missing_ranks.size() < b.missing_ranks.size();
+  });
+  set.last_diagnosis = now;
+  std::vector<StallNotice> notices;
+  for (const Coordinator::Stall& s : stalls) {
+    StallNotice n;
+    n.op = s.op;
+    n.name = s.name;
+    for (const TensorMeta& t : s.tensors) {
+      n.tensors +=
+          (n.tensors.empty() ? "" : ", ") + shapeString(t.shape) + " " + dataTypeName(t.dtype);
+    }
+    for (int r : s.missing_ranks) {
+      const int global = set.members[static_cast<size_t>(r)];
+      n.missing.push_back(global);
+      n.hosts.push_back(static_cast<size_t>(global) < hostnames_.size() ? hostnames_[global] : "?");
+    }
+    n.waited_s = s.waited_s;
+    n.process_set = set.id;
+    notices.push_back(std::move(n));
+  }
+  return notices;
 }
 
 NegotiationStats SetNegotiator::stats() const {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "engine/cross_set_names.h"
 #include "engine/posted_collectives.h"
 #include "engine/set_table.h"
+#include "engine/straggler_watch.h"
 #include "engine/timeline.h"
 
 namespace perseus::engine {
@@ -31,20 +33,24 @@ struct NegotiationStats {
            coordinated_responses = 0, negotiation_ns = 0;
 };
 
+// The age at which a waiting collective is looked at: the earlier of PERSEUS_STALL_WARNING
+// and PERSEUS_STALL_DIAGNOSIS (when on).
+double stallAttentionSeconds(const Params& params);
+
 class SetNegotiator {
  public:
   using StallWarning = std::function<void(const std::string&)>;
+  // Every rank, with the coordinator's notices of a cycle (PERSEUS_STALL_DIAGNOSIS).
+  using StallNotices = std::function<void(const std::vector<StallNotice>&)>;
+  // `hostnames`: every global rank's host.
   SetNegotiator(const Params& params, ProcessSetTable& sets, CrossSetNames& cross_set,
-                const PostedCollectives& posted, StallWarning stall_warning)
-      : params_(params),
-        sets_(sets),
-        cross_set_(cross_set),
-        posted_(posted),
-        stall_warning_(std::move(stall_warning)) {}
+                const PostedCollectives& posted, StallWarning stall_warning,
+                StallNotices stall_notices, std::vector<std::string> hostnames);
 
   struct Outcome {
     std::vector<Response> responses;  // to execute, in order
     bool shutdown = false;            // global set: some rank shuts the job down
+    std::vector<int> leaving;         // with `shutdown`: the ranks that asked for it
     bool more_work = false;           // requests left for the coordinator's next round
   };
   // One negotiation of `set` (collective over its members). `global`: the global set, which
@@ -64,12 +70,22 @@ class SetNegotiator {
   std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
   // Set rank 0: stall warnings, and PERSEUS_STALL_SHUTDOWN's error responses.
   void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
+  // Set rank 0: the notices of collectives that waited past PERSEUS_STALL_DIAGNOSIS.
+  std::vector<StallNotice> diagnoseStalls(ProcessSet& set, Clock::time_point now);
+  // This rank's wait for each of the cycle's responses: the timeline's NEGOTIATE spans and the
+  // straggler watch.
+  void recordWaits(ProcessSet& set, bool global, const std::vector<Response>& responses,
+                   Timeline* timeline);
 
   const Params& params_;
   ProcessSetTable& sets_;
   CrossSetNames& cross_set_;
   const PostedCollectives& posted_;
   const StallWarning stall_warning_;
+  const StallNotices stall_notices_;
+  const std::vector<std::string> hostnames_;
+  std::unique_ptr<StragglerWatch> straggler_;  // null when PERSEUS_STRAGGLER_THRESHOLD=0
+  std::vector<StallNotice> notices_;           // set rank 0: for this coordinator round
   bool set_work_[kMaxGroups] = {};
 
   std::atomic<uint64_t> control_exchanges_{0}, control_bytes_{0}, coordinator_rounds_{0},

@@ -53,6 +53,15 @@ Timeline::Timeline(const std::string& path, int rank)
     PERSEUS_LOG(WARNING, kTimeline) << "cannot write timeline " << path;
   }
   end_pos_ = 2;
+  // Ranks as processes, and the wall-clock time of this file's ts 0, so that
+  // `perseus-timeline merge` can line the ranks' files up on one clock.
+  const auto unix_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  pending_ = PERSEUS_STR("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":"
+                         << rank << ",\"args\":{\"name\":\"rank " << rank
+                         << "\"}},\n{\"name\":\"perseus_clock\",\"ph\":\"M\",\"pid\":" << rank
+                         << ",\"args\":{\"origin_unix_us\":" << unix_us << "}}");
 }
 
 Timeline::~Timeline() {

@@ -112,6 +112,7 @@ std::vector<uint8_t> encodeRequests(const std::vector<Request>& requests) {
     w.vec(r.set_ranks);
     w.pod(r.set_id);
     w.pod(r.device_kind);
+    w.pod(r.waited_s);
   }
   return w.take();
 }
@@ -132,12 +133,14 @@ std::vector<Request> decodeRequests(const std::vector<uint8_t>& bytes) {
     r.set_ranks = rd.vec<int32_t>();
     r.set_id = rd.pod<int32_t>();
     r.device_kind = rd.pod<DeviceKind>();
+    r.waited_s = rd.pod<double>();
   }
   PERSEUS_CHECK(rd.done(), "trailing bytes in a request list");
   return out;
 }
 
-std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses) {
+std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses,
+                                     const std::vector<StallNotice>& notices) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const Response& r : responses) {
@@ -158,10 +161,22 @@ std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses) {
     w.pod(r.device_kind);
     w.pod<uint8_t>(r.cross_set ? 1 : 0);
   }
+  w.pod<uint32_t>(static_cast<uint32_t>(notices.size()));
+  for (const StallNotice& n : notices) {
+    w.pod(n.op);
+    w.str(n.name);
+    w.str(n.tensors);
+    w.vec(n.missing);
+    w.pod<uint32_t>(static_cast<uint32_t>(n.hosts.size()));
+    for (const std::string& h : n.hosts) w.str(h);
+    w.pod(n.waited_s);
+    w.pod(n.process_set);
+  }
   return w.take();
 }
 
-std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes) {
+std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes,
+                                      std::vector<StallNotice>* notices) {
   Reader rd(bytes);
   std::vector<Response> out(rd.count(kMinEncodedBytes));
   for (Response& r : out) {
@@ -182,6 +197,18 @@ std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes) {
     r.device_kind = rd.pod<DeviceKind>();
     r.cross_set = rd.pod<uint8_t>() != 0;
   }
+  std::vector<StallNotice> read(rd.count(kMinEncodedBytes));
+  for (StallNotice& n : read) {
+    n.op = rd.pod<OpType>();
+    n.name = rd.str();
+    n.tensors = rd.str();
+    n.missing = rd.vec<int32_t>();
+    n.hosts.resize(rd.count(sizeof(uint32_t)));
+    for (std::string& h : n.hosts) h = rd.str();
+    n.waited_s = rd.pod<double>();
+    n.process_set = rd.pod<int32_t>();
+  }
+  if (notices != nullptr) *notices = std::move(read);
   PERSEUS_CHECK(rd.done(), "trailing bytes in a response list");
   return out;
 }

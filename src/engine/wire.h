@@ -13,7 +13,10 @@ namespace perseus::engine {
 std::vector<uint8_t> encodeRequests(const std::vector<Request>& requests);
 std::vector<Request> decodeRequests(const std::vector<uint8_t>& bytes);
 
-std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses);
-std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes);
+// The coordinator's reply: the responses, then the stall notices (usually none).
+std::vector<uint8_t> encodeResponses(const std::vector<Response>& responses,
+                                     const std::vector<StallNotice>& notices = {});
+std::vector<Response> decodeResponses(const std::vector<uint8_t>& bytes,
+                                      std::vector<StallNotice>* notices = nullptr);
 
 }  // namespace perseus::engine

@@ -17,6 +17,11 @@ bool fusable(const Response& r) {
          r.op == OpType::kAllgather || r.op == OpType::kBroadcast;
 }
 
+// Adasum's coefficients belong to one tensor (Note [Adasum]): each of its tensors runs alone.
+bool eachAlone(const Response& r) {
+  return !r.is_error && r.op == OpType::kAllreduce && r.reduce_op == ReduceOp::kAdasum;
+}
+
 // The last field keeps CPU and CUDA tensors in different groups (different data planes).
 Key keyOf(const Response& r, size_t tensor) {
   const int dev = static_cast<int>(r.device_kind);
@@ -62,6 +67,13 @@ std::vector<FusionGroup> planGroups(const std::vector<Response>& responses, int 
       continue;
     }
     for (size_t t = 0; t < r.tensors.size(); ++t) {
+      if (eachAlone(r)) {
+        FusionGroup g;
+        g.op = r.op;
+        g.items.push_back({i, t});
+        groups.push_back(std::move(g));
+        continue;
+      }
       size_t bytes = fusionBytes(r, t, set_size);
       Key key = keyOf(r, t);
       auto it = open.find(key);

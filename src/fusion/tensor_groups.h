@@ -5,7 +5,8 @@
 // Note [Fusion]
 //  - Fusable kinds: allreduce and reducescatter with the same dtype, reduce op and scales;
 //    allgather (any dtype: it moves bytes); broadcast with the same root. Alltoall, barrier,
-//    join, process-set changes and errors each run alone.
+//    join, process-set changes and errors each run alone; so does each tensor of an Adasum
+//    allreduce (its coefficients are the tensor's own, Note [Adasum]).
 //  - Greedy in response order: a tensor joins the open group of its kind while the group's
 //    bytes stay within the threshold; a tensor larger than the threshold runs alone (in place,
 //    no copy). Threshold 0 disables fusion.

@@ -32,6 +32,7 @@ inline void dispatchArith(int shape, T* out, const T* a, const T* b, size_t n, R
     case ReduceOp::kMax:
       return ops::loop<ops::Max>(shape, out, a, b, n);
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:
       break;
   }
 }
@@ -80,6 +81,10 @@ void checkOp(ReduceOp op) {
   if (op == ReduceOp::kAverage) {
     throw InvalidArgumentError(
         "kernels: Average is not a reduction kernel op; reduce with Sum and scale the result");
+  }
+  if (op == ReduceOp::kAdasum) {
+    throw InvalidArgumentError(
+        "kernels: Adasum is not an element-wise op; the adasum allreduce algorithm runs it");
   }
 }
 

@@ -23,6 +23,13 @@ void reduceN(void* out, const void* const* srcs, int n, size_t count, DataType d
 void scale(void* data, size_t count, DataType dtype, double factor);
 // dst[i] = src[i] * factor, as scale() but out of place.
 void scaleCopy(void* dst, const void* src, size_t count, DataType dtype, double factor);
+// The factor to scale a tensor of `dtype` that lives on a GPU by, so that scale(), scaleCopy()
+// and the CUDA copy kernels give the bits of Horovod's CUDA scaling: float16 is multiplied in
+// float16 by the factor rounded to float16; every other dtype by `factor` itself. (The
+// product of two float16 values is exact in float32, so multiplying in float32 by the rounded
+// factor and rounding once is the float16 multiply.) Host tensors keep `factor`: float16 on
+// the CPU is scaled in float32, as Horovod's CPU scaling.
+double gpuScaleFactor(DataType dtype, double factor);
 
 // IEEE half and bfloat16 conversions.
 float halfToFloat(uint16_t h);

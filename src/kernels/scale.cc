@@ -123,6 +123,11 @@ void scaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
   throw InvalidArgumentError(PERSEUS_STR("kernels: unknown dtype " << static_cast<int>(dtype)));
 }
 
+double gpuScaleFactor(DataType dtype, double factor) {
+  if (dtype != DataType::kFloat16) return factor;
+  return static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(factor))));
+}
+
 void scale(void* data, size_t count, DataType dtype, double factor) {
   scaleCopy(data, data, count, dtype, factor);
 }

@@ -26,6 +26,13 @@ class StatusError : public std::runtime_error {
 // message (prefixed by `what` when the library left none).
 void check(perseus_status status, const char* what);
 
+// The message check() raises for a failed `status`.
+std::string statusMessage(perseus_status status, const char* what);
+
+// Sets the pending Python exception for a failed status (what the StatusError translator
+// raises), for code that returns to CPython without throwing.
+void setStatusError(perseus_status status, const std::string& message);
+
 // Raises an InvalidArgument StatusError with `message`.
 [[noreturn]] void invalidArgument(const std::string& message);
 

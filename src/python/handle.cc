@@ -37,6 +37,18 @@ struct OutputContext {
   PyObject* owner;
 };
 
+// A wait that outlasted a slice: notes where the Python caller waits (the first frame
+// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
+// recorded per call. GIL held; a failure here only loses the site.
+void noteCallSite(perseus_handle id) {
+  try {
+    std::string site =
+        py::module_::import("perseus.common.call_site").attr("caller_site")().cast<std::string>();
+    if (!site.empty()) perseus_handle_note_call_site(id, site.c_str());
+  } catch (const std::exception&) {
+  }
+}
+
 void deleteOutput(DLManagedTensor* self) {
   auto* ctx = static_cast<OutputContext*>(self->manager_ctx);
   // Consumers may call the deleter from any thread.
@@ -125,6 +137,7 @@ bool Handle::wait(double timeout_s) {
     const auto start = std::chrono::steady_clock::now();
     perseus_status s = PERSEUS_ERR_IN_PROGRESS;
     std::string message;
+    bool site_noted = false;
     for (;;) {
       double slice = kSliceS;
       if (timeout_s >= 0) {
@@ -139,6 +152,10 @@ bool Handle::wait(double timeout_s) {
       }
       if (s != PERSEUS_ERR_IN_PROGRESS) break;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (!site_noted && slice >= kSliceS) {  // a full slice passed: a slow wait, not a poll
+        noteCallSite(state_->id);
+        site_noted = true;
+      }
       if (timeout_s >= 0 && slice <= 0.0) return false;
     }
     state_->finish(s, message);

@@ -9,6 +9,7 @@ namespace py = pybind11;
 
 namespace perseus_py {
 void registerCollectives(py::module_& m);
+void registerFastCalls(py::module_& m);
 void registerRuntime(py::module_& m);
 }  // namespace perseus_py
 
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   perseus_py::registerHandle(m);
   perseus_py::registerRuntime(m);
   perseus_py::registerCollectives(m);
+  perseus_py::registerFastCalls(m);
 }

@@ -6,6 +6,17 @@
 //   claim/<r>  counter: a second process with the same rank is refused
 //   rank/<r>   "<size>\n<hostname>\n<data-plane host:port>" of rank r
 //   shm/<host index>/<n>, shm/<host index>/<n>/done   the n-th local barrier of a host
+//
+// Note [Re-initialisation]
+// init() after shutdown() in the same process bootstraps again from the same environment; every
+// rank does so the same number of times (Horovod's contract). Without PERSEUS_STORE_PREFIX (the
+// elastic epochs have their own), the n-th multi-rank bootstrap of a process (n > 0) keeps its
+// keys under "init<n>/" (perseusrun's store still holds the earlier claims), names its
+// shared-memory segments "<job id>-i<n>", and keys a store that rank 0 serves (torchrun, srun)
+// to "<launch id>/init<n>" on the next range of candidate ports for odd n, so that a rank that
+// comes back first never reaches the earlier store that rank 0 may not have closed yet (and
+// were it to, that store would refuse it).
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
@@ -27,6 +38,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// Multi-rank bootstraps started by this process without a store prefix (Note [Re-initialisation]).
+std::atomic<int> g_bootstraps{0};
 
 std::vector<uint8_t> toBytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string fromBytes(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
@@ -141,6 +155,9 @@ std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) 
 std::unique_ptr<World> bootstrap(const Params& params) {
   LaunchInfo info = readLaunchInfo([](const char* name) { return std::getenv(name); });
   logging::setRank(info.topology.rank);
+  if (!info.warning.empty()) {
+    PERSEUS_LOG(WARNING, kRendezvous) << info.warning;
+  }
   const bool use_mpi = params.cpu_operations == "mpi";
   if (use_mpi && info.launcher != Launcher::kOpenMpi) {
     throw InvalidArgumentError(
@@ -152,8 +169,22 @@ std::unique_ptr<World> bootstrap(const Params& params) {
 
   const auto deadline =
       Clock::now() + milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
+  const int incarnation = params.store_prefix.empty() ? g_bootstraps.fetch_add(1) : 0;
+  const std::string again = incarnation > 0 ? "init" + std::to_string(incarnation) : "";
+  if (!again.empty()) {
+    info.launch_id += "/" + again;
+    // Alternate port ranges: a rank back first never knocks on the earlier store.
+    if (info.derived_port != 0 && incarnation % 2 == 1) {
+      info.derived_port += info.derived_port + 2 * kDerivedPortCandidates <= 65536
+                               ? kDerivedPortCandidates
+                               : -kDerivedPortCandidates;
+    }
+  }
   StoreConnection conn = connectStore(info, params);
   auto secret = transport::tcp::Secret::fromHex(conn.secret_hex, "PERSEUS_SECRET");
+  if (!again.empty()) {
+    conn.store = std::make_unique<PrefixStore>(again + "/", std::move(conn.store));
+  }
   if (!params.store_prefix.empty()) {
     // Note [Epoch isolation] (docs/elastic.md): this membership's keys live under its prefix,
     // and its data-plane handshakes use a key derived from it, so a rank of another epoch can
@@ -197,7 +228,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   std::vector<std::string> records =
       gatherRecords(store, t, params.start_timeout_s, !params.store_prefix.empty(), deadline);
   const std::string job_id =
-      job_id_given ? params.job_id : fromBytes(store.get("perseus/job_id", until(deadline)));
+      job_id_given ? params.job_id + (again.empty() ? "" : "-i" + std::to_string(incarnation))
+                   : fromBytes(store.get("perseus/job_id", until(deadline)));
   if (conn.after_rendezvous) conn.after_rendezvous();
 
   std::vector<std::string> addresses(t.size);

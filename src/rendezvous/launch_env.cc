@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -31,8 +33,12 @@
 // jobs need PERSEUS_SECRET or PERSEUS_SECRET_FILE (job_secret.h).
 // A process that some launcher says is one of several but that Perseus cannot join (a PMIx
 // rank with no job size, Hydra without PMI_FD, torchrun variables without MASTER_ADDR) is an
-// InvalidArgumentError naming the launcher and the variables seen, never a size-1 job. No
-// launcher variable at all: a single rank.
+// InvalidArgumentError naming the launcher and the variables seen, never a size-1 job. So is
+// horovodrun's Gloo mode (HOROVOD_RANK/HOROVOD_SIZE and its own HTTP rendezvous): the message
+// gives the perseusrun line that runs the same command. Variables that announce several
+// processes but are legitimately seen by one (a Slurm batch script's SLURM_NTASKS, bare
+// PMI_RANK/PMI_SIZE) leave a single rank with one warning (LaunchInfo::warning). No launcher
+// variable at all: a single rank.
 
 namespace perseus::rendezvous {
 namespace {
@@ -77,7 +83,12 @@ const char* const kLauncherVariables[] = {"PERSEUS_RANK",
                                           "SLURM_TASKS_PER_NODE",
                                           "SLURM_NTASKS_PER_NODE",
                                           "SLURM_STEP_NODELIST",
-                                          "SLURM_JOB_NODELIST"};
+                                          "SLURM_JOB_NODELIST",
+                                          "HOROVOD_RANK",
+                                          "HOROVOD_SIZE",
+                                          "HOROVOD_CONTROLLER",
+                                          "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                                          "HOROVOD_GLOO_RENDEZVOUS_PORT"};
 
 std::string seenVariables(const EnvLookup& lookup) {
   std::ostringstream out;
@@ -280,6 +291,63 @@ bool readSlurm(const Reader& env, LaunchInfo* info) {
   return true;
 }
 
+// This process's command line ("python3 train.py --lr 0.1"), for a launch line to suggest.
+std::string thisCommand() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out;
+  std::string arg;
+  std::istringstream args(raw);
+  while (std::getline(args, arg, '\0')) {
+    std::string quoted = arg;
+    if (arg.empty() || arg.find_first_of(" \t\n'\"$`\\;&|<>()*?") != std::string::npos) {
+      quoted = "'";  // POSIX shell quoting: a ' inside becomes '\''
+      for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      quoted += "'";
+    }
+    out += (out.empty() ? "" : " ") + quoted;
+  }
+  return out.empty() ? "<your command>" : out;
+}
+
+int announcedSize(const Reader& env, const char* name) {
+  const char* v = env.get(name);
+  return v == nullptr ? 0 : static_cast<int>(std::strtol(v, nullptr, 10));
+}
+
+// No launcher Perseus can join: horovodrun's Gloo mode is refused (its ranks would each train
+// alone), other hints of several processes are a warning.
+void checkAlone(const Reader& env, LaunchInfo* info) {
+  const int horovod_size = announcedSize(env, "HOROVOD_SIZE");
+  if (horovod_size > 1 && env.get("HOROVOD_RANK") != nullptr) {
+    env.fail(PERSEUS_STR(
+        "this process was started by horovodrun (HOROVOD_RANK/HOROVOD_SIZE, Gloo rendezvous), "
+        "which Perseus cannot join, so each of the "
+        << horovod_size
+        << " processes would train alone as rank 0 of 1. perseusrun takes horovodrun's "
+           "flags; run the same job as: perseusrun -np "
+        << horovod_size << " " << thisCommand()));
+  }
+  const int slurm_tasks = announcedSize(env, "SLURM_NTASKS");
+  if (slurm_tasks > 1 && env.get("SLURM_PROCID") != nullptr) {
+    info->warning = PERSEUS_STR(
+        "SLURM_NTASKS=" << slurm_tasks << " but this process is not a task of a job step "
+                        << "(no SLURM_STEP_NUM_TASKS), so it runs alone as rank 0 of 1. To "
+                        << "train on the allocation's " << slurm_tasks << " tasks, run: srun "
+                        << thisCommand() << " (or perseusrun " << thisCommand() << ")");
+    return;
+  }
+  const int pmi_size = announcedSize(env, "PMI_SIZE");
+  if (pmi_size > 1 && env.get("PMI_RANK") != nullptr) {
+    info->warning = PERSEUS_STR(
+        "PMI_RANK=" << env.get("PMI_RANK") << " and PMI_SIZE=" << pmi_size
+                    << " are set without MPI_LOCALRANKID/MPI_LOCALNRANKS or PMI_FD, so no "
+                    << "launcher Perseus can join started this process and it runs alone as "
+                    << "rank 0 of 1. Run: mpiexec -n " << pmi_size << " " << thisCommand()
+                    << " (or perseusrun -np " << pmi_size << " " << thisCommand() << ")");
+  }
+}
+
 }  // namespace
 
 const char* launcherName(Launcher launcher) {
@@ -343,6 +411,7 @@ LaunchInfo readLaunchInfo(const EnvLookup& lookup) {
   env.setLauncher(info.launcher);
   if (host != nullptr) t.hostname = host;  // PERSEUS_HOSTNAME wins over SLURMD_NODENAME
 
+  if (info.launcher == Launcher::kSingle) checkAlone(env, &info);
   if (info.launcher == Launcher::kSingle && env.get("PMIX_RANK") != nullptr) {
     env.fail(
         "this process was started by a PMIx launcher (PMIX_RANK is set) that gives no job "

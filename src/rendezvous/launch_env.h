@@ -37,6 +37,9 @@ struct LaunchInfo {
   std::string launch_id;
   // The launcher's variables as this process saw them ("NAME=value, ..."), for messages.
   std::string seen;
+  // Set when variables announce several processes that no launcher Perseus joins started
+  // (a Slurm batch script, bare PMI_RANK/PMI_SIZE): bootstrap logs it once; the rank runs alone.
+  std::string warning;
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

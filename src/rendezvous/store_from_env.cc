@@ -49,6 +49,7 @@ namespace perseus::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
 // Keeps the server that this rank started alive as long as the store is used.
 class ServerBackedStore : public Store {
@@ -240,8 +241,13 @@ StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
 // others try them in turn until the start timeout, skipping what refuses, answers nothing or
 // fails authentication (not this job's store). A port the user gave (PERSEUS_PORT) is the only
 // one tried.
-constexpr int kDerivedPortCandidates = 8;
-constexpr std::chrono::milliseconds kCandidateAttempt{250};
+// Each candidate gets one connection attempt, not a retry loop: retrying a refusing port until
+// its slice of time ran out cost 8 x 250 ms whenever a rank arrived before rank 0 had opened
+// the store. Only the TCP connect is bounded by kCandidateConnect; an accepted connection gets
+// kCandidateHandshake, so that a loaded rank 0 that answers slowly is not abandoned in the
+// middle of the handshake (which its store would log as a peer with a different secret).
+constexpr std::chrono::milliseconds kCandidateConnect{250};
+constexpr std::chrono::milliseconds kCandidateHandshake{5000};
 
 StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params) {
   const std::string secret = userSecretHex(info, params.secret_file);
@@ -277,39 +283,48 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   }
   const auto deadline = Clock::now() + startTimeout(params);
   std::string auth_failure;
+  auto pause = std::chrono::milliseconds(2);
   while (true) {
     for (int k = 0; k < candidates; ++k) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto attempt = candidates == 1 ? left : std::min(left, kCandidateAttempt);
       StoreConnection out;
       out.secret_hex = secret;
       try {
-        out.store = std::make_unique<TcpStoreClient>(
-            info.store_host, first + k, secret, std::max(attempt, std::chrono::milliseconds(1)));
-        return out;
+        if (candidates == 1) {  // retries on the one port until the deadline
+          out.store = std::make_unique<TcpStoreClient>(info.store_host, first, secret,
+                                                       std::max(left, milliseconds(1)));
+          return out;
+        }
+        out.store =
+            TcpStoreClient::tryConnect(info.store_host, first + k, secret,
+                                       std::min(left, kCandidateConnect), kCandidateHandshake);
+        if (out.store) return out;
       } catch (const AuthError& e) {
         auth_failure = e.what();  // another job's store, or a different secret
       } catch (const TimeoutError&) {
       } catch (const PeerLostError&) {
       }
     }
-    if (Clock::now() < deadline) continue;
-    if (!auth_failure.empty()) {
-      throw AuthError(PERSEUS_STR(
-          "rank " << info.topology.rank << " reached a store at " << where
-                  << " that is not this job's (" << auth_failure
-                  << "): another job uses the port, or the ranks were given different "
-                     "PERSEUS_SECRETs; set PERSEUS_PORT to a free port and the same secret on "
-                     "every rank"));
-    }
-    throw TimeoutError(PERSEUS_STR(
-        "rank " << info.topology.rank << " (" << launcherName(info.launcher)
-                << ") found no rendezvous store at " << where
-                << " within PERSEUS_START_TIMEOUT=" << params.start_timeout_s
-                << " s; rank 0 opens it there: did rank 0 start, is " << info.store_host
-                << " its address as seen from here, and does a firewall let the port through?"));
+    if (Clock::now() >= deadline) break;
+    // Nothing listens yet on any candidate: rank 0 has not opened the store.
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    pause = std::min(pause * 2, milliseconds(100));
   }
+  if (!auth_failure.empty()) {
+    throw AuthError(PERSEUS_STR(
+        "rank " << info.topology.rank << " reached a store at " << where
+                << " that is not this job's (" << auth_failure
+                << "): another job uses the port, or the ranks were given different "
+                   "PERSEUS_SECRETs; set PERSEUS_PORT to a free port and the same secret on "
+                   "every rank"));
+  }
+  throw TimeoutError(PERSEUS_STR(
+      "rank " << info.topology.rank << " (" << launcherName(info.launcher)
+              << ") found no rendezvous store at " << where
+              << " within PERSEUS_START_TIMEOUT=" << params.start_timeout_s
+              << " s; rank 0 opens it there: did rank 0 start, is " << info.store_host
+              << " its address as seen from here, and does a firewall let the port through?"));
 }
 
 StoreConnection multiHostOpenMpi(const LaunchInfo& info, const Params& params) {

@@ -17,6 +17,10 @@ struct StoreConnection {
   std::function<void()> after_rendezvous;
 };
 
+// How many consecutive ports from a derived store port rank 0 may take (Note [Derived store
+// port]).
+constexpr int kDerivedPortCandidates = 8;
+
 // Throws InvalidArgumentError (no way to find a store), TimeoutError (not found in time).
 StoreConnection connectStore(const LaunchInfo& info, const Params& params);
 

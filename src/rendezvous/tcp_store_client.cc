@@ -30,6 +30,20 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, const std::str
                                        deadline, what_);
 }
 
+std::unique_ptr<TcpStoreClient> TcpStoreClient::tryConnect(
+    const std::string& host, int port, const std::string& secret_hex,
+    std::chrono::milliseconds connect_timeout, std::chrono::milliseconds handshake_timeout) {
+  auto secret = transport::tcp::Secret::fromHex(secret_hex, "PERSEUS_SECRET");
+  auto addr = transport::tcp::SockAddr::parse(host, port, "PERSEUS_CONTROLLER_ADDR/_PORT");
+  int error = 0;
+  transport::tcp::Fd fd = transport::tcp::connectOnce(addr, Clock::now() + connect_timeout, &error);
+  if (!fd.valid()) return nullptr;
+  std::string what = "rendezvous store at " + addr.str();
+  transport::tcp::authenticateAsClient(fd.get(), secret, transport::tcp::Purpose::kStore, {},
+                                       Clock::now() + handshake_timeout, what);
+  return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(std::move(fd), std::move(what)));
+}
+
 proto::Response TcpStoreClient::call(const proto::Request& request,
                                      std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -19,6 +20,15 @@ class TcpStoreClient : public Store {
   // authenticates. Throws TimeoutError, AuthError, InvalidArgumentError (bad address/secret).
   TcpStoreClient(const std::string& host, int port, const std::string& secret_hex,
                  std::chrono::milliseconds connect_timeout);
+  // One connection attempt within `connect_timeout`, for trying candidate ports in turn: null
+  // when nothing listens there (refused, or no answer in time). A connection that was accepted
+  // gets `handshake_timeout` for the handshake, however little of `connect_timeout` is left,
+  // so that a slow store is never taken for one with another secret. Throws AuthError (not
+  // this job's store) and TimeoutError (the handshake did not finish).
+  static std::unique_ptr<TcpStoreClient> tryConnect(const std::string& host, int port,
+                                                    const std::string& secret_hex,
+                                                    std::chrono::milliseconds connect_timeout,
+                                                    std::chrono::milliseconds handshake_timeout);
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -27,6 +37,8 @@ class TcpStoreClient : public Store {
   bool check(const std::string& key, std::vector<uint8_t>* value);
 
  private:
+  TcpStoreClient(transport::tcp::Fd fd, std::string what)
+      : what_(std::move(what)), fd_(std::move(fd)) {}
   protocol::Response call(const protocol::Request& request, std::chrono::milliseconds wait);
 
   std::mutex mu_;

@@ -10,6 +10,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "common/log_rate_limit.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "rendezvous/store_protocol.h"
@@ -32,6 +33,13 @@ class TcpStoreServer::Loop {
         secret_(secret),
         options_(options),
         stopping_(stopping) {}
+
+  ~Loop() {
+    if (drop_log_.suppressed() > 0) {
+      PERSEUS_LOG(WARNING, kRendezvous)
+          << "store: " << drop_log_.suppressed() << " more dropped connections were not logged";
+    }
+  }
 
   void run();
 
@@ -66,6 +74,8 @@ class TcpStoreServer::Loop {
   std::map<uint64_t, Client> clients_;
   std::unordered_map<std::string, std::vector<uint8_t>> data_;
   std::unordered_multimap<std::string, Waiter> waiters_;
+  // A port scan or a job with another secret knocks many times: a few lines, then a count.
+  LogRateLimit drop_log_{3, std::chrono::seconds(60)};
 };
 
 void TcpStoreServer::Loop::run() {
@@ -249,9 +259,10 @@ void TcpStoreServer::Loop::expireWaiters(Clock::time_point now) {
 void TcpStoreServer::Loop::drop(uint64_t id, const std::string& why) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
-  if (!why.empty()) {
+  std::string note;
+  if (!why.empty() && drop_log_.allow(Clock::now(), &note)) {
     PERSEUS_LOG(WARNING, kRendezvous)
-        << "store: dropped connection from " << it->second.peer << ": " << why;
+        << "store: dropped connection from " << it->second.peer << ": " << why << note;
   }
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     w = (w->second.client == id) ? waiters_.erase(w) : std::next(w);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/negotiation.h"
+#include "engine/stall_report.h"
 #include "engine/wire.h"
 
 namespace perseus::engine {
@@ -197,6 +198,48 @@ TEST(EngineNegotiation, StallsNameMissingRanksAndCanFail) {
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_TRUE(failed[0].is_error);
   EXPECT_EQ(c.numWaiting(), 0u);
+}
+
+// PERSEUS_STALL_DIAGNOSIS: a stall counts from the earliest submission (a cached request that
+// reaches the coordinator late says how long it waited), each is diagnosed once, and the
+// diagnosis carries what the line shows.
+TEST(EngineNegotiation, StallsCountFromTheSubmissionAndAreDiagnosedOnce) {
+  Coordinator c(3);
+  Request late = allreduce("late", {2, 3});
+  late.waited_s = 2.5;  // re-sent by a cache hit that had waited that long
+  c.add(0, {late}, kNow);
+  c.add(1, {}, kNow);
+  c.add(2, {allreduce("late", {2, 3})}, kNow);
+  auto stalls = c.takeUndiagnosed(kNow, 2.0, 4);
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_NEAR(stalls[0].waited_s, 2.5, 1e-6);
+  EXPECT_EQ(stalls[0].missing_ranks, std::vector<int>{1});
+  ASSERT_EQ(stalls[0].tensors.size(), 1u);
+  EXPECT_EQ(stalls[0].tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(c.takeUndiagnosed(kNow + std::chrono::seconds(5), 2.0, 4).empty());
+  EXPECT_EQ(c.stalls(kNow, 2.0).size(), 1u);  // the stall warning still sees it
+}
+
+TEST(EngineNegotiation, StallReportNamesTheMissingRankItsHostAndTheCallSite) {
+  StallNotice n;
+  n.op = OpType::kAllreduce;
+  n.name = "grad.w";
+  n.tensors = "[4] float32";
+  n.missing = {1};
+  n.hosts = {"node-b"};
+  n.waited_s = 2.3;
+  auto back = std::vector<StallNotice>{};
+  decodeResponses(encodeResponses({}, {n}), &back);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].hosts, n.hosts);
+  const std::string waiter = StallReport::format(back[0], 0, 2.0, "train.py:42");
+  EXPECT_NE(waiter.find("ALLREDUCE 'grad.w' [4] float32 has waited 2.3 s for rank 1 (host "
+                        "node-b), which has not submitted it"),
+            std::string::npos)
+      << waiter;
+  EXPECT_NE(waiter.find("Rank 0 waits for it at train.py:42"), std::string::npos) << waiter;
+  const std::string culprit = StallReport::format(back[0], 1, 2.0, "");
+  EXPECT_NE(culprit.find("This rank (1) is one of them"), std::string::npos) << culprit;
 }
 
 TEST(EngineWire, RoundTrip) {

@@ -103,6 +103,8 @@ double expected(ReduceOp op, int n, int k, size_t i, double pre, double post) {
       case ReduceOp::kProduct:
         acc *= v;
         break;
+      case ReduceOp::kAdasum:
+        throw std::runtime_error("Adasum is never posted");
     }
   }
   if (op == ReduceOp::kAverage) acc /= n;

@@ -229,6 +229,26 @@ TEST(KernelsScale, EveryTypeInPlaceAndCopy) {
   EXPECT_EQ(big, 127) << "integers saturate";
 }
 
+TEST(KernelsScale, GpuFactorRoundsToFloat16OnlyForFloat16) {
+  // 1/3 is not a float16: on a GPU a float16 tensor is scaled by the nearest float16,
+  // 0.333251953125, in float16 arithmetic (Horovod's CUDA kernel), which differs from
+  // scaling in float32 by 1/3 for 5.0: 1.666015625 against 1.6669921875.
+  EXPECT_EQ(gpuScaleFactor(DataType::kFloat16, 1.0 / 3), 0.333251953125);
+  EXPECT_EQ(gpuScaleFactor(DataType::kFloat16, 0.5), 0.5);
+  for (DataType t : {DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                     DataType::kInt64, DataType::kUInt8})
+    EXPECT_EQ(gpuScaleFactor(t, 1.0 / 3), 1.0 / 3) << dataTypeName(t);
+  uint16_t x = floatToHalf(5.0f);
+  scale(&x, 1, DataType::kFloat16, gpuScaleFactor(DataType::kFloat16, 1.0 / 3));
+  EXPECT_EQ(halfToFloat(x), 1.666015625f);
+  x = floatToHalf(5.0f);
+  scale(&x, 1, DataType::kFloat16, 1.0 / 3);
+  EXPECT_EQ(halfToFloat(x), 1.6669921875f) << "float16 on the CPU is scaled in float32";
+  int32_t i = -7;
+  scale(&i, 1, DataType::kInt32, 1.0 / 3);
+  EXPECT_EQ(i, -2) << "integers: float64, truncated toward zero";
+}
+
 TEST(KernelsNonFinite, DetectsNaNAndInfOnlyInFloatTypes) {
   for (DataType t :
        {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {

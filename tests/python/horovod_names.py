@@ -30,20 +30,23 @@ allgather grouped_allgather broadcast broadcast_ alltoall reducescatter grouped_
 DistributedOptimizer DistributedTrainer broadcast_parameters
 """.split()
 
-# horovodrun flag -> an example value (None: a switch). Spellings as launch.py has them.
+# horovodrun flag -> an example value (None: a switch). Every spelling of horovodrun 0.28.1's
+# option table (horovod/runner/launch.py, parse_args), and only those.
 HOROVODRUN_FLAGS = {
-    "-np": "1", "--num-proc": "1", "-cb": None, "--check-build": None, "--version": None,
+    "-np": "1", "--num-proc": "1", "-cb": None, "--check-build": None, "-v": None,
+    "--version": None,
     "-p": "22", "--ssh-port": "22", "-i": "/dev/null", "--ssh-identity-file": "/dev/null",
     "--disable-cache": None, "--start-timeout": "30", "--network-interface": "lo",
     "--network-interfaces": "lo", "--output-filename": "out", "--verbose": None,
     "--config-file": None, "--fusion-threshold-mb": "32", "--cycle-time-ms": "5",
     "--cache-capacity": "1024", "--hierarchical-allreduce": None,
     "--no-hierarchical-allreduce": None, "--hierarchical-allgather": None,
-    "--no-hierarchical-allgather": None, "--torus-allreduce": None, "--no-torus-allreduce": None,
+    "--no-hierarchical-allgather": None,
     "--autotune": None, "--no-autotune": None, "--autotune-log-file": "a.csv",
     "--autotune-warmup-samples": "3", "--autotune-steps-per-sample": "10",
     "--autotune-bayes-opt-max-samples": "20", "--autotune-gaussian-process-noise": "0.8",
-    "--min-np": "1", "--max-np": "2", "--slots-per-host": "1", "--elastic-timeout": "600",
+    "--min-np": "1", "--min-num-proc": "1", "--max-np": "2", "--max-num-proc": "2",
+    "--slots-per-host": "1", "--elastic-timeout": "600",
     "--reset-limit": "1", "--blacklist-cooldown-range": "1 2", "--host-discovery-script": "d.sh",
     "--timeline-filename": "t.json", "--timeline-mark-cycles": None,
     "--no-timeline-mark-cycles": None, "--no-stall-check": None, "--stall-check": None,
@@ -52,7 +55,8 @@ HOROVODRUN_FLAGS = {
     "--tcp": None, "--binding-args": "-bind-to none", "--num-nccl-streams": "1",
     "--thread-affinity": "0", "--gloo-timeout-seconds": "30", "--log-level": "WARNING",
     "--log-with-timestamp": None, "--log-without-timestamp": None, "-prefix-timestamp": None,
-    "--prefix-timestamp": None, "--log-hide-timestamp": None, "--no-log-hide-timestamp": None,
+    "--prefix-output-with-timestamp": None, "--log-hide-timestamp": None,
+    "--no-log-hide-timestamp": None,
     "-H": "localhost:1", "--hosts": "localhost:1", "-hostfile": "h.txt", "--hostfile": "h.txt",
     "--gloo": None, "--mpi": None, "--jsrun": None,
 }

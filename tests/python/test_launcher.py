@@ -61,6 +61,32 @@ def test_rank_killed_by_signal():
     assert "rank 0 on host localhost was killed by signal 9 (SIGKILL)" in r.stderr
 
 
+def test_rank_that_left_early_is_named():
+    """Rank 1 leaves (exit 0, shutdown at exit) while rank 0 still runs a collective: rank 0's
+    error and perseusrun's summary both name rank 1 and its host."""
+    code = ("import os,sys,time\nimport numpy as np\nimport perseus.common as c\n"
+            "c.init()\nif c.rank() == 1:\n    sys.exit(0)\ntime.sleep(0.5)\n"
+            "try:\n    c.core().allreduce('g', np.ones(3, np.float32)).wait()\n"
+            "except Exception as e:\n    print('ERR', e, file=sys.stderr); sys.exit(1)")
+    r = perseusrun(["-np", 2, PY, "-c", code])
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"\[0\]<stderr>:ERR .*shut down: rank 1 on host localhost called shutdown",
+                     r.stderr), r.stderr
+    assert "rank 1 on host localhost had left the job before: it exited with code 0" in r.stderr
+
+
+def test_rank_that_raised_is_named_not_the_survivor():
+    """Rank 1 raises (and shuts down at exit) while rank 0 waits in a collective: both exit 1,
+    and perseusrun's summary names rank 1, the cause, not rank 0."""
+    code = ("import sys\nimport numpy as np\nimport perseus.common as c\nc.init()\n"
+            "if c.rank() == 1:\n    raise RuntimeError('bad batch')\n"
+            "c.core().allreduce('g', np.ones(3, np.float32)).wait()")
+    r = perseusrun(["-np", 2, PY, "-c", code])
+    assert r.returncode == 1, r.stderr
+    assert "rank 1 on host localhost exited with code 1" in r.stderr, r.stderr
+    assert "bad batch" in r.stderr.split("last lines of its stderr")[1]
+
+
 def test_success_exit_code_and_output_files(tmp_path):
     logs = tmp_path / "logs"
     r = perseusrun(["-np", 2, "--output-filename", logs, PY, "-c",
@@ -84,18 +110,17 @@ def _alive(pid):
         return False
 
 
-def test_ctrl_c_stops_everything(tmp_path):
-    """SIGINT to perseusrun: every rank and its children die, the exit code is 130, and no
-    /dev/shm/perseus-* segment is left."""
+def _start_silent_job(tmp_path, init=True):
+    """perseusrun -np 2 whose ranks each start a child and then sleep without a word; returns
+    perseusrun's Popen and the folder where each rank writes 'its pid, its child's pid'."""
     pids = tmp_path / "pids"
     pids.mkdir()
     code = ("import os,subprocess,sys,time\n"
-            "import perseus.common as c; c.init()\n"
+            + ("import perseus.common as c; c.init()\n" if init else "") +
             "child = subprocess.Popen(['sleep', '100'])\n"
             "open(os.path.join(sys.argv[1], os.environ['PERSEUS_RANK']), 'w')"
             ".write('%d %d' % (os.getpid(), child.pid))\n"
             "time.sleep(100)")
-    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")}
     proc = subprocess.Popen([PY, "-m", "perseus.runner", "-np", "2", PY, "-c", code, str(pids)],
                             env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -104,14 +129,56 @@ def test_ctrl_c_stops_everything(tmp_path):
         time.sleep(0.1)
     assert len(os.listdir(pids)) == 2, proc.communicate(timeout=5)
     time.sleep(0.3)
+    return proc, pids
+
+
+def _job_pids(pids):
+    return [int(p) for f in os.listdir(pids) for p in (pids / f).read_text().split()]
+
+
+def _survivors(pids, within_s):
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [p for p in _job_pids(pids) if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    """SIGINT to perseusrun: every rank and its children die, the exit code is 130, and no
+    /dev/shm/perseus-* segment is left."""
+    shm_before = {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")}
+    proc, pids = _start_silent_job(tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "received SIGINT" in err
-    all_pids = [int(p) for f in os.listdir(pids) for p in (pids / f).read_text().split()]
-    time.sleep(0.2)
-    assert not [p for p in all_pids if _alive(p)]
+    assert not _survivors(pids, 0.2)
     assert {n for n in os.listdir("/dev/shm") if n.startswith("perseus-")} <= shm_before
+
+
+def test_hangup_stops_everything(tmp_path):
+    """A closed terminal or ssh session (SIGHUP) stops the job as SIGTERM does, and says so."""
+    proc, pids = _start_silent_job(tmp_path, init=False)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "received SIGHUP; stopping all ranks" in err
+    assert not _survivors(pids, 0.2)
+
+
+def test_killed_launcher_leaves_no_rank(tmp_path):
+    """SIGKILL gives perseusrun no chance to clean up: its guard process (runner/guard.py) ends
+    the silent ranks and their children within a few seconds, and says why."""
+    proc, pids = _start_silent_job(tmp_path)
+    proc.kill()
+    left = _survivors(pids, 8.0)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=10)
+    assert not left, "ranks outlived a SIGKILLed perseusrun: %s" % left
+    assert "the launcher died; stopping its 2 local process groups" in err
 
 
 def test_cleanup_removes_this_jobs_segments_only():
@@ -144,12 +211,28 @@ def test_bad_arguments():
     assert r.returncode == 2 and "more processes than the 2 slots" in r.stderr
     r = perseusrun(["-np", 2])
     assert r.returncode == 2 and "no command" in r.stderr
+    r = perseusrun(["-np", 2, "--no-such-flag", PY])
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["perseusrun: error: unrecognized arguments: --no-such-flag",
+                                     "hint: 'perseusrun --help' lists the options"], r.stderr
+    r = perseusrun(["-np", 2, "-H", "localhost:1", PY, "-c", "pass"])
+    assert "more processes than the 1 slot of the hosts" in r.stderr
+
+
+def test_blacklist_lists_host_and_slot():
+    from perseus.runner.discovery import Blacklist
+    b = Blacklist(None)
+    b.add(("node7", 1))
+    b.add("node8")
+    assert b.listed() == ["node7:1", "node8"]
 
 
 def test_check_build_and_params():
     r = perseusrun(["--check-build"])
     assert r.returncode == 0, r.stderr
     assert "Available Frameworks" in r.stdout and re.search(r"\[X\] PyTorch", r.stdout)
+    r = perseusrun(["-v"])  # horovodrun's short --version
+    assert r.returncode == 0 and r.stdout.startswith("perseusrun "), r.stderr
     r = perseusrun(["--params"])
     assert r.returncode == 0, r.stderr
     assert "PERSEUS_FUSION_THRESHOLD=" in r.stdout and "PERSEUS_TIMEOUT=" in r.stdout

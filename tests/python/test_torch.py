@@ -48,3 +48,33 @@ def test_engine_stats_show_posted_allreduces():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
 def test_join_with_cuda_tensors():
     assert run_worker(2, "torch_cuda_join.py").stdout.count("PASS check_") == 2 * 3
+
+
+def test_scaling_gives_horovods_bits_on_cpu():
+    assert run_worker(2, "torch_scaling.py", "cpu").stdout.count("PASS check_") == 2 * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+@pytest.mark.parametrize("np", [1, 2])
+def test_scaling_gives_horovods_bits_on_cuda(np):
+    assert run_worker(np, "torch_scaling.py", "cuda").stdout.count("PASS check_") == np * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+def test_alltoall_received_splits_stay_on_the_gpu():
+    assert run_worker(2, "torch_cuda_alltoall.py").stdout.count("PASS check_") == 2
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_adasum_matches_horovods_formula(np):
+    assert run_worker(np, "torch_adasum.py").stdout.count("PASS check_") == np * 4
+
+
+def test_adasum_refuses_a_rank_count_that_is_not_a_power_of_two():
+    assert run_worker(3, "torch_adasum.py", "refuse").stdout.count("PASS check_") == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+@pytest.mark.parametrize("np", [1, 2])
+def test_adasum_on_cuda_tensors(np):
+    assert run_worker(np, "torch_adasum.py", "cuda").stdout.count("PASS check_") == np

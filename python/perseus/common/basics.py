@@ -3,6 +3,7 @@
 Thread safety: init/shutdown from one thread (as in Horovod); the getters from any."""
 
 import atexit
+import os
 import threading
 
 from perseus.common.exceptions import NotInitializedError
@@ -11,6 +12,9 @@ _lock = threading.Lock()
 _topology = None
 _atexit_registered = False
 _NOT_INITIALIZED = "Perseus has not been initialized; use hvd.init()."
+_SHUT_DOWN = ("Perseus has been shut down (hvd.shutdown()); call hvd.init() again to rejoin "
+              "the job.")
+_was_shut_down = False
 
 
 _core_module = None
@@ -30,7 +34,7 @@ def init(comm=None, process_sets=None):
     """Rendezvous with every rank (started by perseusrun or mpirun) and start the engine.
     Idempotent. comm: None, or the list of all ranks (sub-communicators are process sets in
     Perseus). process_sets: ProcessSet objects to register now, or "dynamic" (always on)."""
-    global _topology, _atexit_registered
+    global _topology, _atexit_registered, _was_shut_down
     from perseus.common import horovod_env
     c = core()
     ignored = horovod_env.apply_before_init()
@@ -42,6 +46,7 @@ def init(comm=None, process_sets=None):
         c.init()
     with _lock:
         _topology = c.topology()
+        _was_shut_down = False
     if first:
         horovod_env.report(ignored, _params().keys(), _topology["rank"])
     with _lock:
@@ -64,8 +69,9 @@ def _at_exit():
 
 def shutdown():
     """Stops the engine; pending operations fail with ShutDownError. Safe to call twice."""
-    global _topology
+    global _topology, _was_shut_down
     with _lock:
+        _was_shut_down = _was_shut_down or _topology is not None
         _topology = None
     try:
         c = core()
@@ -89,7 +95,7 @@ def topology():
     with _lock:
         t = _topology
     if t is None:
-        raise NotInitializedError(_NOT_INITIALIZED)
+        raise NotInitializedError(_SHUT_DOWN if _was_shut_down else _NOT_INITIALIZED)
     return t
 
 
@@ -165,12 +171,22 @@ def mpi_built():
 
 
 def mpi_enabled():
-    """As Horovod: whether MPI is in use in this job, that is, Perseus was initialised with the
-    MPI data plane (PERSEUS_CPU_OPERATIONS=mpi, or HOROVOD_CPU_OPERATIONS=MPI). Ranks started
-    by mpirun still use Perseus's own TCP and shared-memory planes unless asked."""
+    """As Horovod: whether MPI is in use in this job. Horovod's MPI controller runs wherever an
+    MPI launcher started the ranks (mpirun, mpiexec, horovodrun's MPI mode), so: ranks started
+    by Open MPI's mpirun (perseusrun --mpi too) or by Hydra's mpiexec (MPICH, Intel MPI), or a
+    job on the MPI data plane (PERSEUS_CPU_OPERATIONS=mpi, HOROVOD_CPU_OPERATIONS=MPI). False
+    before init() and where libperseus was built without MPI."""
     if not (is_initialized() and mpi_built()):
         return False
-    return _params().get("PERSEUS_CPU_OPERATIONS", "").lower() == "mpi"
+    if _params().get("PERSEUS_CPU_OPERATIONS", "").lower() == "mpi":
+        return True
+    return _started_by_mpi_launcher(os.environ)
+
+
+def _started_by_mpi_launcher(env):
+    """Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; Hydra sets PMI_SIZE with MPI_LOCALNRANKS
+    (srun's PMI sets PMI_SIZE alone)."""
+    return "OMPI_COMM_WORLD_SIZE" in env or ("PMI_SIZE" in env and "MPI_LOCALNRANKS" in env)
 
 
 def mpi_threads_supported():

@@ -2,13 +2,13 @@
 
 import warnings
 
-from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
+from perseus.common.exceptions import InvalidArgumentError
 
 # Horovod's public values (horovod/common/basics.py): user code may compare or store them.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 
 # perseus_reduce_op in include/perseus/c_api.h.
-_TO_CORE = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+_TO_CORE = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4, Adasum: 5}
 _NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
           Product: "Product"}
 
@@ -19,14 +19,22 @@ def reduce_op_name(op):
 
 def to_core_op(op):
     """The perseus_reduce_op for a Horovod op constant."""
-    if op == Adasum:
-        raise UnsupportedError("op=Adasum is not supported by Perseus; use op=Average or op=Sum "
-                               "(Adasum's scale-invariant sum has no Perseus implementation)")
     try:
         return _TO_CORE[op]
     except (KeyError, TypeError):
-        raise InvalidArgumentError("unknown reduce op %r; use Average, Sum, Min, Max or Product"
-                                   % (op,))
+        raise InvalidArgumentError("unknown reduce op %r; use Average, Sum, Adasum, Min, Max or "
+                                   "Product" % (op,))
+
+
+def check_adasum(op, process_set_id):
+    """Horovod's refusal, with its type and text, of an Adasum allreduce over a number of ranks
+    that is not a power of two (Adasum combines ranks in pairs over log2(size) levels)."""
+    if op != Adasum:
+        return
+    from perseus.common.basics import core
+    n = core().process_set_info(process_set_id)[1]
+    if n & (n - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
 
 
 def resolve_op(op, average, default=Average):

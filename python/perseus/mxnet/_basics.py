@@ -10,6 +10,7 @@ from perseus.common.basics import (  # noqa: F401
     gloo_enabled,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+from perseus.common.exceptions import UnsupportedError
 from perseus.common.names import op_name  # noqa: F401
 from perseus.common.ops import Adasum, Average, Max, Min, Product, Sum, resolve_op  # noqa: F401
 from perseus.common.process_sets import (  # noqa: F401
@@ -19,7 +20,11 @@ _core = _b.core
 
 
 def core_op(op):
-    """perseus_reduce_op of a Horovod reduce-op constant (Adasum: UnsupportedError)."""
+    """perseus_reduce_op of a Horovod reduce-op constant. Adasum is refused, as in Horovod's
+    MXNet layer (perseus.torch has it)."""
+    if op == Adasum:
+        raise UnsupportedError("op=Adasum is not supported by horovod.mxnet nor perseus.mxnet; "
+                               "use op=Average or op=Sum (perseus.torch has Adasum)")
     return _ops.to_core_op(op)
 
 

@@ -221,16 +221,28 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     return [_to_ndarray(h, i, t) for i, t in enumerate(tensors)]
 
 
+def _split_list(splits, name):
+    """alltoall's splits as ints. As Horovod, an array must hold 32-bit integers (a float32
+    NDArray is a ValueError, not silently truncated), a list Python integers."""
+    if isinstance(splits, mx.nd.NDArray):
+        splits = splits.asnumpy()
+    if isinstance(splits, np.ndarray):
+        if splits.dtype != np.int32:
+            raise ValueError("alltoall %r: splits must be int32, got %s; use "
+                             "splits.astype('int32')" % (name, splits.dtype))
+        return [int(s) for s in splits.reshape(-1)]
+    values = list(splits)
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in values):
+        raise ValueError("alltoall %r: splits must be integers, got %r" % (name, values))
+    return [int(s) for s in values]
+
+
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
     """Sends splits[i] rows of dim 0 to rank i. Returns the output, or (output, received_splits)
     when `splits` is given. Blocks."""
     _check_tensor(tensor, "alltoall")
     name = _name("alltoall", name, process_set)
-    split_list = None
-    if splits is not None:
-        if isinstance(splits, mx.nd.NDArray):
-            splits = splits.asnumpy()
-        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+    split_list = None if splits is None else _split_list(splits, name)
     h = _submit_blocking(lambda caps: _core().alltoall(
         name, caps[0], split_list, _basics.process_set_id(process_set)), [tensor])
     _wait(h, "alltoall %r" % name)

@@ -27,8 +27,17 @@ the others are stopped (SIGTERM, then SIGKILL) and perseusrun exits with the fai
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is the error and one hint line (as git prints them), not the usage block
+    of every option above it."""
+
+    def error(self, message):
+        self.exit(2, "%s: error: %s\nhint: 'perseusrun --help' lists the options\n"
+                  % (self.prog, message))
+
+
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="perseusrun", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Launch a Perseus (Horovod-compatible) distributed job.")
     p.add_argument("-np", "--num-proc", "--np", type=int, dest="np",
@@ -89,7 +98,7 @@ def build_parser():
     t.add_argument("--stall-check-shutdown-time-seconds", type=float,
                    help="PERSEUS_STALL_SHUTDOWN.")
     horovod_flags.add_arguments(p)
-    p.add_argument("--version", action="version",
+    p.add_argument("-v", "--version", action="version",
                    version="perseusrun %s (Horovod 0.28 API)" % _version())
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="The program and its arguments (a leading '--' is allowed).")

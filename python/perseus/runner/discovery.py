@@ -5,14 +5,16 @@ import random
 import subprocess
 import time
 
+from perseus.runner.wording import entry
+
 # A discovery script that takes longer than this is treated as having failed this round.
 SCRIPT_TIMEOUT_S = 10.0
 
 
 class ScriptDiscovery:
     """Runs --host-discovery-script; each line of its output is 'host:slots' or a bare 'host'
-    (which gets --slots-per-host slots), as horovodrun's. Blank lines and '#' comments are
-    skipped."""
+    (which gets --slots-per-host slots), as horovodrun's, or 'host slots=N' as in a hostfile.
+    Blank lines and '#' comments are skipped."""
 
     def __init__(self, script, default_slots):
         self.script = script
@@ -56,7 +58,14 @@ def parse_discovery_output(text, default_slots):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        host, sep, slots = line.rpartition(":")
+        fields = line.split()
+        if len(fields) == 2 and fields[1].startswith("slots="):  # hostfile syntax
+            host, sep, slots = fields[0], "=", fields[1][len("slots="):]
+        elif len(fields) > 1:
+            raise RuntimeError("host discovery output line '%s' is not 'host:slots', "
+                               "'host slots=N' or 'host'" % line)
+        else:
+            host, sep, slots = line.rpartition(":")
         if not sep:
             host, slots = line, str(default_slots)
         try:
@@ -96,4 +105,4 @@ class Blacklist:
         return end is not None and time.monotonic() < end
 
     def listed(self):
-        return sorted(str(k) for k in self.until if self.contains(k))
+        return sorted(entry(k) for k in self.until if self.contains(k))

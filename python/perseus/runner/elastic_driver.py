@@ -26,6 +26,7 @@ from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist
 from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
 from perseus.runner.remote import env_block, ssh_argv
+from perseus.runner.wording import Throttle, count
 
 DISCOVERY_INTERVAL_S = 1.0
 LOOP_INTERVAL_S = 0.05
@@ -74,8 +75,9 @@ def place(members):
 
 
 class ElasticDriver:
-    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s):
+    def __init__(self, args, discovery, store, base_env, sink, start_timeout_s, guard=None):
         self.args = args
+        self.guard = guard
         self.discovery = discovery
         self.store = store
         self.base_env = base_env
@@ -95,10 +97,12 @@ class ElasticDriver:
         self.resets = 0
         self.published_at = 0.0
         self.hosts = {}
+        self.hosts_unresolved = set()  # listed by discovery, but their names do not resolve
         self.next_discovery = 0.0
         self.waiting_since = None
         self.finishing_since = None
         self.dirty = False  # the current membership lost a member or saw a failure
+        self._discovery_warning = Throttle(_log)  # a failing script would log every second
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self, now):
@@ -106,9 +110,17 @@ class ElasticDriver:
             return
         self.next_discovery = now + DISCOVERY_INTERVAL_S
         try:
-            self.hosts = self.discovery.find()
+            hosts = self.discovery.find()
         except RuntimeError as e:
-            _log("%s; keeping the last host list" % e)
+            self._discovery_warning("%s; keeping the last host list" % e)
+            return
+        bad = hostmod.unresolvable(hosts)
+        for host, why in bad.items():
+            if host not in self.hosts_unresolved:
+                _log("host %s does not resolve (%s): leaving it out while it does not"
+                     % (host, why))
+        self.hosts_unresolved = set(bad)
+        self.hosts = {h: n for h, n in hosts.items() if h not in bad}
 
     def _free_slots(self):
         """(host, slot) pairs that discovery offers and no live worker holds, in order."""
@@ -132,14 +144,15 @@ class ElasticDriver:
         # the old one's place in a membership published before it started.
         env.update({"PERSEUS_ELASTIC_WORKER_ID": wid, keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
         if hostmod.is_local(host):
-            proc = LaunchedProcess(self.args.command, env, index, host, self.sink)
+            proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
+                                   guard=self.guard)
         else:
             remote = envmod.forwardable(env)
             remote["PERSEUS_SECRET"] = env["PERSEUS_SECRET"]
             argv = ssh_argv(host, self.args.command, self.args.ssh_port,
                             self.args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, index, host, self.sink,
-                                   stdin_data=env_block(remote))
+                                   stdin_data=env_block(remote), guard=self.guard)
         w = Worker(wid, host, slot, index, proc)
         self.workers.append(w)
         if self.args.verbose:
@@ -195,8 +208,8 @@ class ElasticDriver:
         self.published_at = time.monotonic()
         self.dirty = False
         self.waiting_since = None
-        _log("epoch %d: %d workers (%s)" % (epoch, len(members),
-                                            ", ".join(w.wid for w in members)))
+        _log("epoch %d: %s (%s)" % (epoch, count(len(members), "worker"),
+                                    ", ".join(w.wid for w in members)))
 
     def _next_membership(self, now):
         """Publishes the next membership if one is due; raises ElasticError at a limit."""
@@ -215,15 +228,17 @@ class ElasticDriver:
                 self.waiting_since = now
                 if self.epoch:
                     self.store.set(keys.abort(self.epoch), b"1")
-                _log("%d workers available, --min-np is %d: waiting up to %.0f s "
+                _log("%s available, --min-np is %d: waiting up to %.0f s "
                      "(--elastic-timeout) for more from %s"
-                     % (len(survivors) + len(free), self.min_np, self.elastic_timeout,
+                     % (count(len(survivors) + len(free), "worker"), self.min_np,
+                        self.elastic_timeout,
                         self.discovery.describe()))
             if now - self.waiting_since > self.elastic_timeout:
                 raise ElasticError(
-                    "timed out after %.0f s (--elastic-timeout) waiting for at least %d workers "
+                    "timed out after %.0f s (--elastic-timeout) waiting for at least %s "
                     "(--min-np) from %s; %d available%s" % (
-                        self.elastic_timeout, self.min_np, self.discovery.describe(),
+                        self.elastic_timeout, count(self.min_np, "worker"),
+                        self.discovery.describe(),
                         len(survivors) + len(free), self._blacklist_note()))
             return
         if self.epoch and self.reset_limit is not None and self.resets >= self.reset_limit:

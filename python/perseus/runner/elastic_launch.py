@@ -10,6 +10,7 @@ from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import FixedDiscovery, ScriptDiscovery
 from perseus.runner.elastic_driver import ElasticDriver, ElasticError, _log
+from perseus.runner.guard import Guard
 from perseus.runner.process import OutputSink
 
 
@@ -30,13 +31,14 @@ def _controller_address(discovery, args):
         hosts = list(discovery.find())
     except RuntimeError:
         hosts = []
-    remote = [h for h in hosts if not hostmod.is_local(h)]
+    bad = hostmod.unresolvable(hosts)
+    remote = [h for h in hosts if not hostmod.is_local(h) and h not in bad]
     if not remote:
         return "127.0.0.1", "127.0.0.1"
     return "0.0.0.0", hostmod.address_reaching(remote[0])
 
 
-def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type):
+def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type, stop_signals):
     from perseus import _core
     discovery = _discovery(args)
     bind, address = _controller_address(discovery, args)
@@ -57,9 +59,10 @@ def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type)
                      "PERSEUS_ELASTIC_JOB_ID": job_id})
     start_timeout = float(args.start_timeout or os.environ.get("PERSEUS_START_TIMEOUT") or 60)
     sink = OutputSink(args.output_filename)
-    driver = ElasticDriver(args, discovery, store, base_env, sink, start_timeout)
+    guard = Guard()
+    driver = ElasticDriver(args, discovery, store, base_env, sink, start_timeout, guard)
     base_env["PERSEUS_ELASTIC_TIMEOUT"] = str(driver.elastic_timeout)
-    previous = {s: signal.signal(s, raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, raise_interrupt) for s in stop_signals}
     try:
         status = driver.run()
     except ElasticError as e:
@@ -74,6 +77,7 @@ def run_elastic(args, start_store, shm_names, raise_interrupt, interrupted_type)
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
         driver.stop()
+        guard.close()
         sink.close()
         store.close()
         server.stop()

@@ -12,7 +12,8 @@ _SKIP_PREFIXES = ("BASH_FUNC_",)
 _SKIP_SUFFIXES = ("CUDA_VISIBLE_DEVICES",)
 _TOPOLOGY_KEYS = tuple(p + k for p in ("PERSEUS_", "HOROVOD_")
                        for k in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK",
-                                 "CROSS_SIZE", "HOSTNAME")) + ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+                                 "CROSS_SIZE", "HOSTNAME")) + ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                           "LOCAL_WORLD_SIZE")
 
 
 def forwardable(environ):
@@ -49,6 +50,7 @@ def tuning_env(args):
         env["PERSEUS_TIMELINE_MARK_CYCLES"] = "1" if args.timeline_mark_cycles else "0"
     if args.stall_check is False and args.stall_check_warning_time_seconds is None:
         env["PERSEUS_STALL_WARNING"] = "1e9"  # no stall warnings
+        env["PERSEUS_STALL_DIAGNOSIS"] = "0"  # nor the early diagnosis
     if args.tcp:
         env["PERSEUS_CPU_OPERATIONS"] = "tcp"
     return env
@@ -83,5 +85,24 @@ def rank_env(slot):
                     prefix + "CROSS_RANK": str(slot.cross_rank),
                     prefix + "CROSS_SIZE": str(slot.cross_size), prefix + "HOSTNAME": slot.host})
     env.update({"RANK": str(slot.rank), "WORLD_SIZE": str(slot.size),
-                "LOCAL_RANK": str(slot.local_rank)})
+                "LOCAL_RANK": str(slot.local_rank), "LOCAL_WORLD_SIZE": str(slot.local_size)})
     return env
+
+
+def torch_env(rank0_host, rank0_is_local, environ):
+    """MASTER_ADDR/MASTER_PORT for torch.distributed's env:// rendezvous (rank 0 hosts torch's
+    store there), unless the caller set them: rank 0's host, and a port free on it when it is
+    this host (torch's default 29500 otherwise). Inside a rank of another job (a nested
+    perseusrun) the values it inherited are that job's, not the caller's."""
+    if "PERSEUS_RANK" in environ:
+        environ = {}
+    addr = environ.get("MASTER_ADDR") or rank0_host
+    port = environ.get("MASTER_PORT")
+    if not port:
+        port = "29500"
+        if rank0_is_local:
+            import socket
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = str(s.getsockname()[1])
+    return {"MASTER_ADDR": addr, "MASTER_PORT": port}

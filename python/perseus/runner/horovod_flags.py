@@ -54,14 +54,14 @@ def add_arguments(p):
                     action="store_const", const=False, help="No effect.")
     h.add_argument("--no-log-hide-timestamp", dest="log_timestamp", action="store_const",
                    const=True, help="No effect.")
-    h.add_argument("-prefix-timestamp", "--prefix-timestamp", dest="prefix_timestamp",
-                   action="store_true", default=None, help="No effect.")
+    h.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
+                   dest="prefix_timestamp", action="store_true", default=None, help="No effect.")
     # Elastic mode (runner/elastic_driver.py, docs/elastic.md).
     e = p.add_argument_group("elastic mode (horovodrun's flags; docs/elastic.md)")
-    e.add_argument("--min-np", type=int,
+    e.add_argument("--min-np", "--min-num-proc", type=int,
                    help="Fewest workers the job runs with; below it perseusrun waits up to "
                         "--elastic-timeout for hosts (default: -np).")
-    e.add_argument("--max-np", type=int,
+    e.add_argument("--max-np", "--max-num-proc", type=int,
                    help="Most workers the job grows to (default: no limit).")
     e.add_argument("--slots-per-host", type=int,
                    help="Slots of a host that the discovery script prints without ':slots' "
@@ -101,8 +101,8 @@ _NO_EFFECT = {
     "disable_cache": ("--disable-cache", "perseusrun caches no host checks"),
     "log_timestamp": ("--log-with/without-timestamp", "the core's log lines carry no "
                                                       "timestamp"),
-    "prefix_timestamp": ("-prefix-timestamp", "rank output is prefixed with [rank]<stream> "
-                                              "only"),
+    "prefix_timestamp": ("--prefix-output-with-timestamp", "rank output is prefixed with "
+                                                           "[rank]<stream> only"),
 }
 
 _ELASTIC = ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit",

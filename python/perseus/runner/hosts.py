@@ -5,6 +5,8 @@ import fcntl
 import socket
 import struct
 
+from perseus.runner.wording import count
+
 HostSlots = collections.namedtuple("HostSlots", "host slots")
 
 
@@ -70,8 +72,8 @@ def assign_slots(hosts, num_proc):
     cross_rank is the host's index among the hosts that have this local_rank."""
     total = sum(h.slots for h in hosts)
     if num_proc > total:
-        raise ValueError("-np %d asks for more processes than the %d slots of the hosts (%s)"
-                         % (num_proc, total, ",".join("%s:%d" % h for h in hosts)))
+        raise ValueError("-np %d asks for more processes than the %s of the hosts (%s)"
+                         % (num_proc, count(total, "slot"), ",".join("%s:%d" % h for h in hosts)))
     placed = []  # (host, local_rank) per rank
     for h in hosts:
         for local_rank in range(h.slots):
@@ -139,8 +141,30 @@ def is_local(host, _cache={}):
     return local
 
 
+def unresolvable(hosts):
+    """{host: why} for the hosts whose names do not resolve (a typo, a DNS entry not there yet)."""
+    bad = {}
+    for host in hosts:
+        if is_local(host):
+            continue
+        try:
+            socket.gethostbyname(host)
+        except OSError as e:
+            bad[host] = e.strerror or str(e)
+    return bad
+
+
+def check_resolvable(hosts):
+    """Raises ValueError naming every host that does not resolve."""
+    bad = unresolvable(hosts)
+    if bad:
+        raise ValueError("cannot resolve %s; check the names in -H/--hostfile (or give "
+                         "addresses)" % ", ".join("host %s (%s)" % kv for kv in bad.items()))
+
+
 def address_reaching(host):
     """This machine's address on the route to `host` (no packet is sent)."""
+    check_resolvable([host])
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         sock.connect((socket.gethostbyname(host), 9))

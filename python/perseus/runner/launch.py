@@ -10,6 +10,7 @@ from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner import info
 from perseus.runner.args import parse_args
+from perseus.runner.guard import Guard
 from perseus.runner.process import (LaunchedProcess, OutputSink, describe_exit, exit_status,
                                     killed_by_signal)
 from perseus.runner.remote import env_block, mpirun_argv, ssh_argv
@@ -18,11 +19,18 @@ from perseus.runner.remote import env_block, mpirun_argv, ssh_argv
 KILL_GRACE_S = 3.0
 # How long a first failure waits for the exits that may explain it (see Job._root_cause).
 FAILURE_SETTLE_S = 1.0
+# What a rank's ShutDownError says when another rank shut the job down (src/engine/cycle.cc).
+_PEER_SHUT_DOWN = "Perseus was shut down: rank "
 _SHM_DIR = "/dev/shm"
+# Each stops the job: SIGHUP is what a closed terminal or ssh session sends.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _log(msg):
-    print("perseusrun: %s" % msg, file=sys.stderr, flush=True)
+    try:
+        print("perseusrun: %s" % msg, file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr was a terminal that closed (SIGHUP): stopping the job matters more
 
 
 class _Interrupted(Exception):
@@ -48,11 +56,14 @@ class Job:
     """The launched processes and the policy: the first rank to fail (non-zero exit or a
     signal) stops all others, SIGTERM then SIGKILL, and its code becomes perseusrun's."""
 
-    def __init__(self, sink, verbose):
+    def __init__(self, sink, verbose, guard):
         self.sink = sink
         self.verbose = verbose
+        self.guard = guard
         self.procs = []
         self.failed = None
+        self.failed_at = None
+        self.left_early = None  # (process, monotonic time): the first to exit 0 before the rest
 
     def add(self, proc):
         self.procs.append(proc)
@@ -61,7 +72,12 @@ class Job:
         while True:
             codes = [(p, p.poll()) for p in self.procs]
             failed = [(p, code) for p, code in codes if code not in (None, 0)]
+            if self.left_early is None and any(code is None for _, code in codes):
+                done = [p for p, code in codes if code == 0]
+                if done:
+                    self.left_early = (done[0], time.monotonic())
             if failed:
+                self.failed_at = time.monotonic()
                 self.failed = self._root_cause(failed)
                 self.stop()
                 return
@@ -72,7 +88,8 @@ class Job:
     def _root_cause(self, failed):
         """Survivors that saw a peer die exit right after it, sometimes before the dead rank's
         own exit reaches us (a remote rank's comes back through ssh). Wait a moment for the
-        others, then name a rank killed by a signal (locally, or 128+N relayed by ssh) first."""
+        others, then name a rank killed by a signal (locally, or 128+N relayed by ssh) first,
+        and a rank whose error blames another rank's shutdown last."""
         deadline = time.monotonic() + FAILURE_SETTLE_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
@@ -81,7 +98,11 @@ class Job:
             if any(killed_by_signal(code) for _, code in failed):
                 break
         by_signal = [p for p, code in failed if killed_by_signal(code)]
-        return by_signal[0] if by_signal else failed[0][0]
+        if by_signal:
+            return by_signal[0]
+        # A rank whose error says another one shut the job down failed because of it.
+        causes = [p for p, _ in failed if not any(_PEER_SHUT_DOWN in line for _, line in p.tail)]
+        return causes[0] if causes else failed[0][0]
 
     def stop(self, first_signal=signal.SIGTERM):
         alive = [p for p in self.procs if p.poll() is None]
@@ -107,6 +128,11 @@ class Job:
         code = p.poll()
         who = "rank %d on host %s" % (p.rank, p.host) if p.rank is not None else "mpirun"
         _log("%s %s; the other ranks were stopped." % (who, describe_exit(code)))
+        if self.left_early is not None and self.left_early[0].rank is not None:
+            early, when = self.left_early
+            _log("rank %d on host %s had left the job before: it exited with code 0 %.1f s "
+                 "earlier while the others were still running, so their pending collectives "
+                 "could not complete." % (early.rank, early.host, self.failed_at - when))
         if p.tail:
             _log("last lines of its stderr:")
             for rank, line in p.tail:
@@ -141,13 +167,14 @@ def _launch_ranks(job, slots, args, base_env):
         rank_env = dict(base_env)
         rank_env.update(envmod.rank_env(slot))
         if hostmod.is_local(slot.host):
-            proc = LaunchedProcess(args.command, rank_env, slot.rank, slot.host, job.sink)
+            proc = LaunchedProcess(args.command, rank_env, slot.rank, slot.host, job.sink,
+                                   guard=job.guard)
         else:
             env = dict(remote_env)
             env.update(envmod.rank_env(slot))
             argv = ssh_argv(slot.host, args.command, args.ssh_port, args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, slot.rank, slot.host, job.sink,
-                                   stdin_data=env_block(env))
+                                   stdin_data=env_block(env), guard=job.guard)
         if args.verbose:
             _log("rank %d: host %s local_rank %d/%d cross_rank %d/%d pid %d"
                  % (slot.rank, slot.host, slot.local_rank, slot.local_size, slot.cross_rank,
@@ -166,13 +193,14 @@ def _launch_mpi(job, host_list, args, base_env):
                        args.ssh_identity_file, args.mpi_args)
     if args.verbose:
         _log("running: %s" % " ".join(a for a in argv if a != "-x"))
-    job.add(LaunchedProcess(argv, env, None, "mpirun", job.sink))
+    job.add(LaunchedProcess(argv, env, None, "mpirun", job.sink, guard=job.guard))
 
 
 def run(args):
     if args.elastic:
         from perseus.runner.elastic_launch import run_elastic
-        return run_elastic(args, _start_store, _shm_names, _raise_interrupt, _Interrupted)
+        return run_elastic(args, _start_store, _shm_names, _raise_interrupt, _Interrupted,
+                           STOP_SIGNALS)
     allocation = None if args.hostfile or args.hosts else hostmod.slurm_allocation(os.environ)
     if args.hostfile:
         host_list = hostmod.parse_hostfile(args.hostfile)
@@ -198,12 +226,15 @@ def run(args):
                      "PERSEUS_CONTROLLER_PORT": str(server.port),
                      "PERSEUS_SECRET": secret,
                      "PERSEUS_JOB_ID": job_id})
+    rank0_local = hostmod.is_local(slots[0].host)
+    base_env.update(envmod.torch_env(address if rank0_local else slots[0].host, rank0_local,
+                                     os.environ))
     if args.verbose:
         _log("%d ranks on %s; rendezvous store at %s:%d"
              % (args.np, ",".join("%s:%d" % h for h in host_list), address, server.port))
 
-    job = Job(OutputSink(args.output_filename), args.verbose)
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    job = Job(OutputSink(args.output_filename), args.verbose, Guard())
+    previous = {s: signal.signal(s, _raise_interrupt) for s in STOP_SIGNALS}
     try:
         if args.mpi:
             _launch_mpi(job, host_list, args, base_env)
@@ -222,6 +253,7 @@ def run(args):
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
         job.cleanup()
+        job.guard.close()
         job.sink.close()
         server.stop()
         for name in _shm_names(job_id):  # left by ranks killed during start-up

@@ -53,11 +53,12 @@ class LaunchedProcess:
 
     rank: the rank whose prefix the output gets, or None for mpirun, whose --tag-output
     prefixes are rewritten to ours. stdin_data: written to stdin, which then stays open (an
-    ssh session ends its remote command when it closes)."""
+    ssh session ends its remote command when it closes). guard: the launcher guard
+    (runner/guard.py) that ends the child's group if perseusrun dies without cleaning up."""
 
     TAIL_LINES = 20
 
-    def __init__(self, argv, env, rank, host, sink, stdin_data=None):
+    def __init__(self, argv, env, rank, host, sink, stdin_data=None, guard=None):
         self.rank = rank
         self.host = host
         self._sink = sink
@@ -66,6 +67,9 @@ class LaunchedProcess:
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             start_new_session=True)
+        self._guard = guard
+        if guard is not None:
+            guard.watch(self.popen.pid)
         if stdin_data is not None:
             try:
                 self.popen.stdin.write(stdin_data)
@@ -125,7 +129,9 @@ class LaunchedProcess:
             pass
 
     def finish(self, timeout=2.0):
-        """After exit: closes stdin and drains the output pumps."""
+        """After exit (and the kill of its group): closes stdin, drains the output pumps."""
+        if self._guard is not None:
+            self._guard.forget(self.popen.pid)
         if self.popen.stdin is not None:
             try:
                 self.popen.stdin.close()

@@ -35,3 +35,7 @@ from perseus.torch.mpi_ops import (  # noqa: F401
 from perseus.torch import elastic  # noqa: F401
 from perseus.torch.optimizer import DistributedOptimizer  # noqa: F401
 from perseus.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+import torch.distributed as _dist  # noqa: E402
+
+if _dist.is_available():
+    from perseus.torch import distributed  # noqa: F401  (registers the "perseus" backend)

@@ -16,6 +16,21 @@ from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 NATIVE = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
           torch.float32, torch.float64, torch.bool}
 
+# perseus_dtype in include/perseus/c_api.h, for the blocking in-place calls (dense_cpu_code).
+CORE_DTYPE = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4,
+              torch.bfloat16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 8}
+_strided = torch.strided
+
+
+def dense_cpu_code(tensor):
+    """The perseus_dtype of a tensor the core can take by address: a contiguous, dense CPU
+    torch tensor of a native dtype; None for anything else (which takes the DLPack path, where
+    it is converted or its error reported)."""
+    if (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is _strided
+            and tensor.is_contiguous()):
+        return CORE_DTYPE.get(tensor.dtype)
+    return None
+
 
 def check_reducible(tensor, op_kind, name):
     if not isinstance(tensor, torch.Tensor):
@@ -48,7 +63,14 @@ def to_wire(tensor, op_kind, name):
     return as_bytes, lambda t: t.view(dtype).squeeze(-1)
 
 
+# torch's own exporter, without to_dlpack's Python wrapper and the detach() it needs there (the
+# raw one exports a tensor that requires grad as it is): about a microsecond per collective.
+_to_dlpack = getattr(torch._C, "_to_dlpack", None)
+
+
 def capsule(tensor):
+    if _to_dlpack is not None:
+        return _to_dlpack(tensor)
     return _dlpack.to_dlpack(tensor.detach())
 
 

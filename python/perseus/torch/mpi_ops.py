@@ -7,7 +7,8 @@ import torch
 from perseus.common import basics as _basics
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
 from perseus.common.names import op_name
-from perseus.common.ops import Average, Sum, resolve_op, to_core_op
+from perseus.common.ops import (Average, Max, Min, Product, Sum, check_adasum, resolve_op,
+                                to_core_op)
 from perseus.common.process_sets import global_process_set, process_set_id, set_root
 from perseus.torch import _tensors as _t
 
@@ -50,6 +51,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     name = op_name(kind, name, ps)
     _t.check_reducible(tensor, kind, name)
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     stream = _t.stream_of(src)
     if output is None:  # in place
@@ -87,6 +89,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     for i, t in enumerate(tensors):
         _t.check_reducible(t, "grouped_allreduce", "%s[%d]" % (name, i))
     core_op = to_core_op(op)
+    check_adasum(op, ps)
     srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     stream = _t.stream_of(srcs[0]) if srcs else 0
     if outputs is None:
@@ -214,51 +217,69 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows (dim 0) to set rank i (even split when None). synchronize returns
-    (output, received_splits)."""
+    (output, received_splits); received_splits (int32) is on the device of `splits` when that
+    is a tensor, as Horovod's (splits.new()), else on the CPU."""
     ps = process_set_id(process_set)
     name = op_name("alltoall", name, ps)
     wire, restore = _t.to_wire(tensor, "alltoall", name)
+    splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
     h = _core().alltoall(name, _t.capsule(wire), splits, ps, _t.stream_of(wire))
 
     def finish(ch):
-        received = torch.tensor(ch.received_splits(), dtype=torch.int32)
+        received = torch.tensor(ch.received_splits(), dtype=torch.int32, device=splits_device)
         return restore(_t.library_output(ch, 0)), received
     return _t.register(h, finish, wire)
 
 
 # --- blocking in-place forms (allreduce_, broadcast_) -----------------------------------------
+# A contiguous CPU tensor goes to the core by address (_core.allreduce_inplace): no capsule, no
+# handle, one FASTCALL. Anything else takes the asynchronous path, which converts it or reports
+# the error. The core checks names, dtypes and shapes across ranks on both paths.
 
-def _blocks(tensor):
-    """A tensor the blocking calls take as is: a contiguous CPU tensor of a native dtype.
-    Anything else (CUDA, strided, other dtypes, bad arguments) takes the asynchronous path,
-    which converts it or reports the error."""
-    return (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
-            and not tensor.is_sparse and tensor.dtype in _t.NATIVE and tensor.is_contiguous())
+# perseus_reduce_op of the ops the direct call takes (op=None with average=None: Average).
+_DIRECT_OPS = {None: 1, Average: 1, Sum: 0, Min: 2, Max: 3, Product: 4}
+_core_module = None
+
+
+def _direct():
+    global _core_module
+    if _core_module is None:
+        _core_module = _core()
+    return _core_module
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
     entry with its blocking flag)."""
-    if not _blocks(tensor):
+    code = _t.dense_cpu_code(tensor)
+    try:
+        core_op = _DIRECT_OPS.get(op) if average is None else None
+    except TypeError:  # an unhashable op: the asynchronous path reports it
+        core_op = None
+    if code is None or core_op is None:
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                             postscale_factor, process_set))
-    ps = process_set_id(process_set)
-    name = op_name("allreduce", name, ps)
-    _core().allreduce(name, _t.capsule(tensor), None, to_core_op(resolve_op(op, average)),
-                      float(prescale_factor), float(postscale_factor), ps, 0, True)
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("allreduce", name, ps)
+    _direct().allreduce_inplace(name, tensor.data_ptr(), code, tensor.shape, core_op,
+                                prescale_factor, postscale_factor, ps)
     return tensor
 
 
 def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
     """synchronize(broadcast_async_(...)) as one call with no handle."""
-    if not _blocks(tensor):
+    code = _t.dense_cpu_code(tensor)
+    if code is None:
         return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
-    ps = process_set_id(process_set)
-    name = op_name("broadcast", name, ps)
-    _core().broadcast(name, _t.capsule(tensor), None, set_root(ps, root_rank), ps, 0, True)
+    ps = 0 if process_set is global_process_set else process_set_id(process_set)
+    if type(name) is not str:
+        name = op_name("broadcast", name, ps)
+    root = root_rank if ps == 0 and type(root_rank) is int else set_root(ps, root_rank)
+    _direct().broadcast_inplace(name, tensor.data_ptr(), code, tensor.shape, root, ps)
     return tensor
 
 

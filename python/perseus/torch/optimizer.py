@@ -16,6 +16,32 @@ from perseus.torch import mpi_ops as _ops
 from perseus.torch.compression import Compression
 
 
+def parameter_names(param_groups, named_parameters):
+    """{parameter: name} after Horovod's checks of named_parameters (tuples, unique names,
+    every parameter named); unnamed optimizers get allreduce.noname.<group>.<index>."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
+                            for i, group in enumerate(param_groups)
+                            for j, v in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(dups))
+    all_params = [v for group in param_groups for v in group["params"]]
+    unnamed = {id(v) for v in all_params} - {id(v) for _, v in named_parameters}
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: %s"
+                         % ", ".join(str(i) for i in unnamed))
+    return {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     # Mixed into a dynamic subclass of the user's optimizer class (see DistributedOptimizer),
     # so super(self.__class__, self) is the user's optimizer.
@@ -25,26 +51,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         all_params = [v for group in self.param_groups for v in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
-                                for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({n for n in names if names.count(n) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: %s" % ", ".join(dups))
-        unnamed = {id(v) for v in all_params} - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters "
-                             "were not named. Python object ids: %s"
-                             % ", ".join(str(i) for i in unnamed))
-        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self._parameter_names = parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: backward_passes_per_step for v in all_params}
         self.op = op
@@ -128,13 +135,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _prepare_grad(self, p):
         if p.grad is None:  # a parameter unused this step: every rank must still submit it
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
+        grad = p.grad
+        if grad.is_sparse:
             if not self.sparse_as_dense:
                 raise UnsupportedError("sparse gradient of '%s' in a group: grouped allreduce "
                                        "takes dense tensors; use sparse_as_dense=True or no "
                                        "groups" % self._parameter_names.get(p))
-            p.grad = p.grad.to_dense()
-        return self._compression.compress(p.grad)
+            # As Horovod: a dense copy travels; p.grad stays sparse for optimizers that need it
+            # (SparseAdam), and _apply puts the result back into it as a sparse tensor.
+            grad = grad.to_dense()
+        return self._compression.compress(grad)
 
     def _allreduce_grad_async(self, p):
         if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
@@ -193,7 +203,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _apply(self, p, output, cctx):
         grad = self._compression.decompress(output, cctx)
-        if grad.data_ptr() != p.grad.data_ptr():
+        if p.grad.is_sparse:  # sparse_as_dense: back to sparse before the step, as Horovod
+            p.grad.zero_().add_(grad if grad.is_sparse else grad.to_sparse())
+        elif grad.data_ptr() != p.grad.data_ptr():
             p.grad.copy_(grad)
 
     @contextlib.contextmanager
@@ -245,12 +257,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     named_parameters: model.named_parameters(), for readable and stable tensor names.
     backward_passes_per_step: local accumulation steps before each allreduce.
     gradient_predivide_factor: averaging split as 1/f before and f/size after the sum.
+    op=Adasum (more than one rank): each parameter steps locally and the steps' deltas are
+    combined by an Adasum allreduce, as Horovod's delta optimizer.
     groups: an int (that many grouped allreduces) or lists of parameters to reduce together.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if op == Adasum:
-        raise UnsupportedError("op=Adasum is not supported by Perseus; use op=Average")
+    if op == Adasum and basics.size() > 1:
+        if process_set.process_set_id != 0:
+            raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        from perseus.torch.adasum_optimizer import _DistributedAdasumOptimizer
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step)
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed",
                       DeprecationWarning)

@@ -91,14 +91,18 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         count = torch.full((1,), n_local, dtype=acc, device=x.device)
         stats = torch.cat([mean * n_local, (var + mean * mean) * n_local, count])
         stats = _allreduce_sum(stats, name + ".stats", process_set)
-        n = stats[-1].item()
-        if n == 0:
+        # The total count stays on the device: reading it on the host would synchronize with
+        # the device on every forward. Only a rank whose own batch is empty must look (if every
+        # rank's is, there are no statistics to normalize with).
+        n = stats[-1]
+        if n_local == 0 and n.item() == 0:
             raise ValueError("SyncBatchNorm '%s': every rank has an empty batch" % name)
         mean = stats[:c] / n
         var = (stats[c:2 * c] / n - mean * mean).clamp_(min=0)
         invstd = torch.rsqrt(var + eps)
         if running_mean is not None:
-            unbiased = var * (n / (n - 1)) if n > 1 else var
+            # Bessel's correction n / (n - 1), or 1 for a single value in all.
+            unbiased = var * (n / (n - 1).clamp_(min=1))
             running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
             running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
         y = _normalize(x, weight, bias, mean, invstd, eps, acc)
@@ -128,7 +132,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             local = torch.zeros(2 * c, dtype=acc, device=x.device)
         sums = _allreduce_sum(local, ctx.name + ".grad", ctx.process_set)
         if fused:
-            count = torch.tensor([int(ctx.total)], dtype=torch.int32, device=x.device)
+            count = ctx.total.to(torch.int32).reshape(1)
             gx = torch.batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums[:c], sums[c:],
                                                  count)
         elif x.numel() > 0:

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "fusion/buffer_rounds.h"
 #include "kernels/cuda/fusion_kernels.h"
+#include "kernels/reduce.h"
 
 namespace perseus::nccl {
 namespace {
@@ -127,6 +128,9 @@ class NcclBackend : public backends::GpuBackend {
   void hierarchicalAllreduce(const Call& call, void* buf, size_t count, DataType wire, ReduceOp op,
                              bool mixed);
   bool useHierarchical(const CommState& s, size_t bytes);
+  // Adasum over several ranks: host-staged, each tensor whole (Note [Adasum]).
+  std::shared_ptr<GpuWork> adasumStaged(collectives::Communicator& comm, const GpuBatch& batch,
+                                        double prescale, double postscale);
   // Note [World size one]: the work of a no-op allreduce, or nullptr when it is not one.
   std::shared_ptr<GpuWork> worldOneInPlace(collectives::Communicator& comm, const GpuBatch& batch,
                                            double prescale, double postscale);
@@ -318,6 +322,12 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
     op = ReduceOp::kSum;
     postscale /= comm.size();
   }
+  prescale = kernels::gpuScaleFactor(batch.dtype, prescale);
+  postscale = kernels::gpuScaleFactor(batch.dtype, postscale);
+  if (op == ReduceOp::kAdasum) {
+    if (comm.size() > 1) return adasumStaged(comm, batch, prescale, postscale);
+    op = ReduceOp::kSum;  // the Adasum of one rank's tensor is that tensor
+  }
   if (auto work = worldOneInPlace(comm, batch, prescale, postscale)) return work;
   std::vector<const GpuTensor*> inputs;
   std::vector<size_t> counts;
@@ -399,6 +409,24 @@ std::shared_ptr<GpuWork> NcclBackend::allreduce(collectives::Communicator& comm,
                          : std::vector<std::shared_ptr<NcclComm>>{s.flat};
   return finish(call, describe("allreduce", batch.tensors), std::move(comms), nan_host,
                 std::move(names));
+}
+
+// NCCL has no Adasum: the tensors go through host memory, as Horovod's builds without NCCL
+// Adasum copy GPU tensors to the CPU, and the host algorithm combines each one whole (one
+// chunk: the coefficients need the whole tensor's dot products).
+std::shared_ptr<GpuWork> NcclBackend::adasumStaged(collectives::Communicator& comm,
+                                                   const GpuBatch& batch, double prescale,
+                                                   double postscale) {
+  std::vector<const GpuTensor*> inputs;
+  for (const auto& t : batch.tensors) inputs.push_back(&t);
+  Call call = begin(comm, batch.device, inputs);
+  const size_t es = dataTypeSize(batch.dtype);
+  for (const auto& t : batch.tensors) {
+    HostStaged(*call.dc, options_.params.timeout_s, std::max<size_t>(es, t.count * es))
+        .allreduce(comm, *call.slot, t.input, t.output, t.count, batch.dtype, ReduceOp::kAdasum,
+                   prescale, postscale);
+  }
+  return finish(call, describe("allreduce", batch.tensors), {});
 }
 
 // Note [World size one]
@@ -513,6 +541,8 @@ std::shared_ptr<GpuWork> NcclBackend::reducescatterv(collectives::Communicator& 
     op = ReduceOp::kSum;
     postscale /= comm.size();
   }
+  prescale = kernels::gpuScaleFactor(dtype, prescale);
+  postscale = kernels::gpuScaleFactor(dtype, postscale);
   Call call = begin(comm, device, {&in});
   CommState& s = *call.state;
   const size_t mine = counts[static_cast<size_t>(comm.rank())];

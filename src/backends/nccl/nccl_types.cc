@@ -42,6 +42,8 @@ ncclRedOp_t ncclOp(ReduceOp op, DataType dtype) {
       return ncclMax;
     case ReduceOp::kAverage:
       return ncclAvg;
+    case ReduceOp::kAdasum:
+      break;  // not element-wise: NcclBackend runs it host-staged
   }
   throw InvalidArgumentError(
       PERSEUS_STR("reduce op " << static_cast<int>(op) << " has no NCCL op"));

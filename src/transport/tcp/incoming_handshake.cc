@@ -50,10 +50,16 @@ IncomingHandshake::State IncomingHandshake::step() {
     uint8_t buf[kHelloHeaderBytes + kMaxMetaBytes];
     size_t want = responder_.wanted();
     ssize_t n = ::recv(fd_.get(), buf, want, MSG_DONTWAIT);
-    if (n == 0)
-      return fail(
-          "closed the connection in the middle of the handshake (a peer with a "
-          "different PERSEUS_SECRET does this after checking our proof)");
+    if (n == 0) {
+      // Before our proof was sent the peer cannot know our secret: it gave up (a timeout, a
+      // port probe). After it, a different secret and giving up look the same from here.
+      return fail(responder_.state() == AuthResponder::State::kHello
+                      ? "closed the connection before finishing its hello (it gave up waiting, "
+                        "or was not a Perseus rank)"
+                      : "closed the connection after our proof without sending its own (a peer "
+                        "with a different PERSEUS_SECRET does this, and so does one that gave "
+                        "up waiting)");
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return State::kPending;
       return fail(PERSEUS_STR("recv failed: " << std::strerror(errno)));

@@ -189,17 +189,25 @@ int pollTimeoutMs(Clock::time_point deadline) {
   return left.count() > INT_MAX ? INT_MAX : static_cast<int>(left.count()) + 1;
 }
 
+Fd connectOnce(const SockAddr& addr, Clock::time_point deadline, int* error) {
+  Fd fd = startConnect(addr);
+  pollfd p{fd.get(), POLLOUT, 0};
+  *error = 0;
+  if (::poll(&p, 1, pollTimeoutMs(deadline)) > 0) {
+    *error = finishConnect(fd.get());
+    if (*error == 0) return fd;
+  }
+  return Fd();
+}
+
 Fd connectWithRetry(const SockAddr& addr, Clock::time_point deadline, const std::string& what) {
   auto backoff = std::chrono::milliseconds(5);
   int last_error = 0;
   while (true) {
-    Fd fd = startConnect(addr);
-    pollfd p{fd.get(), POLLOUT, 0};
-    int rc = ::poll(&p, 1, pollTimeoutMs(deadline));
-    if (rc > 0) {
-      last_error = finishConnect(fd.get());
-      if (last_error == 0) return fd;
-    }
+    int error = 0;
+    Fd fd = connectOnce(addr, deadline, &error);
+    if (fd.valid()) return fd;
+    if (error != 0) last_error = error;
     if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));

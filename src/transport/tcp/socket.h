@@ -63,6 +63,9 @@ Fd listenOn(const SockAddr& addr, int backlog = 1024);
 Fd startConnect(const SockAddr& addr);
 // Returns 0 when the connection is established, or the errno of the failure.
 int finishConnect(int fd);
+// One connection attempt until `deadline`: the connected socket, or an invalid Fd with *error
+// set to the errno of the failure (0: the deadline passed first).
+Fd connectOnce(const SockAddr& addr, Clock::time_point deadline, int* error);
 // Connects with retries (the listener may not be up yet) until `deadline`. Throws TimeoutError
 // naming `what` and the address.
 Fd connectWithRetry(const SockAddr& addr, Clock::time_point deadline, const std::string& what);

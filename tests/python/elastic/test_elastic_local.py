@@ -47,7 +47,9 @@ class ElasticJob(relsupport.Job):
         out = {}
         for path in self.results.glob("*.json"):
             with open(path) as f:
-                out[path.stem] = [json.loads(line) for line in f if line.strip()]
+                # A worker may be writing its last line right now: only whole lines count.
+                out[path.stem] = [json.loads(line) for line in f
+                                  if line.endswith("\n") and line.strip()]
         return out
 
     def wait_steps(self, count, at_least, timeout=60):

@@ -3,6 +3,7 @@ Kubeflow PyTorchJob configures it through PET_* variables), MPICH's Hydra mpiexe
 MPI's (each by its own path: Open MPI stays the default mpirun), and the loud failures: a job
 that cannot form raises at init() naming the launcher; it never runs as size 1."""
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -188,6 +189,12 @@ def test_open_mpi_stays_the_default():
     ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "prte@1"}, "PMIx", "PMIX_RANK=0"),
     ({"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
      "mpiexec", "PMI_SIZE=2"),
+    # What horovodrun 0.28 (Gloo mode) gives each worker: its HTTP rendezvous is not joined.
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0",
+      "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
+      "HOROVOD_HOSTNAME": "localhost", "HOROVOD_CONTROLLER": "gloo",
+      "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+      "HOROVOD_GLOO_RENDEZVOUS_PORT": "29400"}, "horovodrun", "perseusrun -np 2 "),
 ])
 def test_job_that_cannot_form_raises(env, launcher, seen):
     # perseus.torch for torchrun's variables (the user's import); the cheaper _core otherwise.
@@ -195,5 +202,48 @@ def test_job_that_cannot_form_raises(env, launcher, seen):
     code = ("import %s as hvd\ntry:\n    hvd.init()\nexcept ValueError as e:\n"
             "    print(type(e).__name__, e)\nelse:\n    print('joined')\n" % module)
     r, out = _run([PY, "-c", code], python_env(**env), timeout=60)
-    assert "joined" not in out, out
+    assert r.stdout.strip() != "joined", out
     assert "InvalidArgumentError" in out and launcher in out and seen in out, out
+
+
+@pytest.mark.parametrize("env, seen, line", [
+    ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, "SLURM_NTASKS=2",
+     "srun %s -c" % PY),
+    ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "PMI_SIZE=2", "mpiexec -n 2 %s -c" % PY),
+])
+def test_job_announced_without_a_launcher_warns_once(env, seen, line):
+    """A batch script may run Python directly (one process), so it runs, but says what it saw
+    and the launch line that would use every task."""
+    code = "import perseus._core as c; c.init(); print('size', c.topology()['size']); c.shutdown()"
+    r, out = _run([PY, "-c", code], python_env(**env), timeout=60)
+    assert r.returncode == 0 and "size 1" in r.stdout, out
+    assert r.stderr.count(seen) == 1 and line in r.stderr, out
+
+
+REINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reinit_worker.py")
+
+
+def _reinit_command(launcher, env):
+    if launcher == "perseusrun":
+        return [PY, "-m", "perseus.runner", "-np", "2"]
+    if launcher == "torchrun":
+        return TORCHRUN + ["--standalone", "--nproc-per-node", "2"]
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
+    forward = [a for k in ("PYTHONPATH", "PERSEUS_BUILD_DIR") if k in env for a in ("-x", k)]
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"] + forward
+
+
+@pytest.mark.parametrize("launcher, api", [("perseusrun", "torch"), ("torchrun", "torch"),
+                                           ("mpirun", "torch"), ("perseusrun", "mxnet")])
+def test_init_after_shutdown_rejoins_the_job(launcher, api):
+    """init() after shutdown() in the same process: the same rank and size, and collectives
+    work again (what ShutDownError tells the user to do)."""
+    if api == "mxnet":
+        from perseus_test_support import require_mxnet
+        require_mxnet()
+    env = python_env(PERSEUS_SECRET=TEST_SECRET)
+    program = [REINIT] if launcher == "torchrun" else [PY, REINIT]  # torchrun runs a script
+    r, out = _run(_reinit_command(launcher, env) + program + ["--api", api], env)
+    assert r.returncode == 0, out
+    lines = sorted(re.findall(r"REINIT (\d+ \d+ \S+ \d+)", out))
+    assert lines == ["0 2 3 21", "1 2 3 21"], out

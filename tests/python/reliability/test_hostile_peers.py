@@ -123,5 +123,8 @@ def test_hostile_connections_are_rejected_and_the_job_is_unaffected(tmp_path):
     dropped = [l for l in job.stderr.splitlines() if "dropped connection" in l]
     print("  perseusrun logged %d dropped connections, e.g. %s" % (
         len(dropped), dropped[:1]))
-    assert len(dropped) >= 5, job.output()
+    # Rate-limited: the first few lines, then a count when the store stops.
+    assert len(dropped) >= 3, job.output()
+    assert any("more dropped connections were not logged" in l or "more in the last" in l
+               for l in dropped), job.output()
     job.assert_clean()

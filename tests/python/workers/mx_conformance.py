@@ -55,6 +55,14 @@ def check_alltoall_return_shapes(rank, size):
     assert isinstance(out, mx.nd.NDArray) and out.shape == (size * 2,)
     out, received = hvd.alltoall(x, splits=[2] * size, name="a2a.splits")
     np.testing.assert_array_equal(received.asnumpy(), [2] * size)
+    out, received = hvd.alltoall(x, splits=mx.nd.array([2] * size, dtype="int32"),
+                                 name="a2a.int32")
+    np.testing.assert_array_equal(received.asnumpy(), [2] * size)
+    # Splits that are not 32-bit integers are refused before anything is sent, as Horovod.
+    for bad in (mx.nd.array([2] * size, dtype="float32"), np.full(size, 2, dtype=np.int64),
+                [2.0] * size):
+        e = expect(ValueError, hvd.alltoall, x, splits=bad, name="a2a.bad")
+        assert "splits" in str(e), str(e)
 
 
 def check_build_queries(rank, size):
@@ -97,9 +105,32 @@ def check_trainer_row_sparse_gradients(rank, size):
     np.testing.assert_allclose(emb.weight.data().asnumpy(), want, rtol=1e-6)
 
 
+
+def check_join_average(rank, size):
+    # As perseus.torch: while one rank has joined, Average divides by the full set size,
+    # integers truncated toward zero, for a small and a large (shared-memory) tensor.
+    for joined in range(size):
+        if rank != joined:
+            for dtype in ("int32", "int64", "float32"):
+                for shape in ((2, 3), (300, 1000)):
+                    n = shape[0] * shape[1]
+                    t = np.resize(np.array([75, 71, -94], dtype=dtype), n).reshape(shape)
+                    got = hvd.allreduce(mx.nd.array(t, dtype=dtype), op=hvd.Average,
+                                        name="join.avg.%d.%s.%d" % (joined, dtype, n)).asnumpy()
+                    total = t * (size - 1)
+                    if dtype == "float32":  # scaled in float32, as Horovod
+                        want = total * np.float32(1.0 / size)
+                    else:  # scaled in double, truncated toward zero
+                        want = np.trunc(total.astype(np.float64) * (1.0 / size)).astype(dtype)
+                    np.testing.assert_array_equal(got, want)
+        last = hvd.join()
+        assert last != joined and 0 <= last < size, (joined, last)
+
+
 CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank, check_exception_types,
           check_alltoall_return_shapes, check_build_queries, check_timeline,
-          check_sparse_arrays_are_refused_clearly, check_trainer_row_sparse_gradients]
+          check_sparse_arrays_are_refused_clearly, check_trainer_row_sparse_gradients,
+          check_join_average]
 
 
 def _settle():

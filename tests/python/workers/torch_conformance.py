@@ -215,6 +215,36 @@ def check_sparse(rank, size):
     for r in range(size):
         want[r % 4] -= 1.0 / size
     assert torch.allclose(emb.weight.detach(), want), (emb.weight, want)
+    _check_sparse_as_dense(rank, size)
+
+
+def _check_sparse_as_dense(rank, size):
+    # SparseAdam over nn.Embedding(sparse=True) with sparse_as_dense=True: the densified
+    # gradient is averaged and turned back to sparse before the step (SparseAdam refuses dense
+    # gradients), as Horovod does; twice, so that the second step sees the first's state.
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(6, 3, sparse=True)
+    reference = torch.nn.Embedding(6, 3, sparse=True)
+    reference.load_state_dict(emb.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+                                   named_parameters=[("dense.emb.weight", emb.weight)],
+                                   sparse_as_dense=True)
+    ref_opt = torch.optim.SparseAdam(reference.parameters(), lr=0.1)
+    for step in range(2):
+        rows = [[r % 6, (r + step + 1) % 6] for r in range(size)]
+        opt.zero_grad()
+        (emb(torch.tensor(rows[rank])) * (rank + 1)).sum().backward()
+        opt.step()
+        assert emb.weight.grad.is_sparse
+        total = torch.zeros(6, 3)
+        for r in range(size):
+            reference.zero_grad()
+            (reference(torch.tensor(rows[r])) * (r + 1)).sum().backward()
+            total += reference.weight.grad.to_dense()
+        reference.weight.grad = (total / size).to_sparse()
+        ref_opt.step()
+        assert torch.allclose(emb.weight.detach(), reference.weight.detach()), (
+            step, emb.weight, reference.weight)
 
 
 def check_grouped_autograd(rank, size):
@@ -260,11 +290,58 @@ def check_join(rank, size):
     assert last in range(1, size), last
 
 
+
+# Every dtype Perseus reduces; int8/uint8 get smaller values so that sums over 3 ranks fit.
+_JOIN_BASES = {torch.int8: [37, 35, -47], torch.uint8: [37, 35, 47]}
+_JOIN_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+                torch.bfloat16, torch.float32, torch.float64]
+
+
+def _horovod_average(total, size):
+    """Horovod's Average of a reduced `total`: Sum times a postscale of 1/size, computed in
+    double and truncated toward zero for integers, in float32 for the 16-bit floats."""
+    if not total.dtype.is_floating_point:
+        return (total.double() * (1.0 / size)).trunc().to(total.dtype)
+    wide = torch.float64 if total.dtype == torch.float64 else torch.float32
+    return (total.to(wide) * torch.tensor(1.0 / size, dtype=wide)).to(total.dtype)
+
+
+def check_join_average(rank, size):
+    # One rank has joined and the others average: Horovod divides by the full set size (the
+    # joined rank adds zeros), for every dtype and shape, whichever rank joined, alone or fused
+    # with other tensors, on the first call of a name and on the cached calls after it.
+    shapes = [(3,), (2, 3), (64, 33), (300, 1000)]
+    for joined in range(size):
+        if rank != joined:
+            for _ in range(3):
+                handles = []
+                for dtype in _JOIN_DTYPES:
+                    base = torch.tensor(_JOIN_BASES.get(dtype, [75, 71, -94]), dtype=dtype)
+                    for shape in shapes:
+                        n = 1
+                        for d in shape:
+                            n *= d
+                        t = base.repeat(n // 3 + 1)[:n].reshape(shape)
+                        name = "join.avg.%d.%s.%s" % (joined, dtype, "x".join(map(str, shape)))
+                        want = _horovod_average(t * (size - 1), size)
+                        handles.append((hvd.allreduce_async(t, op=hvd.Average, name=name), want))
+                for h, want in handles:
+                    got = hvd.synchronize(h)
+                    assert got.dtype == want.dtype and torch.equal(got, want), (
+                        joined, want.dtype, want.shape, got.flatten()[:3], want.flatten()[:3])
+            if size == 2:  # the issue's numbers: truncating division, as torch's 'trunc'
+                got = hvd.allreduce(torch.tensor([[75, 71, -94]]), op=hvd.Average,
+                                    name="join.avg.example")
+                assert got.tolist() == [[37, 35, -47]], got
+        last = hvd.join()
+        assert last != joined and 0 <= last < size, (joined, last)
+
+
 CHECKS = [check_launcher_env, check_import_paths, check_global_root_rank,
           check_optimizer_per_rank_process_sets, check_exception_types,
           check_alltoall_return_shapes, check_broadcast_optimizer_state_fills_grads,
           check_build_queries, check_warning_texts, check_timeline, check_sparse,
-          check_grouped_autograd, check_join]
+          check_grouped_autograd, check_join, check_join_average]
 
 
 def main():

@@ -34,6 +34,16 @@ def main():
            op=hvd.Sum if rank == 0 else hvd.Max)
     expect(MismatchError, hvd.broadcast, torch.ones(2), rank, name="bad.root")
     expect(MismatchError, hvd.allgather, torch.ones(2, 2 + rank), name="bad.gather")
+    # The same through the blocking in-place calls (CPU tensors go to the core by address).
+    e = expect(MismatchError, hvd.allreduce_, torch.ones(2 + rank), name="bad.shape_")
+    assert "bad.shape_" in str(e), str(e)
+    e = expect(MismatchError, hvd.allreduce_, torch.ones(2, 3) if rank else torch.ones(3, 2),
+               name="bad.shape2d_")
+    assert "bad.shape2d_" in str(e), str(e)
+    expect(MismatchError, hvd.allreduce_,
+           torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64), name="bad.dtype_")
+    e = expect(MismatchError, hvd.broadcast_, torch.ones(2), rank, name="bad.root_")
+    assert "bad.root_" in str(e), str(e)
 
     # Duplicate name in flight: ValueError at submission, like Horovod. The first op must still
     # be in flight when the second comes: rank 0 joins it only after the barrier (and the
@@ -54,12 +64,17 @@ def main():
     # Unsupported dtypes and ops are ValueErrors, raised before any communication.
     expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.complex64))
     expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.int16))
-    expect(ValueError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+    expect(UnsupportedError, hvd.allreduce, torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
     expect(ValueError, hvd.allreduce, torch.ones(2), average=True, op=hvd.Sum)
     expect(ValueError, hvd.synchronize, 123456)
     expect(ValueError, hvd.broadcast, torch.ones(2), 5, name="bad.rootrange")
     unregistered = hvd.ProcessSet([0])
     expect(ValueError, hvd.allreduce, torch.ones(2), process_set=unregistered)
+    expect(ValueError, hvd.allreduce_, torch.ones(2), process_set=unregistered)
+    expect(ValueError, hvd.allreduce_, torch.ones(2), op=hvd.Adasum)
+    expect(ValueError, hvd.allreduce_, torch.ones(2), op=[hvd.Sum])
+    expect(ValueError, hvd.broadcast_, torch.ones(2), 5, name="bad.rootrange_")
+    expect(UnsupportedError, hvd.allreduce_, torch.ones(2, dtype=torch.int16))
 
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")

@@ -1,0 +1,101 @@
+"""FSDP2 (`fully_shard`) step time on one torch.distributed backend, on a fixed MLP of about
+50M parameters: `depth` blocks of Linear(width, width) + ReLU, each block sharded, then the
+root. At the defaults (width 2048, depth 12) that is 12 x 4.2M = 50.4M parameters, 200 MB of
+fp32 that every step all-gathers twice (forward, backward) and reduce-scatters once.
+
+    python bench/torch_distributed/fsdp.py --backend perseus --ranks 2    # spawns its ranks
+    python bench/torch_distributed/fsdp.py --backend gloo --ranks 4
+
+Every rank computes with one thread. Prints one JSON line (rank 0): the median step over
+--iters timed windows of --steps steps (the slowest rank's).
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+
+def build(width, depth, world):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU())
+                            for _ in range(depth)])
+    mesh = init_device_mesh("cpu", (world,))
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def time_steps(args, model, rank):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    data = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch_size, args.width, generator=data)
+    y = torch.randn(args.batch_size, args.width, generator=data)
+
+    def step():
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    windows = []
+    for _ in range(args.iters):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        windows.append((time.perf_counter() - t0) / args.steps)
+    return statistics.median(windows)
+
+
+def worker(rank, args, port):
+    torch.set_num_threads(1)
+    if args.backend == "perseus":
+        import perseus.torch  # noqa: F401  (registers the backend)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
+    model = build(args.width, args.depth, args.ranks)
+    slowest = torch.tensor([time_steps(args, model, rank)], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        params = sum(p.numel() for p in model.parameters())  # DTensor numel: the full size
+        print(json.dumps({
+            "bench": "fsdp2", "library": args.backend, "ranks": args.ranks,
+            "batch_per_rank": args.batch_size, "step_ms": slowest.item() * 1e3,
+            "params": params, "model": "mlp%dx%d" % (args.depth, args.width)}), flush=True)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", required=True)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--depth", type=int, default=12)
+    p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--steps", type=int, default=2, help="steps per timed window")
+    p.add_argument("--iters", type=int, default=3, help="timed windows")
+    p.add_argument("--warmup", type=int, default=1)
+    args = p.parse_args()
+    mp.start_processes(worker, args=(args, free_port()), nprocs=args.ranks, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Markdown report of bench/torch_distributed/run.py: one table per bench (DDP samples/s, FSDP2
+step time), perseus against Gloo per rank count, with every round's figure and the issue's bar.
+
+    python bench/torch_distributed/make_report.py bench/results/torch_distributed.jsonl
+"""
+import json
+import sys
+
+# The bars the backend is held to (the perseus figure over Gloo's at the same ranks).
+DDP_BAR = 1.4   # samples/s: at least 1.4x Gloo
+FSDP_BAR = 0.5  # step time: at most 0.5x Gloo's
+
+
+def _find(rows, bench, library, ranks):
+    return next((r for r in rows if r.get("bench") == bench and r.get("library") == library
+                 and r.get("ranks") == ranks), None)
+
+
+def _rounds(row):
+    return ", ".join("%.0f" % v for v in row.get("rounds_step_ms", [row["step_ms"]]))
+
+
+def ddp_table(rows):
+    out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms |"
+           " vs Gloo |", "|---|---|---|---|---|---|---|"]
+    for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "ddp"}):
+        gloo = _find(rows, "ddp", "gloo", ranks)
+        for lib in ("perseus", "gloo"):
+            row = _find(rows, "ddp", lib, ranks)
+            if row is None:
+                continue
+            ratio = row["samples_per_s"] / gloo["samples_per_s"] if gloo else None
+            verdict = "" if ratio is None or lib == "gloo" else " (bar >= %.1fx: %s)" % (
+                DDP_BAR, "met" if ratio >= DDP_BAR else "NOT met")
+            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s |" % (
+                ranks, row["model"], row["tensors"], row["params"], lib, row["samples_per_s"],
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
+    return out
+
+
+def fsdp_table(rows):
+    out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms |"
+           " vs Gloo |", "|---|---|---|---|---|---|"]
+    for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "fsdp2"}):
+        gloo = _find(rows, "fsdp2", "gloo", ranks)
+        for lib in ("perseus", "gloo"):
+            row = _find(rows, "fsdp2", lib, ranks)
+            if row is None:
+                continue
+            ratio = row["step_ms"] / gloo["step_ms"] if gloo else None
+            verdict = "" if ratio is None or lib == "gloo" else " (bar <= %.1fx: %s)" % (
+                FSDP_BAR, "met" if ratio <= FSDP_BAR else "NOT met")
+            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s |" % (
+                ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
+    return out
+
+
+def write_report(rows, cmd, machine, stamp, path):
+    lines = ["# torch.distributed: backend perseus against Gloo (CPU)", "",
+             "Made by `%s` at %s on %s. Every bench ran its backends in interleaved rounds "
+             "(order rotated per round); the row is the median round. Every rank computes with "
+             "one thread." % (cmd, stamp, machine), "",
+             "## DDP training (bench/torch_distributed/ddp.py)", "",
+             "bench/training's model and step loop (torch_train_bench.py), SGD with momentum, "
+             "synthetic data; samples/s over all ranks at the slowest rank's median step.", ""]
+    lines += ddp_table(rows)
+    lines += ["", "## FSDP2 step time (bench/torch_distributed/fsdp.py)", "",
+              "Each Linear+ReLU block `fully_shard`ed, then the root; SGD; the slowest rank's "
+              "median step.", ""]
+    lines += fsdp_table(rows)
+    skipped = [r for r in rows if r.get("collective") == "skipped"]
+    if skipped:
+        lines += ["", "## Runs that failed", ""]
+        lines += ["- %s: %s" % (r["what"], r["reason"]) for r in skipped]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    print("\n".join(ddp_table(rows) + [""] + fsdp_table(rows)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Per-call cost of dist.all_reduce on a 4-byte tensor: a no-op Python backend (the floor of any
+backend written in Python: torch's dispatch, the options, a completed Work), perseus and gloo;
+and, for the engine's own share, the Horovod API's blocking allreduce_ of the same tensor
+(row "hvd", no torch.distributed in the way).
+
+    python bench/torch_distributed/percall.py                     # world size 1, all three
+    perseusrun -np 2 python bench/torch_distributed/percall.py    # 2 ranks, all three
+
+Each backend runs in its own process group on the same ranks, interleaved over --rounds; the
+fastest and the median round are printed per backend (microseconds per call). On a busy machine
+the fastest round is the one least disturbed by other processes."""
+import argparse
+import datetime
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend, Work
+
+import perseus.torch  # noqa: F401  (registers "perseus")
+
+
+class _DoneWork(Work):
+    def wait(self, timeout=None):
+        return True
+
+
+class NoopBackend(Backend):
+    """Returns a completed Work without communicating: the floor of a Python backend."""
+
+    def getBackendName(self):
+        return "noop"
+
+    def allreduce(self, tensors, opts):
+        return _DoneWork()
+
+
+def _noop(store, rank, size, timeout):
+    return NoopBackend(rank, size)
+
+
+def per_call_us(group, calls):
+    t = torch.ones(1)
+    for _ in range(200):
+        dist.all_reduce(t, group=group)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        dist.all_reduce(t, group=group)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def hvd_per_call_us(calls):
+    import perseus.torch as hvd
+    t = torch.ones(1)
+    for _ in range(200):
+        hvd.allreduce_(t, name="percall", op=hvd.Sum)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        hvd.allreduce_(t, name="percall", op=hvd.Sum)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=9)
+    args = p.parse_args()
+    dist.Backend.register_backend("noop", _noop, devices=["cpu"])
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        with __import__("socket").socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    dist.init_process_group("perseus", timeout=datetime.timedelta(seconds=120))
+    ranks = list(range(dist.get_world_size()))
+    groups = {"noop": dist.new_group(ranks, backend="noop"),
+              "perseus": dist.group.WORLD,
+              "gloo": dist.new_group(ranks, backend="gloo")}
+    times = {name: [] for name in list(groups) + ["hvd"]}
+    for _ in range(args.rounds):
+        for name, group in groups.items():
+            times[name].append(per_call_us(group, args.calls))
+        times["hvd"].append(hvd_per_call_us(args.calls))
+    if dist.get_rank() == 0:
+        floor, floor_median = min(times["noop"]), statistics.median(times["noop"])
+        print("world size %d, torch %s, %d calls x %d rounds: us per call, fastest round "
+              "(median round)" % (len(ranks), torch.__version__, args.calls, args.rounds))
+        for name, ts in times.items():
+            best, median = min(ts), statistics.median(ts)
+            print("  %-8s %7.1f (%7.1f)   +%.1f (+%.1f) over the floor"
+                  % (name, best, median, best - floor, median - floor_median))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

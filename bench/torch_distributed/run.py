@@ -1,0 +1,69 @@
+"""The torch.distributed backend "perseus" against Gloo, side by side in one run, and the report.
+
+    python bench/torch_distributed/run.py [--rounds 3] [--fsdp-ranks 2,4] [--quick]
+                                          [--skip ddp,fsdp] [--build-dir build/rel]
+
+  - ddp:  DDP training samples/s at --ranks ranks on bench/training's model (ddp.py);
+  - fsdp: FSDP2 step time on a 50M-parameter MLP at each of --fsdp-ranks (fsdp.py).
+Each bench runs its backends in --rounds interleaved rounds, the order rotating from round to
+round, and keeps the median round per backend: on a shared machine single runs differ by as
+much as the backends do. Writes bench/results/torch_distributed.jsonl and
+bench/results/torch_distributed.md (make_report.py), which names this command.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from run_all import RESULTS, ROOT, Runner, interleaved, machine_description, median_rows  # noqa
+from make_report import write_report  # noqa: E402
+
+BACKENDS = ("perseus", "gloo")
+
+
+def bench_runs(script, ranks, extra, label):
+    return [("%s %s x%d" % (label, b, ranks), b,
+             [sys.executable, os.path.join(HERE, script), "--backend", b, "--ranks", str(ranks)]
+             + extra, {"timeout": 1200}) for b in BACKENDS]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ranks", type=int, default=2, help="DDP ranks")
+    p.add_argument("--fsdp-ranks", default="2", help="comma-separated, e.g. 2,4")
+    p.add_argument("--quick", action="store_true", help="short windows: checks the tooling")
+    p.add_argument("--skip", default="", help="ddp,fsdp")
+    p.add_argument("--build-dir", default=os.path.join(ROOT, "build", "rel"))
+    args = p.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    r = Runner(os.path.abspath(args.build_dir), args.ranks)
+    rows = []
+    if "ddp" not in skip:
+        steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if args.quick else []
+        rounds = interleaved(r, bench_runs("ddp.py", args.ranks, steps, "ddp"), args.rounds)
+        rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
+    if "fsdp" not in skip:
+        steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
+            if args.quick else []
+        for n in (int(x) for x in args.fsdp_ranks.split(",")):
+            rounds = interleaved(r, bench_runs("fsdp.py", n, steps, "fsdp2"), args.rounds)
+            rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
+    rows += [row for row in r.rows if row.get("collective") == "skipped"]
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "torch_distributed.jsonl"), "w") as f:
+        for row in rows:
+            f.write(json.dumps(dict(row, date=stamp)) + "\n")
+    cmd = " ".join(["python", "bench/torch_distributed/run.py"] + sys.argv[1:])
+    path = write_report(rows, cmd, machine_description(), stamp,
+                        os.path.join(RESULTS, "torch_distributed.md"))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+import sys
+
+from perseus.timeline.merge import main
+
+sys.exit(main())

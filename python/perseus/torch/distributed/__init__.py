@@ -1,0 +1,63 @@
+"""perseus.torch.distributed: the torch.distributed backend "perseus".
+
+    import perseus.torch            # registers the backend (or: import perseus.torch.distributed)
+    import torch.distributed as dist
+    dist.init_process_group("perseus")   # torchrun, perseusrun; init_method="perseus://" under
+                                         # mpirun or srun; tcp://, env:// and store= work too
+
+Every collective runs on the Perseus engine: the default group is the engine's job, other groups
+are process sets of it. See docs/torch-distributed.md."""
+
+import datetime
+
+import torch.distributed as dist
+
+from perseus.torch.distributed import _engine, _groups, _rendezvous
+from perseus.torch.distributed._backend import PerseusBackend
+from perseus.torch.distributed._work import PerseusWork
+
+__all__ = ["PerseusBackend", "PerseusWork", "BACKEND_NAME"]
+
+BACKEND_NAME = "perseus"
+
+
+def _timeout_s(timeout):
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+        return timeout.total_seconds()
+    return 1800.0
+
+
+def _create(opts, backend_options=None):
+    """The creator torch calls for each perseus group this rank belongs to (extended API)."""
+    rank, size = opts.group_rank, opts.group_size
+    timeout_s = _timeout_s(opts.timeout)
+    ranks = list(opts.global_ranks_in_group)
+    if not ranks:  # the default group: the engine's job
+        _engine.start(opts.store, rank, size, timeout_s)
+        backend = PerseusBackend(rank, size, range(size), 0, opts.group_id, timeout_s,
+                                 opts.store)
+        backend.is_default_group = True
+        return backend
+    if ranks != sorted(ranks):
+        raise ValueError("perseus: the group's ranks %s are not in ascending order; Perseus "
+                         "process sets order ranks as the job does (new_group sorts them "
+                         "unless sort_ranks=False)" % (ranks,))
+    ps = _groups.known_set(ranks)
+    if ps is None:
+        raise dist.DistBackendError(
+            "perseus: no process set was made for the group of ranks %s; every rank of the job "
+            "must create each perseus group (new_group without use_local_synchronization=True)"
+            % (ranks,))
+    return PerseusBackend(rank, size, ranks, ps, opts.group_id, timeout_s, opts.store)
+
+
+def _register():
+    if not hasattr(dist.Backend, BACKEND_NAME.upper()):
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
+                                      devices=["cpu", "cuda"])
+    _groups.install()
+    _rendezvous.install()
+
+
+if dist.is_available():
+    _register()

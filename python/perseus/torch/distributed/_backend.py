@@ -1,0 +1,458 @@
+"""PerseusBackend: torch.distributed's c10d Backend interface over the Perseus engine.
+
+Each override validates, submits one core call on the group's process set and returns a
+PerseusWork. Ranks inside the backend are the group's ranks, which are the set's ranks (both
+are sorted global ranks; unsorted groups are refused at creation).
+
+Note [Collective names]: the engine matches collectives across ranks by name. torch gives
+none, so a call is named by its group, kind, dtype and element count, with a counter per such
+signature that wraps at _NAME_CYCLE (the element count only where every rank gives the
+same). Ranks make the same calls in the same order, so they make
+the same names; a training step's calls repeat the same names, which lets the engine post them
+without negotiation (Note [Posted collectives]). A name still in flight when its turn comes
+again waits for it first."""
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import AllreduceOptions, Backend
+
+from perseus.common import basics
+from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
+                                       PerseusInternalError)
+from perseus.torch import _tensors as _t
+from perseus.torch.distributed import _groups, _p2p, _reduce
+from perseus.torch.distributed._work import PerseusWork, done_work
+
+_NAME_CYCLE = 64  # a power of two
+_NAME_MASK = _NAME_CYCLE - 1
+_NATIVE = _t.NATIVE
+_PLAIN_OPS = _reduce.PLAIN
+_capsule = _t.capsule
+# Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
+_HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
+
+
+class PerseusBackend(Backend):
+    def __init__(self, rank, size, global_ranks, process_set, group_name, timeout_s, store):
+        super().__init__(rank, size)
+        self._ps = process_set
+        self._ranks = list(global_ranks)
+        self.global_rank = self._ranks[rank]
+        self.group_name = str(group_name)
+        self.timeout_s = timeout_s
+        self._store = store
+        self._names = {}
+        self._allreduce_names = {}  # (dtype, count) -> _names_of() for the blocking path
+        self._core = basics.core()
+        self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
+        self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
+        self._p2p = _p2p.PointToPoint(self)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def name(self):
+        return "perseus"
+
+    def getBackendName(self):
+        return "perseus"
+
+    def _get_backend_name(self):
+        return "perseus"
+
+    @property
+    def supports_splitting(self):
+        return True
+
+    @property
+    def options(self):
+        """What split_group copies into its groups (torch's base property would call back into
+        this one)."""
+        return Backend.Options("perseus", datetime.timedelta(seconds=self.timeout_s))
+
+    @property
+    def supports_coalescing(self):
+        return False
+
+    def eager_connect_single_device(self, device=None):
+        pass  # the engine connected every rank when the job formed
+
+    def perform_nocolor_split(self, device=None):
+        pass  # sets are made on every rank by the group hook (Note [Groups as process sets])
+
+    # -- submission helpers ---------------------------------------------------------------
+
+    def _name(self, kind, t, sized=True):
+        """sized=False for ops whose ranks may give different sizes (allgather, alltoall...)."""
+        key = (kind, t.dtype, t.numel() if sized else -1)
+        entry = self._names.get(key)
+        if entry is None:
+            entry = self._names[key] = self._names_of(key)
+        n = entry[1]
+        entry[1] = n + 1
+        return entry[0][n & _NAME_MASK]
+
+    def _names_of(self, key):
+        """[the _NAME_CYCLE names of a signature (kind, dtype, count), the next call's number]."""
+        kind, dtype, count = key
+        base = "pt.%s.%s.%s.%d." % (self.group_name, kind, str(dtype)[6:], count)
+        return [[base + str(i) for i in range(_NAME_CYCLE)], 0]
+
+    def _submit(self, name, call):
+        """call(name) -> core handle; a name still in flight is waited for first."""
+        try:
+            return call(name)
+        except DuplicateNameError:
+            pass
+        # Its last use was submitted by every rank before this one, so it completes.
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            time.sleep(0.0002)
+            try:
+                return call(name)
+            except DuplicateNameError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def _work(self, kind, handle, outputs, finish, t):
+        dev = t.device if t.is_cuda else None
+        return PerseusWork(self, kind, handle, outputs, finish, dev)
+
+    def _root(self, root, what):
+        if not 0 <= root < self.size():
+            raise InvalidArgumentError("perseus: %s: root %d is not a rank of this group of %d"
+                                       % (what, root, self.size()))
+        return root
+
+    # -- allreduce ------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        t = tensors[0] if len(tensors) == 1 else None
+        # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
+        # gets the engine's blocking call, which needs no handle, and a Work that is complete
+        # already. This path is written out for its cost: it is the per-call floor.
+        if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
+                and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
+                and t.is_contiguous()):
+            op = _PLAIN_OPS.get(opts.reduceOp.op)
+            if op is not None:
+                key = (t.dtype, t.numel())
+                entry = self._allreduce_names.get(key)
+                if entry is None:
+                    entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
+                n = entry[1]
+                entry[1] = n + 1
+                name = entry[0][n & _NAME_MASK]
+                try:
+                    self._core.allreduce(name, _capsule(t), None, op, 1.0, 1.0, self._ps, 0, True)
+                    return self._completed
+                except DuplicateNameError:  # that name's last use is still in flight
+                    return self._allreduce_async(t, op, 1.0, name, tensors)
+                except PerseusInternalError as e:
+                    raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
+        if t is None:
+            return self.allreduce_coalesced(tensors, opts)
+        op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                                  "allreduce")
+        _t.check_reducible(t, "allreduce", self.group_name)
+        return self._allreduce_async(t, op, pre, self._name("allreduce", t), tensors)
+
+    def _allreduce_async(self, t, op, pre, name, tensors):
+        src = t if t.is_contiguous() else t.contiguous()
+        core = self._core
+        ps, stream = self._ps, _t.stream_of(src)
+        h = self._submit(name, lambda n: core.allreduce(
+            n, _t.capsule(src), None, op, pre, 1.0, ps, stream))
+        finish = None if src is t else (lambda: t.copy_(src))
+        return self._work("allreduce", h, tensors, finish, t)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        if not tensors:
+            return done_work(self, "allreduce_coalesced", tensors)
+        op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                                  "allreduce_coalesced")
+        for t in tensors:
+            _t.check_reducible(t, "allreduce_coalesced", self.group_name)
+        srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(srcs[0])
+        h = self._submit(self._name("allreduce_coalesced.%d" % len(srcs), srcs[0]),
+                         lambda n: core.grouped_allreduce(n, [_t.capsule(s) for s in srcs], None,
+                                                          op, pre, 1.0, ps, stream))
+
+        def finish():
+            for t, s in zip(tensors, srcs):
+                if s is not t:
+                    t.copy_(s)
+        return self._work("allreduce_coalesced", h, tensors, finish, tensors[0])
+
+    # -- broadcast / reduce -----------------------------------------------------------------
+
+    def broadcast(self, tensors, opts):
+        t = tensors[0]
+        root = self._root(opts.rootRank, "broadcast")
+        wire, restore = _t.to_wire(t, "broadcast", self.group_name)
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(wire)
+        h = self._submit(self._name("broadcast", wire), lambda n: core.broadcast(
+            n, _t.capsule(wire), None, root, ps, stream))
+        same = wire.data_ptr() == t.data_ptr() and t.is_contiguous() and wire.dtype == t.dtype
+        finish = None if same else (lambda: t.copy_(restore(wire)))
+        return self._work("broadcast", h, tensors, finish, t)
+
+    def reduce(self, tensors, opts):
+        t = tensors[0]
+        root = self._root(opts.rootRank, "reduce")
+        op, pre = _reduce.core_op(opts.reduceOp, "reduce")
+        _t.check_reducible(t, "reduce", self.group_name)
+        src = t.contiguous()
+        out = torch.empty_like(src)
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(src)
+        h = self._submit(self._name("reduce", t), lambda n: core.allreduce(
+            n, _t.capsule(src), _t.capsule(out), op, pre, 1.0, ps, stream))
+        finish = (lambda: t.copy_(out)) if self.rank() == root else None
+        return self._work("reduce", h, tensors, finish, t)
+
+    # -- allgather --------------------------------------------------------------------------
+
+    def _allgather_flat(self, kind, inputs):
+        """Submits an allgather of each input flattened; returns (handle, restores, wires)."""
+        wires = [_t.to_wire(x.reshape(-1), kind, self.group_name) for x in inputs]
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(wires[0][0])
+        if len(wires) == 1:
+            h = self._submit(self._name(kind, wires[0][0], False), lambda n: core.allgather(
+                n, _t.capsule(wires[0][0]), ps, stream))
+        else:
+            h = self._submit(self._name("%s.%d" % (kind, len(wires)), wires[0][0], False),
+                             lambda n: core.grouped_allgather(
+                                 n, [_t.capsule(w) for w, _ in wires], ps, stream))
+        return h, wires
+
+    def _gathered(self, h, wires, i):
+        return wires[i][1](_t.library_output(h, i))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        outs, x = output_tensors[0], input_tensors[0]
+        h, wires = self._allgather_flat("allgather", [x])
+
+        def finish():
+            flat = self._gathered(h, wires, 0)
+            at = 0
+            for o in outs:
+                n = o.numel()
+                o.copy_(flat[at:at + n].view(o.shape))
+                at += n
+        return self._work("allgather", h, output_tensors, finish, x)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        h, wires = self._allgather_flat("allgather_coalesced", input_list)
+
+        def finish():
+            for i, outs in enumerate(output_lists):
+                flat = self._gathered(h, wires, i)
+                at = 0
+                for o in outs:
+                    n = o.numel()
+                    o.copy_(flat[at:at + n].view(o.shape))
+                    at += n
+        return self._work("allgather_coalesced", h, output_lists, finish, input_list[0])
+
+    def all_gather_single(self, output, input, opts=None):
+        h, wires = self._allgather_flat("all_gather_into_tensor", [input])
+        finish = lambda: output.view(-1).copy_(self._gathered(h, wires, 0))  # noqa: E731
+        return self._work("all_gather_into_tensor", h, [output], finish, input)
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        h, wires = self._allgather_flat("all_gather_into_tensor_coalesced", inputs)
+
+        def finish():
+            for i, o in enumerate(outputs):
+                o.view(-1).copy_(self._gathered(h, wires, i))
+        return self._work("all_gather_into_tensor_coalesced", h, outputs, finish, inputs[0])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # -- reduce_scatter -----------------------------------------------------------------------
+
+    def _reducescatter_rows(self, kind, rows, opts):
+        """rows: tensors of shape (group size, m), each reduced and scattered a row per rank."""
+        op, pre = _reduce.core_op(opts.reduceOp, kind)
+        for r in rows:
+            _t.check_reducible(r, kind, self.group_name)
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(rows[0])
+        if len(rows) == 1:
+            return self._submit(self._name(kind, rows[0]), lambda n: core.reducescatter(
+                n, _t.capsule(rows[0]), op, pre, 1.0, ps, stream))
+        return self._submit(self._name("%s.%d" % (kind, len(rows)), rows[0]),
+                            lambda n: core.grouped_reducescatter(
+                                n, [_t.capsule(r) for r in rows], op, pre, 1.0, ps, stream))
+
+    def _rows(self, x, out, what):
+        size = self.size()
+        if x.numel() != size * out.numel():
+            raise InvalidArgumentError(
+                "perseus: %s: the input has %d elements, not the group size %d times the "
+                "output's %d" % (what, x.numel(), size, out.numel()))
+        return x.contiguous().view(size, -1)
+
+    def reduce_scatter(self, output_tensors, input_lists, opts):
+        out, ins = output_tensors[0], input_lists[0]
+        if any(i.numel() != out.numel() for i in ins) or len(ins) != self.size():
+            raise InvalidArgumentError("perseus: reduce_scatter: give one input per rank, each "
+                                       "the size of the output")
+        rows = torch.stack([i.reshape(-1) for i in ins])
+        h = self._reducescatter_rows("reduce_scatter", [rows], opts)
+        finish = lambda: out.view(-1).copy_(_t.library_output(h, 0).view(-1))  # noqa: E731
+        return self._work("reduce_scatter", h, output_tensors, finish, out)
+
+    def reduce_scatter_single(self, output, input, opts):
+        rows = self._rows(input, output, "reduce_scatter_tensor")
+        h = self._reducescatter_rows("reduce_scatter_tensor", [rows], opts)
+        finish = lambda: output.view(-1).copy_(_t.library_output(h, 0).view(-1))  # noqa: E731
+        return self._work("reduce_scatter_tensor", h, [output], finish, output)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        rows = [self._rows(i, o, "reduce_scatter_tensor_coalesced")
+                for i, o in zip(inputs, outputs)]
+        h = self._reducescatter_rows("reduce_scatter_tensor_coalesced", rows, opts)
+
+        def finish():
+            for i, o in enumerate(outputs):
+                o.view(-1).copy_(_t.library_output(h, i).view(-1))
+        return self._work("reduce_scatter_tensor_coalesced", h, outputs, finish, outputs[0])
+
+    # The names other torch releases give the coalesced single-tensor ops.
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # -- alltoall / gather / scatter ------------------------------------------------------
+
+    def _alltoall(self, kind, wire, splits):
+        core = basics.core()
+        ps, stream = self._ps, _t.stream_of(wire)
+        return self._submit(self._name(kind, wire, False), lambda n: core.alltoall(
+            n, _t.capsule(wire), splits, ps, stream))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        wire, restore = _t.to_wire(input, "all_to_all_single", self.group_name)
+        splits = [int(s) for s in input_split_sizes] if input_split_sizes else None
+        h = self._alltoall("all_to_all_single", wire, splits)
+        finish = lambda: output.copy_(restore(_t.library_output(h, 0)).view(output.shape))  # noqa
+        return self._work("all_to_all_single", h, [output], finish, input)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        flat = torch.cat([i.reshape(-1) for i in input_tensors])
+        wire, restore = _t.to_wire(flat, "all_to_all", self.group_name)
+        h = self._alltoall("all_to_all", wire, [i.numel() for i in input_tensors])
+
+        def finish():
+            got = restore(_t.library_output(h, 0))
+            at = 0
+            for o in output_tensors:
+                n = o.numel()
+                o.copy_(got[at:at + n].view(o.shape))
+                at += n
+        return self._work("all_to_all", h, output_tensors, finish, flat)
+
+    def gather(self, output_lists, input_tensors, opts):
+        # An allgather whose result only the root keeps: the engine has no rooted gather.
+        root = self._root(opts.rootRank, "gather")
+        x = input_tensors[0]
+        h, wires = self._allgather_flat("gather", [x])
+        outs = output_lists[0] if self.rank() == root else []
+
+        def finish():
+            if not outs:
+                return
+            flat = self._gathered(h, wires, 0)
+            n = x.numel()
+            for i, o in enumerate(outs):
+                o.copy_(flat[i * n:(i + 1) * n].view(o.shape))
+        return self._work("gather", h, output_lists, finish, x)
+
+    def scatter(self, output_tensors, input_lists, opts):
+        # An alltoall in which only the root sends, one block to each rank.
+        root = self._root(opts.rootRank, "scatter")
+        out = output_tensors[0]
+        n = out.numel()
+        if self.rank() == root:
+            flat = torch.cat([i.reshape(-1) for i in input_lists[0]])
+            splits = [i.numel() for i in input_lists[0]]
+        else:
+            flat = out.new_empty((0,))
+            splits = [0] * self.size()
+        wire, restore = _t.to_wire(flat, "scatter", self.group_name)
+        h = self._alltoall("scatter", wire, splits)
+        finish = lambda: out.view(-1).copy_(restore(_t.library_output(h, 0))[:n])  # noqa: E731
+        return self._work("scatter", h, output_tensors, finish, out)
+
+    # -- barrier / point to point ---------------------------------------------------------
+
+    def barrier(self, opts=None):
+        h = basics.core().barrier(self._ps)
+        return PerseusWork(self, "barrier", h, [])
+
+    def send(self, tensors, dst, tag):
+        return self._p2p.send(tensors, dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._p2p.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        raise dist.DistBackendError("perseus: recv from any source is not supported; name the "
+                                    "source rank (dist.recv(tensor, src=...))")
+
+    # -- groups ---------------------------------------------------------------------------
+
+    def split(self, store, ranks, opts=None):
+        """split_group: every rank of this group passes its new group's ranks (ranks of this
+        group); a rank in none of them passes the first. All groups are made alike on every
+        rank: their ranks are allgathered first."""
+        if self._ps != 0:
+            raise dist.DistBackendError(
+                "perseus: split_group of a subgroup is not supported; split the default group")
+        size = self.size()
+        mask = torch.zeros(size, dtype=torch.uint8)
+        mask[list(ranks)] = 1
+        mask[self.rank()] += 2  # marks whether this rank is in the group it names
+        h = basics.core().allgather(self._name("split", mask), _t.capsule(mask), 0, 0)
+        h.wait(self.timeout_s)
+        masks = _t.library_output(h, 0).view(size, size)
+        groups = []
+        for row in masks.tolist():
+            group = tuple(i for i, m in enumerate(row) if m & 1)
+            if group not in groups:
+                groups.append(group)
+        for g in groups:
+            _groups.set_for([self._ranks[i] for i in g])
+        mine = tuple(sorted(ranks))
+        if self.rank() not in mine:
+            return None
+        timeout = getattr(opts, "_timeout", None) or getattr(opts, "timeout", None)
+        timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (
+            self.timeout_s)
+        global_ranks = [self._ranks[i] for i in mine]
+        group_name = getattr(opts, "group_name", "") or "%s:split:%s" % (self.group_name, mine)
+        return PerseusBackend(mine.index(self.rank()), len(mine), global_ranks,
+                              _groups.known_set(global_ranks), group_name, timeout_s, store)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def shutdown(self):
+        if self.is_default_group:
+            from perseus.torch.distributed import _engine
+            _groups.forget()
+            _engine.stop(self.timeout_s)
+
+    def abort(self):
+        self.shutdown()

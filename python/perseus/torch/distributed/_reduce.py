@@ -1,0 +1,32 @@
+"""torch.distributed ReduceOp -> the core's reduce op and the prescale it needs."""
+
+import torch.distributed as dist
+
+from perseus.common.exceptions import InvalidArgumentError
+
+_R = dist.ReduceOp.RedOpType
+# perseus_reduce_op (include/perseus/c_api.h): SUM 0, AVERAGE 1, MIN 2, MAX 3, PRODUCT 4.
+_CORE = {_R.SUM: 0, _R.AVG: 1, _R.MIN: 2, _R.MAX: 3, _R.PRODUCT: 4}
+_SUM = 0
+PLAIN = _CORE  # the ops that need no prescale
+
+
+def core_op(reduce_op, what):
+    """(core op, prescale) for a torch ReduceOp. PREMUL_SUM multiplies by its factor first
+    (torch._make_nccl_premul_sum: a number, or a one-element tensor)."""
+    kind = getattr(reduce_op, "op", reduce_op)  # a ReduceOp, or a bare RedOpType
+    core = _CORE.get(kind)
+    if core is not None:
+        return core, 1.0
+    if kind == _R.PREMUL_SUM:
+        factor = getattr(reduce_op, "factor", None)
+        if factor is None:
+            raise InvalidArgumentError(
+                "perseus: %s with PREMUL_SUM: this torch does not expose the op's factor to "
+                "Python backends; scale the tensor and use SUM" % what)
+        if hasattr(factor, "item"):
+            factor = factor.item()
+        return _SUM, float(factor)
+    raise InvalidArgumentError(
+        "perseus: %s: ReduceOp.%s is not supported; use SUM, AVG, MIN, MAX, PRODUCT or "
+        "PREMUL_SUM (MIN and MAX of bool tensors are logical and/or)" % (what, kind.name))

@@ -1,0 +1,360 @@
+"""One rank of a torch.distributed job on the perseus backend. Each argument is a check to run,
+in order, each with its own init_process_group and destroy_process_group: `name` or
+`name@method`, the method being env, perseus, store or a tcp:// address (env by default)."""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import perseus.torch  # noqa: F401  (registers "perseus")
+
+R = dist.ReduceOp
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
+
+
+def init(method="env", timeout_s=60, backend="perseus"):
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if method == "env":
+        dist.init_process_group(backend, timeout=timeout)
+    elif method == "perseus":
+        dist.init_process_group(backend, init_method="perseus://", timeout=timeout)
+    elif method == "store":
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size,
+                              rank == 0, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                timeout=timeout)
+    else:  # tcp://host:port
+        dist.init_process_group(backend, init_method=method, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def same(got, want, what):
+    if not torch.equal(got, want.to(got.dtype)):
+        raise AssertionError("%s: got %s, want %s" % (what, got.tolist(), want.tolist()))
+
+
+def value(rank, dtype, n=4):
+    return (torch.arange(n) + rank + 1).to(dtype)
+
+
+def check_allreduce(rank, size):
+    vals = [value(r, torch.float64) for r in range(size)]
+    want = {R.SUM: sum(vals), R.MIN: torch.stack(vals).min(0).values,
+            R.MAX: torch.stack(vals).max(0).values, R.PRODUCT: torch.stack(vals).prod(0)}
+    for dtype in DTYPES:
+        for op, expect in want.items():
+            t = value(rank, dtype)
+            dist.all_reduce(t, op=op)
+            same(t, expect, "all_reduce %s %s" % (op, dtype))
+        if dtype.is_floating_point:
+            t = value(rank, dtype)
+            dist.all_reduce(t, op=R.AVG)
+            same(t, want[R.SUM] / size, "all_reduce AVG %s" % dtype)
+            t = value(rank, dtype)
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+            same(t, want[R.SUM] * 0.5, "all_reduce PREMUL_SUM %s" % dtype)
+    t = value(rank, torch.float32, 6)[::2]  # strided
+    dist.all_reduce(t)
+    same(t, sum(value(r, torch.float64, 6)[::2] for r in range(size)), "strided all_reduce")
+    ts = [value(rank, torch.float32), value(rank, torch.float32, 3)]
+    dist.all_reduce_coalesced(ts)
+    same(ts[1], sum(value(r, torch.float32, 3) for r in range(size)), "all_reduce_coalesced")
+    work = dist.all_reduce(value(rank, torch.float32), async_op=True)
+    got = work.get_future().then(lambda f: f.value()[0] * 2).wait()
+    same(got, want[R.SUM] * 2, "future .then()")
+    assert work.get_future().done()  # Note [is_completed] in _work.py
+
+
+def check_movement(rank, size):
+    for dtype in DTYPES + [torch.int16]:
+        t = value(rank, dtype)
+        dist.broadcast(t, src=size - 1)
+        same(t, value(size - 1, dtype), "broadcast %s" % dtype)
+        outs = [torch.zeros(4, dtype=dtype) for _ in range(size)]
+        dist.all_gather(outs, value(rank, dtype))
+        for r in range(size):
+            same(outs[r], value(r, dtype), "all_gather %s" % dtype)
+        out = torch.zeros(size * 4, dtype=dtype)
+        dist.all_gather_into_tensor(out, value(rank, dtype))
+        same(out, torch.cat([value(r, dtype) for r in range(size)]), "all_gather_into_tensor")
+    t = value(rank, torch.float32)
+    dist.reduce(t, dst=0, op=R.MAX)
+    if rank == 0:
+        same(t, value(size - 1, torch.float32), "reduce MAX")
+    else:
+        same(t, value(rank, torch.float32), "reduce keeps a non-root's input")
+    with dist._coalescing_manager(async_ops=True) as cm:
+        outs = [torch.zeros(size * 2) for _ in range(2)]
+        for o in outs:
+            dist.all_gather_into_tensor(o, value(rank, torch.float32, 2))
+    cm.wait()
+    same(outs[1], torch.cat([value(r, torch.float32, 2) for r in range(size)]),
+         "coalesced all_gather_into_tensor")
+
+
+def check_reduce_scatter(rank, size):
+    for op in (R.SUM, R.AVG, R.MAX):
+        full = [value(r, torch.float32, 2 * size) for r in range(size)]
+        expect = {R.SUM: sum(full), R.AVG: sum(full) / size,
+                  R.MAX: torch.stack(full).max(0).values}[op]
+        out = torch.zeros(2)
+        dist.reduce_scatter_tensor(out, value(rank, torch.float32, 2 * size), op=op)
+        same(out, expect[2 * rank:2 * rank + 2], "reduce_scatter_tensor %s" % op)
+        out = torch.zeros(2)
+        dist.reduce_scatter(out, list(value(rank, torch.float32, 2 * size).chunk(size)), op=op)
+        same(out, expect[2 * rank:2 * rank + 2], "reduce_scatter %s" % op)
+    outs = [torch.zeros(2), torch.zeros(1)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(outs[0], value(rank, torch.float32, 2 * size))
+        dist.reduce_scatter_tensor(outs[1], value(rank, torch.float32, size))
+    cm.wait()
+    same(outs[1], sum(value(r, torch.float32, size) for r in range(size))[rank:rank + 1],
+         "coalesced reduce_scatter_tensor")
+
+
+def check_alltoall(rank, size):
+    x = torch.arange(size * 2, dtype=torch.float32) + 100 * rank
+    out = torch.zeros(size * 2)
+    dist.all_to_all_single(out, x)
+    want = torch.cat([torch.arange(2 * rank, 2 * rank + 2) + 100 * r for r in range(size)])
+    same(out, want, "all_to_all_single")
+    # rank r sends r+1+j rows to rank j
+    in_splits = [rank + 1 + j for j in range(size)]
+    out_splits = [r + 1 + rank for r in range(size)]
+    x = torch.full((sum(in_splits), 2), float(rank))
+    out = torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(out, x, out_splits, in_splits)
+    same(out, torch.cat([torch.full((s, 2), float(r)) for r, s in enumerate(out_splits)]),
+         "all_to_all_single with splits")
+    outs = [torch.zeros(3, dtype=torch.int64) for _ in range(size)]
+    dist.all_to_all(outs, [torch.full((3,), rank * 10 + j) for j in range(size)])
+    for r in range(size):
+        same(outs[r], torch.full((3,), r * 10 + rank), "all_to_all")
+
+
+def check_rooted(rank, size):
+    outs = [torch.zeros(3) for _ in range(size)] if rank == 1 else None
+    dist.gather(value(rank, torch.float32, 3), outs, dst=1)
+    if rank == 1:
+        for r in range(size):
+            same(outs[r], value(r, torch.float32, 3), "gather")
+    out = torch.zeros(3)
+    ins = [value(r, torch.float32, 3) * 7 for r in range(size)] if rank == 0 else None
+    dist.scatter(out, ins, src=0)
+    same(out, value(rank, torch.float32, 3) * 7, "scatter")
+    dist.barrier()
+
+
+def check_p2p(rank, size):
+    peer = 1 - rank if size == 2 else (rank + 1) % size
+    src = 1 - rank if size == 2 else (rank - 1) % size
+    got = torch.zeros(5, dtype=torch.bfloat16)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, value(rank, torch.bfloat16, 5), peer),
+                                   dist.P2POp(dist.irecv, got, src)])
+    for r in reqs:
+        r.wait()
+    same(got, value(src, torch.bfloat16, 5), "isend/irecv")
+    if rank == 0:
+        dist.send(torch.tensor([42.0, 43.0]), dst=size - 1, tag=3)
+    elif rank == size - 1:
+        t = torch.zeros(2)
+        dist.recv(t, src=0, tag=3)
+        same(t, torch.tensor([42.0, 43.0]), "send/recv")
+
+
+def check_objects(rank, size):
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})
+    assert objs == [{"rank": r, "s": "x" * r} for r in range(size)], objs
+    lst = [("hello", rank)] if rank == 0 else [None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [("hello", 0)], lst
+
+
+def ops(method="env"):
+    rank, size = init(method)
+    for check in (check_allreduce, check_movement, check_reduce_scatter, check_alltoall,
+                  check_rooted, check_p2p, check_objects):
+        check(rank, size)
+    dist.destroy_process_group()
+    print("OPS OK rank %d of %d" % (rank, size), flush=True)
+
+
+def launch(method="env"):
+    rank, size = init(method)
+    t = torch.ones(2) * (rank + 1)
+    dist.all_reduce(t)
+    same(t, torch.ones(2) * (size * (size + 1) // 2), "all_reduce")
+    dist.destroy_process_group()
+    print("LAUNCH OK rank %d of %d via %s" % (rank, size, method), flush=True)
+
+
+def launch_mixed():
+    rank, size = init("env", backend="cpu:gloo,cuda:perseus")
+    dist.barrier()
+    dist.destroy_process_group()
+    print("LAUNCH OK rank %d of %d via cpu:gloo,cuda:perseus" % (rank, size), flush=True)
+
+
+def groups(method="env"):
+    rank, size = init(method)
+    evens = dist.new_group([r for r in range(size) if r % 2 == 0])
+    odd = dist.new_group([r for r in range(size) if r % 2 == 1])
+    mine = evens if rank % 2 == 0 else odd
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t, group=mine)
+    members = [r for r in range(size) if r % 2 == rank % 2]
+    same(t, torch.tensor([float(sum(r + 1 for r in members))]), "all_reduce on new_group")
+    outs = [torch.zeros(1) for _ in members]
+    dist.all_gather(outs, torch.ones(1) * rank, group=mine)
+    same(torch.cat(outs), torch.tensor(members, dtype=torch.float32), "all_gather on new_group")
+    t = torch.ones(1) * rank
+    dist.broadcast(t, src=members[-1], group=mine)  # src is a global rank
+    same(t, torch.tensor([float(members[-1])]), "broadcast on new_group")
+    sub, _ = dist.new_subgroups(group_size=max(1, size // 2))
+    t = torch.ones(1)
+    dist.all_reduce(t, group=sub)
+    same(t, torch.tensor([float(dist.get_world_size(sub))]), "all_reduce on new_subgroups")
+    half = size // 2 or 1
+    split = dist.split_group(split_ranks=[list(range(half)), list(range(half, size))])
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t, group=split)
+    mates = range(half) if rank < half else range(half, size)
+    same(t, torch.tensor([float(sum(r + 1 for r in mates))]), "all_reduce on split_group")
+    dist.barrier(group=split)
+    objs = [None] * dist.get_world_size(split)
+    dist.all_gather_object(objs, rank, group=split)
+    assert objs == list(mates), objs
+    dist.destroy_process_group()
+    print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
+
+
+def mesh(method="env"):
+    from torch.distributed.device_mesh import init_device_mesh
+    rank, size = init(method)
+    m = init_device_mesh("cpu", (2, size // 2), mesh_dim_names=("replicate", "shard"))
+    for dim in ("replicate", "shard"):
+        g = m.get_group(dim)
+        ranks = dist.get_process_group_ranks(g)
+        t = torch.ones(1) * (rank + 1)
+        dist.all_reduce(t, group=g)
+        same(t, torch.tensor([float(sum(r + 1 for r in ranks))]), "mesh dim %s" % dim)
+    m1 = init_device_mesh("cpu", (size,))
+    t = torch.ones(1)
+    dist.all_reduce(t, group=m1.get_group())
+    same(t, torch.tensor([float(size)]), "1-D mesh")
+    dist.destroy_process_group()
+    print("MESH OK rank %d of %d" % (rank, size), flush=True)
+
+
+def consumers(method="env"):
+    """DDP, FSDP2 and the object collectives, briefly (the consumer tests go further)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, size = init(method)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    ddp = DDP(model)
+    x = torch.randn(4, 8) + rank
+    ddp(x).sum().backward()
+    g = model[0].weight.grad.clone()
+    dist.all_reduce(g, op=R.MAX)
+    same(g, model[0].weight.grad, "DDP gradients equal on every rank")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(2):
+        net(torch.randn(4, 8) + rank).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    full = net[0].weight.full_tensor()
+    ref = full.clone()
+    dist.broadcast(ref, src=0)
+    same(full, ref, "FSDP2 parameters equal on every rank")
+    dist.destroy_process_group()
+    print("CONSUMERS OK rank %d of %d" % (rank, size), flush=True)
+
+
+def cuda(method="env"):
+    """CUDA tensors (world size 1 on the device check): the ops, and Work.wait() ordering the
+    caller's current stream after the collective without blocking the host."""
+    rank, size = init(method)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        t = value(rank, dtype).to(dev)
+        dist.all_reduce(t)
+        same(t.cpu(), value(0, torch.float64) * size, "CUDA all_reduce %s" % dtype)
+    out = torch.zeros(4 * size, device=dev)
+    dist.all_gather_into_tensor(out, value(rank, torch.float32).to(dev))
+    same(out.cpu(), torch.cat([value(r, torch.float32) for r in range(size)]), "CUDA allgather")
+    out = torch.zeros(2, device=dev)
+    dist.reduce_scatter_tensor(out, value(rank, torch.float32, 2 * size).to(dev))
+    same(out.cpu(), (value(0, torch.float32, 2 * size) * size)[2 * rank:2 * rank + 2],
+         "CUDA reduce_scatter_tensor")
+    t = value(rank, torch.float32).to(dev)
+    dist.broadcast(t, src=0)
+    same(t.cpu(), value(0, torch.float32), "CUDA broadcast")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        big = torch.ones(1 << 24, device=dev)
+        torch.cuda._sleep(200_000_000)  # keeps the stream busy: the collective waits for it
+        work = dist.all_reduce(big, async_op=True)
+        start = time.perf_counter()
+        work.wait()
+        waited = time.perf_counter() - start
+        total = big.sum()
+    side.synchronize()
+    assert total.item() == (1 << 24) * size, total.item()
+    assert waited < 0.05, "Work.wait() blocked the host for %.3f s" % waited
+    fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
+    same(fut.then(lambda f: f.value()[0] + 1).wait().cpu(), torch.ones(3) * size + 1,
+         "CUDA future .then()")
+    dist.destroy_process_group()
+    print("CUDA OK rank %d of %d" % (rank, size), flush=True)
+
+
+def death(method="env"):
+    rank, size = init(method, timeout_s=20)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if rank == size - 1:
+        os._exit(3)
+    start = time.monotonic()
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+            time.sleep(0.01)
+    except dist.DistBackendError as e:
+        print("DEATH ERROR after %.1f s: %s" % (time.monotonic() - start, e), flush=True)
+        os._exit(0)
+    raise AssertionError("no error after a rank died")
+
+
+def mismatch(method="env"):
+    rank, size = init(method, timeout_s=5)
+    start = time.monotonic()
+    try:
+        if rank == 0:
+            dist.all_reduce(torch.ones(3))
+        else:
+            dist.broadcast(torch.ones(2), src=1)
+    except dist.DistBackendError as e:
+        print("MISMATCH ERROR after %.1f s: %s" % (time.monotonic() - start, e), flush=True)
+        os._exit(0)
+    raise AssertionError("no error for a collective that never matches")
+
+
+if __name__ == "__main__":
+    for step in sys.argv[1:]:
+        name, _, method = step.partition("@")
+        globals()[name](*([method] if method else []))

@@ -1,0 +1,14 @@
+"""CUDA tensors on the perseus backend (world size 1; skipped without a GPU): the ops, and
+Work.wait() that orders the current stream after the collective without blocking the host."""
+import pytest
+import torch
+
+from distsupport import ok, perseusrun
+
+pytestmark = [pytest.mark.timeout(200),
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def test_cuda_ops_and_stream_semantics():
+    r, out = perseusrun(1, "cuda")
+    ok(r, out, "CUDA OK", 1)
