@@ -1,7 +1,7 @@
 """The elastic chaos soak: a 4-rank elastic CPU job (perseusrun --min-np 2 --max-np 5 with a
 host discovery script) training a small MLP (bench/chaos/worker.py: TorchState, a commit every
-5 steps) takes --faults faults at random times, one after another, and the soak measures how it
-comes through each.
+5 steps; worker_mx.py with --framework mxnet: GluonState) takes --faults faults at random
+times, one after another, and the soak measures how it comes through each.
 
 Faults (the mix of docs/RELIABILITY.md's soak: about 60% kills, 10% stops, 30% grow/shrink):
   kill           SIGKILL of a random member;
@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "python" / "reliability"))
 import relsupport  # noqa: E402  (the job environment and the leak checks of the test suites)
 
-WORKER = HERE / "worker.py"
+WORKERS = {"torch": HERE / "worker.py", "mxnet": HERE / "worker_mx.py"}
 MIN_NP, START_NP, MAX_NP = 2, 4, 5
 PHASES = ("negotiation", "commit", "allreduce", "broadcast", "join")
 # (kind, weight): 35% kills at random times + 25% aimed at a phase, 10% stops, 30% resizing.
@@ -53,6 +53,8 @@ MIX = [("kill", 35)] + [("exit@" + p, 5) for p in PHASES] + [("stop", 10), ("res
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", type=int, default=1000)
+    p.add_argument("--framework", choices=sorted(WORKERS), default="torch",
+                   help="the worker: TorchState (worker.py) or GluonState (worker_mx.py)")
     p.add_argument("--faults-per-job", type=int, default=25)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", required=True)
@@ -100,6 +102,7 @@ class Job:
         self.listed = START_NP
         self.write_hosts()
         self.records, self.epochs = [], {}  # epochs: number -> (time seen, [worker ids])
+        self.failed_slots = set()
         self._worker_tails, self._err = {}, Tail(self.dir / "perseusrun.err")
         self._exits = Tail(self.exits)
         self.exit_records = []
@@ -108,7 +111,8 @@ class Job:
                                  PERSEUS_TEST_EXIT_RECORD=self.exits)
         cmd = [relsupport.PY, "-m", "perseus.runner", "-np", str(START_NP), "--min-np",
                str(MIN_NP), "--max-np", str(MAX_NP), "--host-discovery-script",
-               "cat %s" % self.hosts, relsupport.PY, str(WORKER), "--tag", self.tag,
+               "cat %s" % self.hosts, relsupport.PY, str(WORKERS[args.framework]), "--tag",
+               self.tag,
                "--results", str(self.results), "--finish-file", str(self.finish_file),
                "--step-sleep", str(args.step_sleep)]
         self.shm_before = relsupport.shm_names()
@@ -130,6 +134,10 @@ class Job:
                 number = int(line.split()[2].rstrip(":"))
                 members = line.split("(", 1)[1].rstrip(")").split(", ")
                 self.epochs[number] = (now, members)
+            elif line.startswith("perseusrun: worker ") and (
+                    "signal 9" in line or "exited with code" in line):
+                # A failed worker's slot is blacklisted for good (no cooldown): never free.
+                self.failed_slots.add(int(line.split()[2].rsplit(":", 1)[1]))
         for path in self.results.glob("*.json"):
             tail = self._worker_tails.setdefault(path, Tail(path))
             self.records += [json.loads(t) for t in tail.lines() if t.strip()]
@@ -299,8 +307,11 @@ class Soak:
 
     def resize(self, grow):
         job = self.job
-        if grow:
+        if grow:  # one more slot that the launcher can use
+            job.poll()
             job.listed += 1
+            while job.listed - 1 in job.failed_slots:
+                job.listed += 1
         else:  # remove the highest listed slot that has a member (and any above it)
             slots = [int(w.rsplit(":", 1)[1]) for w in job.members()]
             job.listed = max(slots)
@@ -331,6 +342,7 @@ class Soak:
         if self.wait(lambda: len(job.exit_records) > before, 120 if slow else 30):
             hit = job.exit_records[before]
             return hit["time"], hit["worker"]
+        (job.results / ("arm." + victim)).write_text("%s 0" % phase)  # disarmed
         return None, victim
 
     def measure(self, kind, at, victim, epoch):

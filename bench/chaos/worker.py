@@ -14,8 +14,6 @@ steps (--arm-steps by default).
 The job ends after the step in which any rank sees the --finish-file (the flag is summed by
 the step's allreduce, so every rank stops after the same step), or at step --steps."""
 
-import argparse
-import json
 import os
 import time
 import zlib
@@ -25,59 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import perseus.torch as hvd
-from perseus.common import elastic_worker, fault_injection
+from perseus.common import fault_injection
 
-
-def parse():
-    p = argparse.ArgumentParser()
-    p.add_argument("--results", required=True)
-    p.add_argument("--tag", default="")  # names the job's processes for the leftover check
-    p.add_argument("--finish-file", required=True)
-    p.add_argument("--commit-every", type=int, default=5)
-    p.add_argument("--step-sleep", type=float, default=0.05)
-    p.add_argument("--big-elements", type=int, default=1 << 20)
-    p.add_argument("--arm-steps", type=int, default=40)
-    p.add_argument("--steps", type=int, default=0,
-                   help="also finish at this step (0: only at the finish file)")
-    return p.parse_args()
-
-
-class Recorder:
-    def __init__(self, results, wid):
-        self.out = open(os.path.join(results, wid + ".json"), "a")
-        self.wid = wid
-        with open(os.path.join(results, "pid." + wid), "w") as f:
-            f.write(str(os.getpid()))
-
-    def __call__(self, **r):
-        r.update(worker=self.wid, epoch=elastic_worker.epoch(), time=time.time())
-        self.out.write(json.dumps(r) + "\n")
-        self.out.flush()
-
-
-class Arming:
-    """Reads the soak's arm file and keeps PERSEUS_TEST_EXIT_AT set for a bounded number of
-    steps (an armed phase that never comes, e.g. no reset follows, must not fire much later
-    in an unrelated fault)."""
-
-    def __init__(self, results, wid, steps):
-        self.path = os.path.join(results, "arm." + wid)
-        self.steps = steps
-        self.left = 0
-
-    def tick(self, record):
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                phase, _, steps = f.read().strip().partition(" ")
-            os.unlink(self.path)
-            os.environ["PERSEUS_TEST_EXIT_AT"] = phase
-            self.left = int(steps) if steps else self.steps
-            record(event="armed", phase=phase)
-        elif self.left:
-            self.left -= 1
-            if not self.left:
-                os.environ.pop("PERSEUS_TEST_EXIT_AT", None)
-                record(event="disarmed")
+from chaos_common import Arming, Recorder, finishing, parse
 
 
 def checksum(model):
@@ -121,8 +69,7 @@ def main():
                 handle = hvd.allreduce_async_(big, name="chaos.big")
                 fault_injection.exit_at("allreduce")
                 hvd.synchronize(handle)
-            finish = torch.tensor([float(os.path.exists(args.finish_file) or
-                                         0 < args.steps <= state.step + 1)])
+            finish = torch.tensor([float(finishing(args, state.step))])
             finish = hvd.allreduce(finish, name="chaos.finish", op=hvd.Sum)
             state.step += 1
             record(event="step", step=state.step, rank=hvd.rank(), size=hvd.size())

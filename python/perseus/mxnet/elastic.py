@@ -167,7 +167,10 @@ class GluonState(ObjectState):
                 # In place: Parameter.set_data would reset the trainer's kvstore, which MXNet
                 # refuses for a distributed one.
                 for data in p.list_data():
+                    _drop_failure(data)
                     self._saved_params[name].copyto(data)
+                for grad in (p.list_grad() if p.grad_req != "null" else ()):
+                    _drop_failure(grad)
         self._optimizer_state.restore()
         if self.trainer is not None:
             _refill_trainer_store(self.trainer)
@@ -266,6 +269,18 @@ class KVStoreState(ObjectState):
             kv._store[key].wait_to_read()
         self._optimizer_state.sync(root)
         super().sync()
+
+
+def _drop_failure(array):
+    """Clears the error that a failed collective left on `array`. MXNet's engine keeps an
+    operation's error on the arrays it writes (a gradient's failed allreduce, then the
+    optimizer update that read it and wrote the weight) until something waits on them: a copy
+    into such an array is skipped, and the error comes back at the next read, in the next
+    membership. Waiting raises it once and clears it."""
+    try:
+        array.wait_to_read()
+    except mx.base.MXNetError:
+        pass
 
 
 def _finished(copies):

@@ -184,8 +184,10 @@ class ElasticDriver:
 
     def _blacklist_failed(self, w):
         self.blacklist.add((w.host, w.slot))
-        on_host = [x for x in self.workers if x.host == w.host and (x in self.members or
-                                                                       x.alive())]
+        # A new worker still starting proves nothing about its host (Note [Newcomers start
+        # before they are published]); counted, it would keep a dead host off the blacklist.
+        on_host = [x for x in self.workers if x.host == w.host and (
+            x is w or x in self.members or (x.alive() and x not in self.starting))]
         if on_host and all(x.code not in (None, 0) for x in on_host):
             delay = self.blacklist.add(w.host)
             _log("host %s blacklisted %s: every worker it had failed" % (
@@ -263,10 +265,11 @@ class ElasticDriver:
         self.starting_since = time.monotonic()
 
     def _joining(self, now):
-        """The started newcomers to publish now: the ready ones, or all of them once they
-        have had PERSEUS_START_TIMEOUT (the join check then stops those that do not join). A
-        newcomer that failed before it was ready is blacklisted as a member would be; one whose
-        slot discovery no longer lists is stopped, as a member would be."""
+        """The started newcomers to publish now: all of them once all are ready (after a
+        failure, those that are), or all once they have had PERSEUS_START_TIMEOUT (the join
+        check then stops those that do not join). A newcomer that failed before it was ready
+        is blacklisted as a member would be; one whose slot discovery no longer lists, or
+        whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
                 _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
@@ -276,10 +279,17 @@ class ElasticDriver:
                      % (w.wid, self.discovery.describe()))
                 self._kill(w, signal.SIGTERM)
                 w.removed = True
+            elif w.alive() and self.blacklist.contains(w.host):
+                _log("host %s is blacklisted; stopping its new worker %s" % (w.host, w.wid))
+                self._kill(w)
+                w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
-        overdue = now - self.starting_since > self.join_timeout
-        return [w for w in self.starting
-                if overdue or self.store.get(keys.ready(w.wid)) == b"1"]
+        if now - self.starting_since > self.join_timeout:
+            return list(self.starting)
+        ready = [w for w in self.starting if self.store.get(keys.ready(w.wid)) == b"1"]
+        # Newcomers started together join together (one reset for the members, not one
+        # each), unless a failure forces a new membership now anyway.
+        return ready if self.dirty or len(ready) == len(self.starting) else []
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
