@@ -3,7 +3,7 @@
 // rules are what is tested here; tests/cpp/gpu_*_test.cc run the real works on a GPU.
 #include <gtest/gtest.h>
 
-#include "engine/gpu_completion.h"
+#include "engine/exec/gpu_completion.h"
 
 namespace perseus::engine {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/wire.h"
+#include "negotiation/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace e = perseus::engine;
