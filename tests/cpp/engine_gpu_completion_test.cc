@@ -1,4 +1,4 @@
-// GpuCompletion (engine/gpu_completion.h) on any machine. The GPU works are test doubles that
+// GpuCompletion (engine/exec/gpu_completion.h) on any machine. The GPU works are test doubles that
 // report what a real GpuWork would (done, a local CUDA error, a lost peer): the completion
 // rules are what is tested here; tests/cpp/gpu_*_test.cc run the real works on a GPU.
 #include <gtest/gtest.h>
