@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks the C++ formatting (scripts/check_format.sh), builds Perseus, runs the C++ tests
+# Checks the C++ formatting (scripts/check_format.sh) and include layers
+# (scripts/check_includes.sh), builds Perseus, runs the C++ tests
 # (plain, then under AddressSanitizer+UBSan, then ThreadSanitizer), the fuzzers, a
 # -static-libstdc++ build under torch, installs the Python package and runs the Python tests.
 # Usage: scripts/test.sh [--quick | --unit]
@@ -40,8 +41,9 @@ build_and_test() {  # dir, extra cmake args...; $CTEST_ARGS are passed to ctest
   (cd "$dir" && ctest --output-on-failure -j 1 --timeout 180 ${CTEST_ARGS:-})
 }
 
-section "C++ formatting"
+section "C++ formatting and include layers"
 scripts/check_format.sh
+scripts/check_includes.sh
 
 # The test build compiles its GPU code for one architecture (CI has no GPU to run it on);
 # the package that `pip install` builds below has the full default list.

@@ -1,5 +1,5 @@
-// Finishing a posted collective (Note [Posted collectives], engine/posted_collectives.h) from
-// the contributions every rank left in its post pool: the data movement only, the same on
+// Finishing a posted collective (Note [Posted collectives], engine/posted/posted_collectives.h)
+// from the contributions every rank left in its post pool: the data movement only, the same on
 // every rank, with no message exchanged. `posts[r]` is set rank r's contribution.
 //
 // An allreduce reduces the posts in rank order, so every rank gets the same bits; a

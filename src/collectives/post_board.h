@@ -1,5 +1,5 @@
 // The shared-memory protocol of posted collectives (Note [Posted collectives] in
-// engine/posted_collectives.h): each rank posts its contribution to a generation of a slot
+// engine/posted/posted_collectives.h): each rank posts its contribution to a generation of a slot
 // one-sidedly, and any rank that sees every contribution of a generation reduces them itself.
 //
 // One 64-bit state word per slot, shared by the set's ranks, counts the posts of all

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "engine/request.h"
+#include "negotiation/request.h"
 
 namespace perseus::engine {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
-#include "engine/set_negotiator.h"
+#include "engine/cycle/set_negotiator.h"
 
 namespace perseus::engine {
 namespace {

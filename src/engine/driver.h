@@ -24,9 +24,9 @@
 #include <thread>
 
 #include "common/params.h"
-#include "engine/cycle.h"
+#include "engine/cycle/cycle.h"
 #include "engine/handle.h"
-#include "engine/posted_collectives.h"
+#include "engine/posted/posted_collectives.h"
 #include "engine/submissions.h"
 #include "transport/transport.h"
 

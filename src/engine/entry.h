@@ -7,7 +7,7 @@
 
 #include "backends/gpu_backend.h"
 #include "engine/handle.h"
-#include "engine/request.h"
+#include "negotiation/request.h"
 
 namespace perseus::engine {
 

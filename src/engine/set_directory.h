@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/cycle/process_set.h"
 #include "engine/entry.h"
-#include "engine/process_set.h"
 
 namespace perseus::engine {
 

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/request.h"
+#include "negotiation/request.h"
 
 namespace perseus::engine {
 

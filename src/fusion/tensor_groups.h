@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/request.h"
+#include "negotiation/request.h"
 
 namespace perseus::fusion {
 

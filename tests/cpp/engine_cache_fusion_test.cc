@@ -1,9 +1,9 @@
 // Response cache and fusion planning as pure functions.
 #include <gtest/gtest.h>
 
-#include "engine/control.h"
-#include "engine/response_cache.h"
 #include "fusion/tensor_groups.h"
+#include "negotiation/control.h"
+#include "negotiation/response_cache.h"
 
 namespace perseus::engine {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cycle.h"
+#include "engine/cycle/cycle.h"
 #include "support/inproc_world.h"
 
 namespace perseus::engine {

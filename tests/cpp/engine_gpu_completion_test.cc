@@ -1,9 +1,9 @@
-// GpuCompletion (engine/gpu_completion.h) on any machine. The GPU works are test doubles that
+// GpuCompletion (engine/exec/gpu_completion.h) on any machine. The GPU works are test doubles that
 // report what a real GpuWork would (done, a local CUDA error, a lost peer): the completion
 // rules are what is tested here; tests/cpp/gpu_*_test.cc run the real works on a GPU.
 #include <gtest/gtest.h>
 
-#include "engine/gpu_completion.h"
+#include "engine/exec/gpu_completion.h"
 
 namespace perseus::engine {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "backends/gpu_backend.h"
-#include "engine/negotiation.h"
-#include "engine/wire.h"
 #include "fusion/tensor_groups.h"
+#include "negotiation/coordinator.h"
+#include "negotiation/wire.h"
 #include "perseus/c_api.h"
 #include "support/engine_ranks.h"
 #include "support/gpu_presence.h"

@@ -1,9 +1,9 @@
 // Coordinator negotiation as pure functions: no network, no engine thread.
 #include <gtest/gtest.h>
 
-#include "engine/negotiation.h"
 #include "engine/stall_report.h"
-#include "engine/wire.h"
+#include "negotiation/coordinator.h"
+#include "negotiation/wire.h"
 
 namespace perseus::engine {
 namespace {

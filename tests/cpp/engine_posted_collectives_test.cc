@@ -1,7 +1,7 @@
-// Posted allreduces (Note [Posted collectives], engine/posted_collectives.h) through the engine:
-// small allreduces of a name negotiated before skip negotiation, give the negotiated results,
-// and fall back to negotiation whenever the ranks disagree, a rank is late or joins. Ranks as
-// threads with their own engines over real shared memory.
+// Posted allreduces (Note [Posted collectives], engine/posted/posted_collectives.h) through the
+// engine: small allreduces of a name negotiated before skip negotiation, give the negotiated
+// results, and fall back to negotiation whenever the ranks disagree, a rank is late or joins. Ranks
+// as threads with their own engines over real shared memory.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// Fuzzes the negotiation message decoders (src/engine/wire.h): the request lists that ranks
+// Fuzzes the negotiation message decoders (src/negotiation/wire.h): the request lists that ranks
 // send their coordinator and the response lists it sends back. They arrive only over
 // authenticated connections, but a corrupt message must still be an error, never a crash or
 // an allocation sized by a length field. A decoded list re-encodes to the same bytes.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/wire.h"
+#include "negotiation/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace e = perseus::engine;

@@ -19,7 +19,7 @@ from perseus.runner.remote import env_block, mpirun_argv, ssh_argv
 KILL_GRACE_S = 3.0
 # How long a first failure waits for the exits that may explain it (see Job._root_cause).
 FAILURE_SETTLE_S = 1.0
-# What a rank's ShutDownError says when another rank shut the job down (src/engine/cycle.cc).
+# What a rank's ShutDownError says when another rank shut the job down (src/engine/cycle/cycle.cc).
 _PEER_SHUT_DOWN = "Perseus was shut down: rank "
 _SHM_DIR = "/dev/shm"
 # Each stops the job: SIGHUP is what a closed terminal or ssh session sends.

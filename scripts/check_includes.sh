@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Fails when a direct #include crosses a layer the wrong way (CI; scripts/test.sh runs it).
+# The rules follow the tree of src/ (docs/design.md, "Parts and seams"):
+#  - negotiation/ is the protocol as a pure layer and fusion/ plans buffers from requests:
+#    neither includes anything under engine/.
+#  - engine/cycle/ and engine/exec/ are parts that the facade and the driver hold: they never
+#    include engine/engine.h or engine/driver.h, so a part cannot reach back into its owner.
+# Prints every offending line.
+# Usage: scripts/check_includes.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+violations=0
+# forbid <folder> <regex of included paths> <why>
+forbid() {
+  local folder=$1 included=$2 why=$3 hits
+  hits=$(git ls-files -- "$folder" | grep -E '\.(h|cc|cu|cuh)$' |
+    xargs -r grep -HnE "^[[:space:]]*#[[:space:]]*include[[:space:]]+\"($included)\"" || true)
+  if [ -n "$hits" ]; then
+    echo "$hits"
+    echo "  ^ $why" >&2
+    violations=$((violations + $(printf '%s\n' "$hits" | wc -l)))
+  fi
+}
+
+forbid src/negotiation 'engine/[^"]*' "negotiation/ is a pure layer: it must not include engine/"
+forbid src/fusion 'engine/[^"]*' "fusion/ must not include engine/ (use negotiation/request.h)"
+forbid src/engine/cycle 'engine/(engine|driver)\.h' "engine/cycle/ must not include its owners"
+forbid src/engine/exec 'engine/(engine|driver)\.h' "engine/exec/ must not include its owners"
+
+if [ "$violations" -gt 0 ]; then
+  echo "$violations #include(s) cross a layer the wrong way (rules: scripts/check_includes.sh)" >&2
+  exit 1
+fi
+echo "includes: layer rules hold"

@@ -1,0 +1,351 @@
+#include "engine/posted/posted_collectives.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/from_posts.h"
+#include "common/logging.h"
+#include "kernels/reduce.h"
+
+namespace perseus::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using collectives::PostBoard;
+
+// A post's submission, from its handle's stamp.
+Clock::time_point submittedAt(const Handle& h) {
+  return Clock::time_point(std::chrono::nanoseconds(h.submittedNs()));
+}
+
+// The job's post board, when posting is on and the arena holds every rank.
+std::optional<PostBoard> openBoard(transport::ShmArena* arena, transport::Transport* transport,
+                                   const Params& params) {
+  if (!params.posted_allreduce || arena == nullptr || transport == nullptr) return std::nullopt;
+  return PostBoard::fromArena(*arena, transport->rank(), transport->size());
+}
+
+}  // namespace
+
+PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
+                                     const Params& params)
+    : transport_(transport),
+      size_(transport != nullptr ? transport->size() : 0),
+      spin_us_(params.spin_us),
+      board_(openBoard(arena, transport, params)),
+      slots_(board_ ? &*board_ : nullptr) {
+  const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
+  patience_ =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
+  if (!board_) return;
+  watched_ = std::make_unique<std::atomic<bool>[]>(board_->numSlots());
+  claimed_ = std::make_unique<std::atomic<uint64_t>[]>(board_->numSlots());
+}
+
+void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.learn(r, may_add, std::move(negotiated));
+}
+
+PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
+                                                      std::shared_ptr<Handle>* handle) {
+  if (!enabled() || c.set != 0) return Outcome::kNotPosted;
+  // The lookup key without an allocation per call (the buffer keeps its capacity).
+  thread_local std::string key;
+  key.assign(c.name.data(), c.name.size());
+  std::unique_lock<std::mutex> lock(mu_);
+  if (closed_) return Outcome::kNotPosted;
+  const int64_t found = slots_.find(key);
+  if (found < 0) return Outcome::kNotPosted;
+  const auto index = static_cast<size_t>(found);
+  PostSlot& s = slots_[index];
+  if (inFlightLocked(index)) return Outcome::kInFlight;
+  if (s.dead) return Outcome::kNotPosted;
+  const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
+  // Done means the negotiated run left the engine's in-flight names (handles complete after).
+  if (!PostSlots::postable(c.op, cuda, c.inputs.size()) || !PostSlots::matches(s, c) ||
+      (s.negotiated && !s.negotiated->done())) {
+    // Negotiated instead: so are every rank's posts of the name, from the revocation on.
+    board_->revoke(index, 0);
+    s.dead = true;
+    return Outcome::kNotPosted;
+  }
+  s.negotiated.reset();
+  const void* input = c.inputs[0].data;
+  void* output = c.outputs.empty() ? nullptr : c.outputs[0];
+  const uint64_t gen = s.gen + 1;
+  unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
+  if (PostSlots::reduces(s.kind) && s.prescale != 1.0) {
+    kernels::scaleCopy(mine, input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
+                       s.prescale);
+  } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
+    std::memcpy(mine, input, s.meta.bytes());
+  }
+  if (!board_->publish(index)) {
+    s.dead = true;
+    return Outcome::kNotPosted;
+  }
+  s.gen = gen;
+  if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
+    const Outcome o = watchBlocking(input, output, index, gen, lock);
+    if (o != Outcome::kPosted) return o;
+  }
+  s.pending = Handle::create(s.name, !c.blocking);
+  s.pending->setPosted(static_cast<int>(index), gen);
+  claimed_[index].store(gen - 1, std::memory_order_relaxed);  // before anyone sees the handle
+  s.input = input;
+  s.output = output;
+  s.pending_pos = pending_slots_.size();
+  pending_slots_.push_back(index);
+  pending_count_.fetch_add(1, std::memory_order_release);
+  *handle = s.pending;
+  if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
+  return Outcome::kPosted;
+}
+
+PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, void* output,
+                                                            size_t index, uint64_t gen,
+                                                            std::unique_lock<std::mutex>& lock) {
+  // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
+  // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
+  const PostSlot& s = slots_[index];
+  PostBoard::State st = board_->state(index, gen);
+  if (st == PostBoard::State::kComplete) {  // the generation's last post
+    ringPeers();
+    lock.unlock();
+    finish(s, gen, input, output, nullptr);
+    return Outcome::kFinished;
+  }
+  watched_[index].store(true, std::memory_order_relaxed);
+  lock.unlock();
+  PostWatch watch(*this, spin_us_);
+  while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
+  if (st == PostBoard::State::kComplete) {
+    finish(s, gen, input, output, nullptr);
+    watched_[index].store(false, std::memory_order_release);
+    return Outcome::kFinished;
+  }
+  // Not complete within the spin, or revoked: from here it is pending like any post, with a
+  // handle the caller waits on, which the engine thread can finish or send to negotiation.
+  lock.lock();
+  watched_[index].store(false, std::memory_order_relaxed);
+  return closed_ ? Outcome::kClosed : Outcome::kPosted;
+}
+
+bool PostWatch::keepWatching() {
+  ++looks_;
+  if (looks_ == 64) {
+    until_ = std::chrono::steady_clock::now() + spin_;
+    others_ = posted_.othersPosts();
+  } else if (looks_ > 64 && (looks_ & 255u) == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    const uint64_t seen = posted_.othersPosts();
+    if (seen != others_) {
+      others_ = seen;
+      until_ = now + spin_;
+    } else if (now >= until_) {
+      return false;
+    }
+    sched_yield();
+  }
+  return true;
+}
+
+void PostedCollectives::ringPeers() const {
+  // Set rank r of the global set is global rank r.
+  for (int r = 0; r < size_; ++r) {
+    if (r != board_->rank() && board_->listening(r)) transport_->ring(r);
+  }
+}
+
+bool PostedCollectives::listen() {
+  if (!enabled()) return false;
+  board_->setListening(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t index : pending_slots_) {
+    if (board_->state(index, slots_[index].gen) != PostBoard::State::kWaiting) {
+      board_->setListening(false);
+      return false;
+    }
+  }
+  return true;
+}
+
+void PostedCollectives::stopListening() {
+  if (enabled()) board_->setListening(false);
+}
+
+bool PostedCollectives::inFlightLocked(size_t index) {
+  PostSlot& s = slots_[index];
+  // Settled by a waiting caller that has not dropped it yet: no longer in flight.
+  dropCompletedLocked(s);
+  return s.pending || watched_[index].load(std::memory_order_acquire);
+}
+
+void PostedCollectives::dropCompletedLocked(PostSlot& s) {
+  if (s.pending && s.pending->done()) {
+    s.pending.reset();
+    dropPendingLocked(s);
+  }
+}
+
+bool PostedCollectives::claim(size_t index, uint64_t gen) {
+  uint64_t expected = gen - 1;
+  return claimed_[index].compare_exchange_strong(expected, gen, std::memory_order_acq_rel);
+}
+
+void PostedCollectives::dropPendingLocked(PostSlot& s) {
+  const size_t pos = s.pending_pos;
+  const size_t last = pending_slots_.back();
+  pending_slots_[pos] = last;
+  slots_[last].pending_pos = pos;
+  pending_slots_.pop_back();
+  pending_count_.fetch_sub(1, std::memory_order_release);
+}
+
+std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
+    size_t index, const Clock::time_point* now) {
+  PostSlot& s = slots_[index];
+  if (!s.pending) return std::nullopt;
+  PostBoard::State st = board_->state(index, s.gen);
+  if (st == PostBoard::State::kWaiting) {
+    if (now == nullptr || *now - submittedAt(*s.pending) < patience_) return std::nullopt;
+    // Waited too long: the negotiated path finds out why (a stall, a lost rank, a join).
+    st = board_->revoke(index, s.gen);
+    PERSEUS_LOG(DEBUG, kEngine) << "posted " << opTypeName(s.kind) << " '" << *s.name
+                                << "' waited past its patience for the other ranks' posts; "
+                                   "it is negotiated instead";
+  }
+  if (!claim(index, s.gen)) return std::nullopt;  // a waiting caller settles it (progress())
+  if (st == PostBoard::State::kRevoked) s.dead = true;
+  Claim c;
+  if (st != PostBoard::State::kComplete) {
+    // Back to the queue as the entry it would have been without a slot.
+    auto e = std::make_unique<Entry>();
+    e->request.op = s.kind;
+    e->request.name = *s.name;
+    e->request.process_set = 0;
+    e->request.tensors.push_back(s.meta);
+    e->request.reduce_op = s.reduce_op;
+    e->request.prescale = s.prescale;
+    e->request.postscale = s.postscale;
+    e->request.root = s.root;
+    e->inputs.push_back(s.input);
+    e->outputs.push_back(s.output);
+    e->submitted = submittedAt(*s.pending);
+    e->handle = s.pending;
+    c.renegotiate = std::move(e);
+  }
+  c.slot = &s;
+  c.input = s.input;
+  c.output = s.output;
+  c.gen = s.gen;
+  c.handle = std::move(s.pending);
+  dropPendingLocked(s);
+  return c;
+}
+
+PostedCollectives::Settled PostedCollectives::settle(Claim c) {
+  if (!c.renegotiate) finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
+  return {std::move(c.handle), std::move(c.renegotiate)};
+}
+
+void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
+                               Handle* handle) {
+  // The generation's payloads stay put until this rank posts again (post_board.h).
+  if (s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) {
+    std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
+    outs.resize(1);
+    outs[0].allocate(s.meta.dtype, s.out_shape);
+    output = outs[0].ptr();
+  }
+  collectives::finishFromPosts(*board_, gen, s.from_posts, input, output);
+  if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
+  completed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool PostedCollectives::progress(Handle& handle, Settled* out) {
+  const int slot = handle.postedSlot();
+  if (slot < 0 || !hasPending()) return false;
+  const auto index = static_cast<size_t>(slot);
+  const uint64_t gen = handle.postedGeneration();
+  // A watching caller reads the shared word only: its lock would slow the settling thread.
+  const PostBoard::State st = board_->state(index, gen);
+  if (st == PostBoard::State::kWaiting) return false;
+  if (st == PostBoard::State::kComplete) {
+    // The common case, on the thread that waits for the result: settled and completed before
+    // any lock, the bookkeeping after. A waiter's path runs cold after a long watch; with the
+    // lock, the claim and the pending list first, the step's last tensor completed 0.2-1.1 us
+    // later at 1000 tensors per step (`perseusrun -np 2 python
+    // bench/probes/negotiation_lag_probe.py`; docs/algorithms.md, "Posted collectives").
+    if (!claim(index, gen)) return false;  // the engine thread has it
+    const PostSlot& s = slots_[index];
+    finish(s, gen, s.input, s.output, &handle);
+    handle.complete(StatusCode::kOk, "");
+    std::lock_guard<std::mutex> lock(mu_);
+    dropCompletedLocked(slots_[index]);  // unless a submission of the name dropped it already
+    return false;
+  }
+  std::optional<Claim> c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<size_t>(slot) >= slots_.size() ||
+        slots_[static_cast<size_t>(slot)].pending.get() != &handle) {
+      return false;
+    }
+    c = claimLocked(static_cast<size_t>(slot), nullptr);
+  }
+  if (!c) return false;
+  *out = settle(std::move(*c));
+  return true;
+}
+
+void PostedCollectives::progressAll(std::vector<Settled>* out) {
+  if (!hasPending()) return;
+  std::vector<size_t> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots = pending_slots_;
+  }
+  // A few slots per hold of the lock: a caller that watches its own post must not wait for a
+  // scan of thousands (measured: the step's last tensor took 15-30 us longer with 1000).
+  constexpr size_t kPerHold = 32;
+  const auto now = Clock::now();
+  std::vector<Claim> claims;
+  for (size_t begin = 0; begin < slots.size(); begin += kPerHold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = begin; i < std::min(slots.size(), begin + kPerHold); ++i) {
+        if (std::optional<Claim> c = claimLocked(slots[i], &now)) claims.push_back(std::move(*c));
+      }
+    }
+    for (Claim& c : claims) out->push_back(settle(std::move(c)));
+    claims.clear();
+  }
+}
+
+void PostedCollectives::revokeAll() {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].dead) continue;
+    board_->revoke(i, 0);
+    slots_[i].dead = true;
+  }
+}
+
+std::vector<std::pair<OpType, std::shared_ptr<Handle>>> PostedCollectives::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  std::vector<std::pair<OpType, std::shared_ptr<Handle>>> left;
+  for (size_t index : pending_slots_)
+    left.emplace_back(slots_[index].kind, std::move(slots_[index].pending));
+  pending_slots_.clear();
+  pending_count_.store(0, std::memory_order_release);
+  return left;
+}
+
+}  // namespace perseus::engine
