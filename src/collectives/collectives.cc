@@ -99,8 +99,9 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
     detail::run(comm, args);
   } else {
     // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
-    const Algorithm& algorithm = selectAlgorithm(
-        comm, args, op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo);
+    const std::string forced =
+        op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo;
+    const Algorithm& algorithm = selectAlgorithm(comm, args, forced);
     // Only a top-level shm call scales inside: one nested in another algorithm (hierarchical)
     // gets a copy of these args with the default postscale of 1.
     scaled = &algorithm == &kAllreduceShm;

@@ -22,11 +22,6 @@ def records(stdout):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the perseus backend completes a failed Work's Future with torch.futures.Future."
-    "set_exception, which stores the exception as the Future's value: DDP's reducer reads it "
-    "as a tensor list and the survivors crash (SIGSEGV) instead of raising; the fix is to "
-    "deliver the error through a .then() callback that raises (see the lead's notes)"))
 def test_ddp_survivors_continue_from_the_last_commit():
     result = perseusrun_elastic(
         ["-np", "3", "--min-np", "2", "--elastic-timeout", "5", "-H", "localhost:3"],

@@ -10,7 +10,9 @@ are process sets of it. See docs/torch-distributed.md."""
 
 import datetime
 
+import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from perseus.torch.distributed import _engine, _groups, _rendezvous
 from perseus.torch.distributed._backend import PerseusBackend
@@ -27,8 +29,33 @@ def _timeout_s(timeout):
     return 1800.0
 
 
+def python_backends_supported():
+    """Whether this torch lets a Python class derive from c10d's Backend: torch releases whose
+    binding of Backend has no Python constructor refuse to build one ("No constructor
+    defined"), and the backend cannot exist there."""
+    global _PYTHON_BACKENDS
+    if _PYTHON_BACKENDS is None:
+        class _Probe(_C10dBackend):
+            pass
+        try:
+            _Probe(0, 1)
+            _PYTHON_BACKENDS = True
+        except TypeError:
+            _PYTHON_BACKENDS = False
+    return _PYTHON_BACKENDS
+
+
+_PYTHON_BACKENDS = None
+
+
 def _create(opts, backend_options=None):
     """The creator torch calls for each perseus group this rank belongs to (extended API)."""
+    if not python_backends_supported():
+        raise RuntimeError(
+            "perseus: torch %s cannot run a torch.distributed backend written in Python (its "
+            "c10d Backend has no Python constructor); the perseus backend needs a torch that "
+            "has one (2.15 has it). Upgrade torch, or use the Horovod API (import "
+            "perseus.torch as hvd), which works with this torch" % torch.__version__)
     rank, size = opts.group_rank, opts.group_size
     timeout_s = _timeout_s(opts.timeout)
     ranks = list(opts.global_ranks_in_group)

@@ -135,7 +135,13 @@ class PerseusWork(Work):
         if fut is not None:
             return fut
         devices = [self._device] if self._device is not None else None
-        fut = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        base = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        self._base = base
+        # Note [Failed futures]: Future.set_exception stores the exception as the value, and
+        # DDP's reducer reads a value as a tensor list (a crash, not an error). A failure is
+        # set as a _Failed value that a .then() callback raises, so the returned Future
+        # carries a real error that wait() and DDP raise.
+        fut = base.then(_unwrap)
         self._future = fut
         h = self._h
         if h is None and self._finish is not None:
@@ -153,13 +159,27 @@ class PerseusWork(Work):
             self._settle()
 
     def _settle(self):
-        fut = self._future
+        base = self._base
         try:
             self._complete(self._backend.timeout_s)
         except Exception as e:  # noqa: BLE001 (delivered through the Future)
-            fut.set_exception(e)
+            base.set_result(_Failed(e))
             return
-        fut.set_result(_flat(self._outputs))
+        base.set_result(_flat(self._outputs))
+
+
+class _Failed:
+    """A failed operation's error, carried as a Future's value (Note [Failed futures])."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _unwrap(base):
+    value = base.value()
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
 
 
 def _flat(outputs):
