@@ -62,8 +62,9 @@ def has_mpi4py():
 
 def job_env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"),
-                                                    env.get("PYTHONPATH")) if p)
+    if env.get("PERSEUS_BUILD_DIR"):  # the source tree's package with that build's _core
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "python"),
+                                                        env.get("PYTHONPATH")) if p)
     env["SMALL_OPS_GLOO_INIT"] = "tcp://127.0.0.1:%d" % free_port()
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
