@@ -162,16 +162,24 @@ def _run_loop(func, reset, classify):
 
 
 def _reset(reset, cause):
+    # A job not started in elastic mode has no membership to move to: re-initialising the same
+    # ranks would only repeat a failure that every rank saw, for ever (init() after shutdown()
+    # does re-form a fixed job). So the default reset is refused there, with the way out.
+    if reset is elastic_worker.reset and not elastic_worker.enabled():
+        raise PerseusInternalError(_fixed_job_message(cause, "no reset is attempted")) from cause
     try:
         reset()
     except Exception as e:  # noqa: BLE001 - re-raised, explained where it can be
         if elastic_worker.enabled():
             raise
-        raise PerseusInternalError(
-            "hvd.elastic.run: the job could not be reset after %s (%s): %s. It was not started "
+        raise PerseusInternalError(_fixed_job_message(cause, e)) from e
+
+
+def _fixed_job_message(cause, why):
+    return ("hvd.elastic.run: the job could not be reset after %s (%s): %s. It was not started "
             "in elastic mode, so it cannot re-form; start it with perseusrun --min-np/--max-np/"
             "--host-discovery-script to recover from failures"
-            % (type(cause).__name__, cause, e)) from e
+            % (type(cause).__name__, cause, why))
 
 
 def run(func):
