@@ -131,10 +131,8 @@ std::vector<int32_t> processSetRanks(int32_t id) {
   return ranks;
 }
 
-}  // namespace
-
-void registerRuntime(py::module_& m) {
-  using py::arg;
+// The job's life: init, shutdown and what describes the running job.
+void registerLifecycle(py::module_& m) {
   m.def(
       "init",
       [] {
@@ -164,6 +162,10 @@ void registerRuntime(py::module_& m) {
     return std::string(perseus_runtime_info());
   });
   m.def("params_dump", [] { return std::string(perseus_params_dump()); });
+}
+
+// What a running engine tells about itself: the timeline and its counters.
+void registerIntrospection(py::module_& m) {
   m.def(
       "start_timeline",
       [](const std::string& path, bool mark_cycles) {
@@ -201,6 +203,10 @@ void registerRuntime(py::module_& m) {
         return d;
       },
       "This rank's engine counters since init (perseus_engine_stats).");
+}
+
+void registerProcessSets(py::module_& m) {
+  using py::arg;
   m.def(
       "add_process_set",
       [](const std::vector<int32_t>& ranks) {
@@ -235,7 +241,11 @@ void registerRuntime(py::module_& m) {
       arg("id"), "(rank_in_set or -1, size)");
   m.def("process_set_ranks", &processSetRanks, arg("id"));
   m.def("_stop_callbacks", &stopCallbacks);
+}
 
+// The launcher's authenticated store, both ends.
+void registerStores(py::module_& m) {
+  using py::arg;
   py::class_<StoreServer>(m, "StoreServer",
                           "The authenticated rendezvous store, hosted by a launcher.")
       .def(py::init<const std::string&, int32_t, const std::string&>(), arg("bind_address"),
@@ -256,6 +266,15 @@ void registerRuntime(py::module_& m) {
   m.attr("PROCESS_SET_LOCAL") = PERSEUS_PROCESS_SET_LOCAL;
   m.attr("PROCESS_SET_CROSS") = PERSEUS_PROCESS_SET_CROSS;
   m.attr("C_API_VERSION") = PERSEUS_C_API_VERSION;
+}
+
+}  // namespace
+
+void registerRuntime(py::module_& m) {
+  registerLifecycle(m);
+  registerIntrospection(m);
+  registerProcessSets(m);
+  registerStores(m);
 }
 
 }  // namespace perseus_py
