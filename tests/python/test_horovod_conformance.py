@@ -192,7 +192,7 @@ def test_mpi_enabled_means_mpi_is_in_use():
     under mpirun (plain, or through perseusrun --mpi as horovodrun's MPI mode), false under
     perseusrun's own launch (check_build_queries) even where libperseus was built with MPI."""
     code = ("from perseus.common import basics as hvd; hvd.init(); "
-            "print('MPI', hvd.mpi_built(), hvd.mpi_enabled())")
+            "import sys; sys.stdout.write('MPI %s %s\\n' % (hvd.mpi_built(), hvd.mpi_enabled()))")
     env = job_env()
     plain = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"] +
                            [a for k in ("PYTHONPATH", "PERSEUS_BUILD_DIR") if k in env

@@ -9,7 +9,7 @@ import torch
 
 from perseus.common.ops import Adasum
 from perseus.torch import mpi_ops as _ops
-from perseus.torch.optimizer import parameter_names
+from perseus.torch.optimizer import count_backward_pass, parameter_names
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -56,15 +56,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*_ignored):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
-            self._allreduce_delay[p] -= 1
             handle, ctx = None, None
-            if self._allreduce_delay[p] == 0:
+            if count_backward_pass(self, p):
                 handle, ctx = self._allreduce_delta_async(p)
             self._handles[p] = (handle, ctx)
         return hook

@@ -16,6 +16,20 @@ from perseus.torch import mpi_ops as _ops
 from perseus.torch.compression import Compression
 
 
+def count_backward_pass(optimizer, p):
+    """Counts one backward pass that accumulated p's gradient; True on the pass that must reduce
+    it (the backward_passes_per_step-th since the last step()). Shared by the optimizers whose
+    hooks reduce per parameter."""
+    if p in optimizer._handles and optimizer._handles[p][0] is not None:
+        if optimizer._allreduce_delay[p] <= 0:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times "
+                "before call to step(). Increase backward_passes_per_step to "
+                "accumulate gradients locally.")
+    optimizer._allreduce_delay[p] -= 1
+    return optimizer._allreduce_delay[p] == 0
+
+
 def parameter_names(param_groups, named_parameters):
     """{parameter: name} after Horovod's checks of named_parameters (tuples, unique names,
     every parameter named); unnamed optimizers get allreduce.noname.<group>.<index>."""
@@ -105,14 +119,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*_ignored):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if count_backward_pass(self, p):
                 group = self._groups.get(p)
                 if group is None:
                     self._handles[p] = self._allreduce_grad_async(p)
