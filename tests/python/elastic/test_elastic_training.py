@@ -132,8 +132,8 @@ def kill_and_replay(tmp_path, jobs, worker, victim, kill_at, worker_args=(), hos
         events = recs[w]
         reset_at = next(i for i, r in enumerate(events) if r["event"] == "reset")
         entry = next((r for r in events[reset_at:] if r["event"] == "entry"), None)
-        assert entry is not None, ("%s did not re-enter training after its reset" % w,
-                                   events[reset_at - 2:], elastic.output())
+        assert entry is not None, "%s did not re-enter training after its reset: %s\n%s" % (
+            w, events[reset_at - 2:], elastic.output())
         before = events[:reset_at]
         last_commit = [r for r in before if r["event"] == "commit"][-1]
         last_step = [r for r in before if r["event"] == "step"][-1]
