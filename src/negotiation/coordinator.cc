@@ -102,8 +102,8 @@ const Check kSameOperation = {"operations", nullptr,
                               [](const Request& x, const Request& y) { return x.op == y.op; },
                               [](const Request& q) { return std::string(opTypeName(q.op)); }};
 
-// Every field that the ranks must agree on once the operation does, in the order of the
-// error messages' precedence.
+// Every field that the ranks must agree on once the operation does, checked in this order: the
+// first one that some rank differs on is the error.
 const Check kMetadataChecks[] = {
     {"devices", nullptr,
      [](const Request& x, const Request& y) { return x.device_kind == y.device_kind; },

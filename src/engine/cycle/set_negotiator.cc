@@ -1,6 +1,7 @@
 #include "engine/cycle/set_negotiator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 
 #include "common/logging.h"
@@ -84,7 +85,8 @@ SetNegotiator::Agreement SetNegotiator::negotiate(ProcessSet& set, bool global, 
   const size_t cached = out.responses.size();
   if (cv.anyFlag(ControlFlag::kUncached)) {
     std::vector<Response> fresh = coordinateUncached(set, global, announced);
-    out.responses.insert(out.responses.end(), fresh.begin(), fresh.end());
+    out.responses.insert(out.responses.end(), std::make_move_iterator(fresh.begin()),
+                         std::make_move_iterator(fresh.end()));
   }
   out.more_work = !set.uncached.empty();
   cached_responses_.fetch_add(cached, std::memory_order_relaxed);
