@@ -1,7 +1,6 @@
 #include "negotiation/coordinator.h"
 
 #include <algorithm>
-#include <functional>
 #include <sstream>
 
 namespace perseus::engine {
@@ -28,13 +27,16 @@ Response errorResponse(const Request& ref, const std::string& name, StatusCode c
   return r;
 }
 
-// One metadata check: `same` compares two requests cheaply; `show` formats a request's value
-// for the error message. Formatting runs only once some rank differs, so a name whose ranks
-// agree (every successful negotiation) builds no strings.
+// One metadata check, a row of kMetadataChecks: `same` compares two requests cheaply; `show`
+// formats a request's value for the error message. Formatting runs only once some rank
+// differs, so a name whose ranks agree (every successful negotiation) builds no strings.
+// `applies` (null: every operation) says which operations carry the field. The rows run after
+// the operations agree, so `same` and `show` may read the operation from either request.
 struct Check {
   const char* what;
-  std::function<bool(const Request&, const Request&)> same;
-  std::function<std::string(const Request&)> show;
+  bool (*applies)(OpType op);
+  bool (*same)(const Request& x, const Request& y);
+  std::string (*show)(const Request& q);
 };
 
 // Returns "" when every rank agrees with the reference rank on `check`, else a message
@@ -93,126 +95,119 @@ std::string showShape(const std::vector<int64_t>& shape, bool skip_first) {
   return os.str();
 }
 
-}  // namespace
+// Allgather and alltoall ranks may differ in their tensors' first dimension (their rows).
+bool rowsVary(OpType op) { return op == OpType::kAllgather || op == OpType::kAlltoall; }
 
-Response constructResponse(const std::string& name, const std::vector<const Request*>& by_rank) {
+const Check kSameOperation = {"operations", nullptr,
+                              [](const Request& x, const Request& y) { return x.op == y.op; },
+                              [](const Request& q) { return std::string(opTypeName(q.op)); }};
+
+// Every field that the ranks must agree on once the operation does, checked in this order: the
+// first one that some rank differs on is the error.
+const Check kMetadataChecks[] = {
+    {"devices", nullptr,
+     [](const Request& x, const Request& y) { return x.device_kind == y.device_kind; },
+     [](const Request& q) { return std::string(deviceKindName(q.device_kind)); }},
+    {"tensor counts", nullptr,
+     [](const Request& x, const Request& y) { return x.tensors.size() == y.tensors.size(); },
+     [](const Request& q) { return std::to_string(q.tensors.size()); }},
+    {"data types", nullptr,
+     [](const Request& x, const Request& y) {
+       if (x.tensors.size() != y.tensors.size()) return false;
+       for (size_t i = 0; i < x.tensors.size(); ++i) {
+         if (x.tensors[i].dtype != y.tensors[i].dtype) return false;
+       }
+       return true;
+     },
+     [](const Request& q) {
+       std::string s;
+       for (const auto& t : q.tensors)
+         s += std::string(s.empty() ? "" : ",") + dataTypeName(t.dtype);
+       return s;
+     }},
+    {"tensor shapes", nullptr,
+     [](const Request& x, const Request& y) {
+       return sameTensors(x.tensors, y.tensors, rowsVary(x.op));
+     },
+     [](const Request& q) {
+       std::string s;
+       for (const auto& t : q.tensors)
+         s += (s.empty() ? "" : ", ") + showShape(t.shape, rowsVary(q.op));
+       return s;
+     }},
+    {"reduction operations",
+     [](OpType op) { return op == OpType::kAllreduce || op == OpType::kReducescatter; },
+     [](const Request& x, const Request& y) { return x.reduce_op == y.reduce_op; },
+     [](const Request& q) { return std::string(reduceOpName(q.reduce_op)); }},
+    {"prescale/postscale factors",
+     [](OpType op) { return op == OpType::kAllreduce || op == OpType::kReducescatter; },
+     [](const Request& x, const Request& y) {
+       return x.prescale == y.prescale && x.postscale == y.postscale;
+     },
+     [](const Request& q) { return PERSEUS_STR(q.prescale << "/" << q.postscale); }},
+    {"root ranks", [](OpType op) { return op == OpType::kBroadcast; },
+     [](const Request& x, const Request& y) { return x.root == y.root; },
+     [](const Request& q) { return std::to_string(q.root); }},
+    {"splits counts", [](OpType op) { return op == OpType::kAlltoall; },
+     [](const Request& x, const Request& y) { return x.num_splits == y.num_splits; },
+     [](const Request& q) { return std::to_string(q.num_splits); }},
+    {"process set ranks", [](OpType op) { return op == OpType::kAddProcessSet; },
+     [](const Request& x, const Request& y) { return x.set_ranks == y.set_ranks; },
+     [](const Request& q) {
+       std::vector<int64_t> v(q.set_ranks.begin(), q.set_ranks.end());
+       return shapeString(v);
+     }},
+    {"process set ids", [](OpType op) { return op == OpType::kRemoveProcessSet; },
+     [](const Request& x, const Request& y) { return x.set_id == y.set_id; },
+     [](const Request& q) { return std::to_string(q.set_id); }},
+};
+
+// The lowest set rank that has not joined (a null request); `joined` gets the others.
+int referenceRank(const std::vector<const Request*>& by_rank, std::vector<int>* joined) {
   int ref = -1;
-  std::vector<int> joined;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (by_rank[r] == nullptr) {
-      joined.push_back(static_cast<int>(r));
+      joined->push_back(static_cast<int>(r));
     } else if (ref < 0) {
       ref = static_cast<int>(r);
     }
   }
-  PERSEUS_CHECK(ref >= 0, "no request for '" << name << "'");
-  const Request& first = *by_rank[ref];
+  return ref;
+}
+
+// Note [Join]: joined ranks contribute zeros to allreduce, no rows to allgather, and receive
+// broadcasts from a root that has not joined. Returns "" when `first`'s collective can run with
+// `joined`, else the refusal; Horovod refuses allgather and broadcast here, and its text leads
+// the message of the collectives that are still refused.
+std::string refusalForJoined(const Request& first, const std::string& name,
+                             const std::vector<int>& joined) {
   const OpType op = first.op;
+  if (joined.empty() || op == OpType::kAllreduce || op == OpType::kBarrier ||
+      op == OpType::kAllgather || op == OpType::kBroadcast) {
+    return "";
+  }
+  const char* horovod =
+      op == OpType::kAlltoall        ? "Alltoall is not supported with Join at this time."
+      : op == OpType::kReducescatter ? "Reducescatter is not supported with Join at this time."
+                                     : "This collective is not supported with Join.";
+  return PERSEUS_STR(horovod << " " << opTypeName(op) << " '" << name << "' cannot run while "
+                             << rankList(joined)
+                             << " have joined: allreduce, allgather, broadcast "
+                                "and barrier take joined ranks into account. "
+                                "Finish such collectives before join().");
+}
 
-  const Check same_op = {"operations",
-                         [](const Request& x, const Request& y) { return x.op == y.op; },
-                         [](const Request& q) { return std::string(opTypeName(q.op)); }};
-  std::string msg = findMismatch(same_op, name, op, by_rank, ref);
-  if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
+// Whether a broadcast's root has joined, and so has nothing to send.
+bool rootHasJoined(const Request& first, const std::vector<const Request*>& by_rank) {
+  return first.op == OpType::kBroadcast && first.root >= 0 &&
+         static_cast<size_t>(first.root) < by_rank.size() && by_rank[first.root] == nullptr;
+}
 
-  // Note [Join]: joined ranks contribute zeros to allreduce, no rows to allgather, and
-  // receive broadcasts from a root that has not joined. Horovod refuses allgather and
-  // broadcast here; its text leads the message of the collectives that are still refused.
-  if (!joined.empty() && op != OpType::kAllreduce && op != OpType::kBarrier &&
-      op != OpType::kAllgather && op != OpType::kBroadcast) {
-    const char* horovod =
-        op == OpType::kAlltoall        ? "Alltoall is not supported with Join at this time."
-        : op == OpType::kReducescatter ? "Reducescatter is not supported with Join at this time."
-                                       : "This collective is not supported with Join.";
-    return errorResponse(first, name, StatusCode::kUnsupported,
-                         PERSEUS_STR(horovod << " " << opTypeName(op) << " '" << name
-                                             << "' cannot run while " << rankList(joined)
-                                             << " have joined: allreduce, allgather, broadcast "
-                                                "and barrier take joined ranks into account. "
-                                                "Finish such collectives before join()."));
-  }
-  if (op == OpType::kBroadcast && first.root >= 0 &&
-      static_cast<size_t>(first.root) < by_rank.size() && by_rank[first.root] == nullptr) {
-    return errorResponse(first, name, StatusCode::kInvalidArgument,
-                         PERSEUS_STR("BROADCAST '" << name << "': its root, set rank " << first.root
-                                                   << ", has joined and has nothing to send; "
-                                                      "broadcast before join() on the root"));
-  }
-
-  const bool varying_first = op == OpType::kAllgather || op == OpType::kAlltoall;
-  std::vector<Check> checks = {
-      {"devices", [](const Request& x, const Request& y) { return x.device_kind == y.device_kind; },
-       [](const Request& q) { return std::string(deviceKindName(q.device_kind)); }},
-      {"tensor counts",
-       [](const Request& x, const Request& y) { return x.tensors.size() == y.tensors.size(); },
-       [](const Request& q) { return std::to_string(q.tensors.size()); }},
-      {"data types",
-       [](const Request& x, const Request& y) {
-         if (x.tensors.size() != y.tensors.size()) return false;
-         for (size_t i = 0; i < x.tensors.size(); ++i) {
-           if (x.tensors[i].dtype != y.tensors[i].dtype) return false;
-         }
-         return true;
-       },
-       [](const Request& q) {
-         std::string s;
-         for (const auto& t : q.tensors)
-           s += std::string(s.empty() ? "" : ",") + dataTypeName(t.dtype);
-         return s;
-       }},
-      {"tensor shapes",
-       [varying_first](const Request& x, const Request& y) {
-         return sameTensors(x.tensors, y.tensors, varying_first);
-       },
-       [varying_first](const Request& q) {
-         std::string s;
-         for (const auto& t : q.tensors)
-           s += (s.empty() ? "" : ", ") + showShape(t.shape, varying_first);
-         return s;
-       }},
-  };
-  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    checks.push_back({"reduction operations",
-                      [](const Request& x, const Request& y) { return x.reduce_op == y.reduce_op; },
-                      [](const Request& q) { return std::string(reduceOpName(q.reduce_op)); }});
-    checks.push_back(
-        {"prescale/postscale factors",
-         [](const Request& x, const Request& y) {
-           return x.prescale == y.prescale && x.postscale == y.postscale;
-         },
-         [](const Request& q) { return PERSEUS_STR(q.prescale << "/" << q.postscale); }});
-  }
-  if (op == OpType::kBroadcast) {
-    checks.push_back({"root ranks",
-                      [](const Request& x, const Request& y) { return x.root == y.root; },
-                      [](const Request& q) { return std::to_string(q.root); }});
-  }
-  if (op == OpType::kAlltoall) {
-    checks.push_back(
-        {"splits counts",
-         [](const Request& x, const Request& y) { return x.num_splits == y.num_splits; },
-         [](const Request& q) { return std::to_string(q.num_splits); }});
-  }
-  if (op == OpType::kAddProcessSet) {
-    checks.push_back({"process set ranks",
-                      [](const Request& x, const Request& y) { return x.set_ranks == y.set_ranks; },
-                      [](const Request& q) {
-                        std::vector<int64_t> v(q.set_ranks.begin(), q.set_ranks.end());
-                        return shapeString(v);
-                      }});
-  }
-  if (op == OpType::kRemoveProcessSet) {
-    checks.push_back({"process set ids",
-                      [](const Request& x, const Request& y) { return x.set_id == y.set_id; },
-                      [](const Request& q) { return std::to_string(q.set_id); }});
-  }
-  for (const Check& c : checks) {
-    msg = findMismatch(c, name, op, by_rank, ref);
-    if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
-  }
-
+// The response that every rank agreed on: `first`'s metadata, and allgather's rows per rank.
+Response agreedResponse(const std::string& name, const Request& first,
+                        const std::vector<const Request*>& by_rank) {
   Response r;
-  r.op = op;
+  r.op = first.op;
   r.name = name;
   r.tensors = first.tensors;
   r.reduce_op = first.reduce_op;
@@ -222,7 +217,7 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
   r.set_ranks = first.set_ranks;
   r.set_id = first.set_id;
   r.device_kind = first.device_kind;
-  if (op == OpType::kAllgather) {
+  if (first.op == OpType::kAllgather) {
     const size_t n = by_rank.size();
     r.first_dims.assign(first.tensors.size() * n, 0);
     for (size_t t = 0; t < first.tensors.size(); ++t) {
@@ -234,6 +229,33 @@ Response constructResponse(const std::string& name, const std::vector<const Requ
     }
   }
   return r;
+}
+
+}  // namespace
+
+Response constructResponse(const std::string& name, const std::vector<const Request*>& by_rank) {
+  std::vector<int> joined;
+  const int ref = referenceRank(by_rank, &joined);
+  PERSEUS_CHECK(ref >= 0, "no request for '" << name << "'");
+  const Request& first = *by_rank[ref];
+  const OpType op = first.op;
+
+  std::string msg = findMismatch(kSameOperation, name, op, by_rank, ref);
+  if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
+  msg = refusalForJoined(first, name, joined);
+  if (!msg.empty()) return errorResponse(first, name, StatusCode::kUnsupported, msg);
+  if (rootHasJoined(first, by_rank)) {
+    return errorResponse(first, name, StatusCode::kInvalidArgument,
+                         PERSEUS_STR("BROADCAST '" << name << "': its root, set rank " << first.root
+                                                   << ", has joined and has nothing to send; "
+                                                      "broadcast before join() on the root"));
+  }
+  for (const Check& check : kMetadataChecks) {
+    if (check.applies != nullptr && !check.applies(op)) continue;
+    msg = findMismatch(check, name, op, by_rank, ref);
+    if (!msg.empty()) return errorResponse(first, name, StatusCode::kMismatch, msg);
+  }
+  return agreedResponse(name, first, by_rank);
 }
 
 Coordinator::Coordinator(int set_size) : size_(set_size), joined_(set_size, false) {}

@@ -150,37 +150,39 @@ std::unique_ptr<World> singleRank(const LaunchInfo& info, const Params& params) 
   return world;
 }
 
-}  // namespace
-
-std::unique_ptr<World> bootstrap(const Params& params) {
-  LaunchInfo info = readLaunchInfo([](const char* name) { return std::getenv(name); });
-  logging::setRank(info.topology.rank);
-  if (!info.warning.empty()) {
-    PERSEUS_LOG(WARNING, kRendezvous) << info.warning;
-  }
-  const bool use_mpi = params.cpu_operations == "mpi";
+// PERSEUS_CPU_OPERATIONS=mpi needs mpirun's world.
+void checkMpiLauncher(const LaunchInfo& info, bool use_mpi) {
   if (use_mpi && info.launcher != Launcher::kOpenMpi) {
     throw InvalidArgumentError(
         "PERSEUS_CPU_OPERATIONS=mpi needs the job to be started by mpirun (no "
         "OMPI_COMM_WORLD_RANK in the environment); start it with mpirun or perseusrun --mpi, or "
         "unset PERSEUS_CPU_OPERATIONS");
   }
-  if (info.topology.size == 1) return singleRank(info, params);
+}
 
-  const auto deadline =
-      Clock::now() + milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
+// This bootstrap's store, under its prefixes, and the data plane's handshake secret.
+struct JobStore {
+  StoreConnection conn;
+  transport::tcp::Secret secret;
+  int incarnation = 0;  // Note [Re-initialisation]
+  std::string again;    // "init<incarnation>" after the first bootstrap, else ""
+};
+
+// Connects to the store of this incarnation (Note [Re-initialisation]) and of this elastic
+// epoch (Note [Epoch isolation]).
+JobStore connectJobStore(LaunchInfo* info, const Params& params) {
   const int incarnation = params.store_prefix.empty() ? g_bootstraps.fetch_add(1) : 0;
   const std::string again = incarnation > 0 ? "init" + std::to_string(incarnation) : "";
   if (!again.empty()) {
-    info.launch_id += "/" + again;
+    info->launch_id += "/" + again;
     // Alternate port ranges: a rank back first never knocks on the earlier store.
-    if (info.derived_port != 0 && incarnation % 2 == 1) {
-      info.derived_port += info.derived_port + 2 * kDerivedPortCandidates <= 65536
-                               ? kDerivedPortCandidates
-                               : -kDerivedPortCandidates;
+    if (info->derived_port != 0 && incarnation % 2 == 1) {
+      info->derived_port += info->derived_port + 2 * kDerivedPortCandidates <= 65536
+                                ? kDerivedPortCandidates
+                                : -kDerivedPortCandidates;
     }
   }
-  StoreConnection conn = connectStore(info, params);
+  StoreConnection conn = connectStore(*info, params);
   auto secret = transport::tcp::Secret::fromHex(conn.secret_hex, "PERSEUS_SECRET");
   if (!again.empty()) {
     conn.store = std::make_unique<PrefixStore>(again + "/", std::move(conn.store));
@@ -192,26 +194,32 @@ std::unique_ptr<World> bootstrap(const Params& params) {
     conn.store = std::make_unique<PrefixStore>(params.store_prefix, std::move(conn.store));
     secret = secret.derive("data/" + params.store_prefix);
   }
-  Store& store = *conn.store;
+  return JobStore{std::move(conn), std::move(secret), incarnation, again};
+}
 
-  auto world = std::make_unique<World>();
-  Topology& t = world->topology;
-  t = info.topology;
+// The data plane's listening socket, on the address that reaches the store: the one the
+// other ranks can reach too.
+transport::tcp::TcpListener listenForPeers(const LaunchInfo& info, const Params& params) {
+  const Topology& t = info.topology;
   const bool all_local = info.has_local && t.local_size == t.size;
-  // The address that reaches the store is the one the other ranks can reach too.
   const bool store_named = !info.controller_host.empty();
   int port_lo = 0, port_hi = 0;
   parsePortRange(params.port_range, &port_lo, &port_hi);
-  transport::tcp::TcpListener listener(
+  return transport::tcp::TcpListener(
       transport::tcp::chooseListenHost(
           params.iface, store_named ? info.controller_host : info.store_host,
           store_named ? info.controller_port : info.derived_port, all_local),
       port_lo, port_hi);
+}
 
+// Claims this rank, publishes its record (rank 0 first names the job, unless perseusrun did)
+// and gathers every rank's.
+std::vector<std::string> exchangeRecords(Store& store, const Topology& t,
+                                         const std::string& address, const Params& params,
+                                         Clock::time_point deadline) {
   // perseusrun names the job (PERSEUS_JOB_ID) so that it can remove exactly this job's
   // shared-memory segments if ranks die; otherwise rank 0 draws a name for everyone.
-  const bool job_id_given = !params.job_id.empty();
-  if (t.rank == 0 && !job_id_given) {
+  if (t.rank == 0 && params.job_id.empty()) {
     uint8_t id[8];
     transport::tcp::fillRandom(id, sizeof(id));
     store.set("perseus/job_id", toBytes(transport::tcp::toHex(id, sizeof(id))));
@@ -223,85 +231,137 @@ std::unique_ptr<World> bootstrap(const Params& params) {
         << "; every process needs "
            "its own PERSEUS_RANK (or OMPI_COMM_WORLD_RANK), and a job's store cannot be reused"));
   }
-  store.set(rankKey(t.rank),
-            toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" + listener.address().str()));
-  std::vector<std::string> records =
-      gatherRecords(store, t, params.start_timeout_s, !params.store_prefix.empty(), deadline);
-  const std::string job_id =
-      job_id_given ? params.job_id + (again.empty() ? "" : "-i" + std::to_string(incarnation))
-                   : fromBytes(store.get("perseus/job_id", until(deadline)));
-  if (conn.after_rendezvous) conn.after_rendezvous();
+  store.set(rankKey(t.rank), toBytes(std::to_string(t.size) + "\n" + t.hostname + "\n" + address));
+  return gatherRecords(store, t, params.start_timeout_s, !params.store_prefix.empty(), deadline);
+}
 
-  std::vector<std::string> addresses(t.size);
-  t.hostnames.resize(t.size);
-  for (int r = 0; r < t.size; ++r) {
+// The name of the job's shared-memory segments.
+std::string jobId(Store& store, const Params& params, const JobStore& job,
+                  Clock::time_point deadline) {
+  if (params.job_id.empty()) return fromBytes(store.get("perseus/job_id", until(deadline)));
+  return params.job_id + (job.again.empty() ? "" : "-i" + std::to_string(job.incarnation));
+}
+
+// Reads every rank's record into t->hostnames; returns their data-plane addresses.
+std::vector<std::string> readRecords(const std::vector<std::string>& records, Topology* t) {
+  std::vector<std::string> addresses(t->size);
+  t->hostnames.resize(t->size);
+  for (int r = 0; r < t->size; ++r) {
     std::istringstream record(records[r]);
     std::string size_text;
-    if (!std::getline(record, size_text) || !std::getline(record, t.hostnames[r]) ||
+    if (!std::getline(record, size_text) || !std::getline(record, t->hostnames[r]) ||
         !std::getline(record, addresses[r])) {
       throw MismatchError(
           PERSEUS_STR("rank " << r
                               << " published a malformed record in the "
                                  "rendezvous store; are all ranks running the same Perseus?"));
     }
-    if (size_text != std::to_string(t.size)) {
+    if (size_text != std::to_string(t->size)) {
       throw InvalidArgumentError(PERSEUS_STR("rank " << r << " was started with job size "
-                                                     << size_text << " but rank " << t.rank
-                                                     << " with " << t.size
+                                                     << size_text << " but rank " << t->rank
+                                                     << " with " << t->size
                                                      << "; PERSEUS_SIZE (OMPI_COMM_WORLD_SIZE) "
                                                         "must be the same on every rank"));
     }
   }
+  return addresses;
+}
+
+using Channels = std::vector<std::unique_ptr<transport::Channel>>;
+
+// Shared-memory channels to the other ranks of this host; the arena goes to `world`. Returns
+// the doorbell that those channels ring.
+std::shared_ptr<transport::Doorbell> connectHostPeers(Store& store, const Topology& t,
+                                                      const std::string& job_id,
+                                                      const Params& params,
+                                                      Clock::time_point deadline, World* world,
+                                                      Channels* channels) {
+  // The host's index among hosts keeps barrier keys of different hosts apart.
+  const std::string host_key = "perseus/shm/" + std::to_string(t.local_ranks[0]) + "/";
+  int barrier_count = 0;
+  auto local_barrier = [&] {
+    const std::string key = host_key + std::to_string(barrier_count++);
+    if (store.add(key, 1) == t.local_size) store.set(key + "/done", {});
+    store.get(key + "/done", until(deadline));
+  };
+  auto group = transport::shm::createShmLocalGroup(job_id, t.local_rank, t.local_ranks, params,
+                                                   local_barrier);
+  for (auto& [peer, channel] : group->channels) (*channels)[peer] = std::move(channel);
+  world->arena = std::move(group->arena);
+  return group->doorbell;
+}
+
+// Authenticated TCP channels to every rank that has none yet; returns how many.
+size_t connectTcpPeers(const Topology& t, const std::vector<std::string>& addresses,
+                       transport::tcp::TcpListener& listener, const transport::tcp::Secret& secret,
+                       const Params& params, Clock::time_point deadline, Channels* channels) {
+  std::map<int, transport::tcp::SockAddr> tcp_peers;
+  for (int r = 0; r < t.size; ++r) {
+    if (r == t.rank || (*channels)[r]) continue;
+    tcp_peers[r] =
+        transport::tcp::SockAddr::parse(addresses[r], "address of rank " + std::to_string(r));
+  }
+  if (tcp_peers.empty()) return 0;
+  transport::tcp::MeshOptions options;
+  options.connections = static_cast<int>(params.tcp_connections);
+  options.deadline = deadline;
+  if (options.connections < 1 || options.connections > 64) {
+    throw InvalidArgumentError(PERSEUS_STR(
+        "PERSEUS_TCP_CONNECTIONS=" << params.tcp_connections << " must be between 1 and 64"));
+  }
+  auto tcp = transport::tcp::connectTcpPeers(t.rank, listener, tcp_peers, secret, options);
+  for (auto& [peer, channel] : tcp) (*channels)[peer] = std::move(channel);
+  return tcp_peers.size();
+}
+
+}  // namespace
+
+std::unique_ptr<World> bootstrap(const Params& params) {
+  LaunchInfo info = readLaunchInfo([](const char* name) { return std::getenv(name); });
+  logging::setRank(info.topology.rank);
+  if (!info.warning.empty()) {
+    PERSEUS_LOG(WARNING, kRendezvous) << info.warning;
+  }
+  const bool use_mpi = params.cpu_operations == "mpi";
+  checkMpiLauncher(info, use_mpi);
+  if (info.topology.size == 1) return singleRank(info, params);
+
+  const auto deadline =
+      Clock::now() + milliseconds(static_cast<int64_t>(params.start_timeout_s * 1000));
+  JobStore job = connectJobStore(&info, params);
+  Store& store = *job.conn.store;
+
+  auto world = std::make_unique<World>();
+  Topology& t = world->topology;
+  t = info.topology;
+  transport::tcp::TcpListener listener = listenForPeers(info, params);
+  std::vector<std::string> records =
+      exchangeRecords(store, t, listener.address().str(), params, deadline);
+  const std::string job_id = jobId(store, params, job, deadline);
+  if (job.conn.after_rendezvous) job.conn.after_rendezvous();
+  const std::vector<std::string> addresses = readRecords(records, &t);
   derivePlacement(&t);
   reconcilePlacement(info, &t);
   // Before the shared-memory group: its waiters size their spinning by the cores they own.
   if (params.bind_to == "core") bindRank(t);
 
-  std::vector<std::unique_ptr<transport::Channel>> channels(t.size);
+  Channels channels(t.size);
   std::shared_ptr<transport::Doorbell> doorbell;
   const bool use_shm = params.cpu_operations != "tcp" && !use_mpi && t.local_size > 1;
   if (use_mpi) channels = transport::mpi::connectMpiPeers(t.rank, t.size, params);
   if (use_shm) {
-    // The host's index among hosts keeps barrier keys of different hosts apart.
-    const std::string host_key = "perseus/shm/" + std::to_string(t.local_ranks[0]) + "/";
-    int barrier_count = 0;
-    auto local_barrier = [&] {
-      const std::string key = host_key + std::to_string(barrier_count++);
-      if (store.add(key, 1) == t.local_size) store.set(key + "/done", {});
-      store.get(key + "/done", until(deadline));
-    };
-    auto group = transport::shm::createShmLocalGroup(job_id, t.local_rank, t.local_ranks, params,
-                                                     local_barrier);
-    for (auto& [peer, channel] : group->channels) channels[peer] = std::move(channel);
-    world->arena = std::move(group->arena);
-    doorbell = group->doorbell;
+    doorbell = connectHostPeers(store, t, job_id, params, deadline, world.get(), &channels);
   }
-
-  std::map<int, transport::tcp::SockAddr> tcp_peers;
-  for (int r = 0; r < t.size; ++r) {
-    if (r == t.rank || channels[r]) continue;
-    tcp_peers[r] =
-        transport::tcp::SockAddr::parse(addresses[r], "address of rank " + std::to_string(r));
-  }
-  if (!tcp_peers.empty()) {
-    transport::tcp::MeshOptions options;
-    options.connections = static_cast<int>(params.tcp_connections);
-    options.deadline = deadline;
-    if (options.connections < 1 || options.connections > 64) {
-      throw InvalidArgumentError(PERSEUS_STR(
-          "PERSEUS_TCP_CONNECTIONS=" << params.tcp_connections << " must be between 1 and 64"));
-    }
-    auto tcp = transport::tcp::connectTcpPeers(t.rank, listener, tcp_peers, secret, options);
-    for (auto& [peer, channel] : tcp) channels[peer] = std::move(channel);
-  }
+  const size_t tcp_peers =
+      connectTcpPeers(t, addresses, listener, job.secret, params, deadline, &channels);
   PERSEUS_LOG(INFO, kRendezvous) << "rank " << t.rank << "/" << t.size << " on " << t.hostname
                                  << ": local " << t.local_rank << "/" << t.local_size << ", cross "
                                  << t.cross_rank << "/" << t.cross_size << ", "
-                                 << (use_shm ? t.local_size - 1 : 0) << " shm and "
-                                 << tcp_peers.size() << " TCP peers" << (use_mpi ? ", MPI" : "");
+                                 << (use_shm ? t.local_size - 1 : 0) << " shm and " << tcp_peers
+                                 << " TCP peers" << (use_mpi ? ", MPI" : "");
   world->transport =
       std::make_unique<transport::ChannelTransport>(t.rank, std::move(channels), params, doorbell);
-  world->store = std::move(conn.store);
+  world->store = std::move(job.conn.store);
   return world;
 }
 

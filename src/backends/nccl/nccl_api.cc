@@ -58,62 +58,69 @@ std::string loadedPath(void* lib, const std::string& fallback) {
   return fallback;
 }
 
-Loaded load() {
-  Loaded l;
-  // An explicit choice wins. Otherwise a copy the process already loaded (PyTorch loads the one
-  // of its wheel) comes first: two NCCLs in one process would not share their state.
-  void* lib = nullptr;
-  std::string tried;
+// libnccl.so.2, or nullptr (then *why says why). An explicit choice wins. Otherwise a copy the
+// process already loaded (PyTorch loads the one of its wheel) comes first: two NCCLs in one
+// process would not share their state.
+void* openNccl(std::string* why) {
   const char* explicit_path = std::getenv("PERSEUS_NCCL_LIBRARY");
   if (explicit_path != nullptr && *explicit_path != '\0') {
-    lib = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      l.why = std::string("PERSEUS_NCCL_LIBRARY=") + explicit_path +
-              " cannot be loaded: " + (err ? err : "not found");
-      return l;
+      *why = std::string("PERSEUS_NCCL_LIBRARY=") + explicit_path +
+             " cannot be loaded: " + (err ? err : "not found");
     }
+    return lib;
   }
   for (const char* name : {"libnccl.so.2", "libnccl.so"}) {
-    if (lib != nullptr) break;
-    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) return lib;
   }
-  if (lib == nullptr) {
-    for (const std::string& path : candidates()) {
-      lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) break;
-      const char* err = dlerror();
-      tried += "\n  " + path + ": " + (err ? err : "not found");
-    }
+  std::string tried;
+  for (const std::string& path : candidates()) {
+    if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+    const char* err = dlerror();
+    tried += "\n  " + path + ": " + (err ? err : "not found");
   }
-  if (lib == nullptr) {
-    l.why = "cannot load libnccl.so.2; tried:" + tried +
-            "\nInstall NCCL (the system package, or pip install nvidia-nccl-cu12/13), or point "
-            "PERSEUS_NCCL_LIBRARY at libnccl.so.2";
-    return l;
-  }
+  *why = "cannot load libnccl.so.2; tried:" + tried +
+         "\nInstall NCCL (the system package, or pip install nvidia-nccl-cu12/13), or point "
+         "PERSEUS_NCCL_LIBRARY at libnccl.so.2";
+  return nullptr;
+}
+
+// Fills every entry point of `a` from `lib`; false (and *why) at the first one missing.
+bool resolveAll(void* lib, NcclApi* a, std::string* why) {
+  bool ok = true;
+  auto need = [&](const char* name, auto* out) { ok = ok && resolve(lib, name, out, why); };
+  need("ncclGetVersion", &a->getVersion);
+  need("ncclGetUniqueId", &a->getUniqueId);
+  need("ncclCommInitRankConfig", &a->commInitRankConfig);
+  need("ncclCommSplit", &a->commSplit);
+  need("ncclCommAbort", &a->commAbort);
+  need("ncclCommDestroy", &a->commDestroy);
+  need("ncclCommGetAsyncError", &a->commGetAsyncError);
+  need("ncclCommUserRank", &a->commUserRank);
+  need("ncclCommCount", &a->commCount);
+  need("ncclGetErrorString", &a->getErrorString);
+  need("ncclGetLastError", &a->getLastError);
+  need("ncclAllReduce", &a->allReduce);
+  need("ncclAllGather", &a->allGather);
+  need("ncclBroadcast", &a->broadcast);
+  need("ncclReduce", &a->reduce);
+  need("ncclReduceScatter", &a->reduceScatter);
+  need("ncclSend", &a->send);
+  need("ncclRecv", &a->recv);
+  need("ncclGroupStart", &a->groupStart);
+  need("ncclGroupEnd", &a->groupEnd);
+  return ok;
+}
+
+Loaded load() {
+  Loaded l;
+  void* lib = openNccl(&l.why);
+  if (lib == nullptr) return l;
   l.path = loadedPath(lib, "libnccl.so.2");
   NcclApi& a = l.api;
-  std::string& w = l.why;
-  l.ok = resolve(lib, "ncclGetVersion", &a.getVersion, &w) &&
-         resolve(lib, "ncclGetUniqueId", &a.getUniqueId, &w) &&
-         resolve(lib, "ncclCommInitRankConfig", &a.commInitRankConfig, &w) &&
-         resolve(lib, "ncclCommSplit", &a.commSplit, &w) &&
-         resolve(lib, "ncclCommAbort", &a.commAbort, &w) &&
-         resolve(lib, "ncclCommDestroy", &a.commDestroy, &w) &&
-         resolve(lib, "ncclCommGetAsyncError", &a.commGetAsyncError, &w) &&
-         resolve(lib, "ncclCommUserRank", &a.commUserRank, &w) &&
-         resolve(lib, "ncclCommCount", &a.commCount, &w) &&
-         resolve(lib, "ncclGetErrorString", &a.getErrorString, &w) &&
-         resolve(lib, "ncclGetLastError", &a.getLastError, &w) &&
-         resolve(lib, "ncclAllReduce", &a.allReduce, &w) &&
-         resolve(lib, "ncclAllGather", &a.allGather, &w) &&
-         resolve(lib, "ncclBroadcast", &a.broadcast, &w) &&
-         resolve(lib, "ncclReduce", &a.reduce, &w) &&
-         resolve(lib, "ncclReduceScatter", &a.reduceScatter, &w) &&
-         resolve(lib, "ncclSend", &a.send, &w) && resolve(lib, "ncclRecv", &a.recv, &w) &&
-         resolve(lib, "ncclGroupStart", &a.groupStart, &w) &&
-         resolve(lib, "ncclGroupEnd", &a.groupEnd, &w);
+  l.ok = resolveAll(lib, &a, &l.why);
   if (l.ok && a.getVersion(&a.version) != ncclSuccess) a.version = 0;
   // Non-blocking communicators and ncclCommSplit need 2.14+; older NCCL is treated as absent.
   if (l.ok && a.version < 21400) {

@@ -49,7 +49,7 @@ bool Cycle::runSets(bool shutdown) {
 bool Cycle::negotiateAndRun(ProcessSet& set, bool shutdown, Phase* phase) {
   const bool global = set.group_id == kGlobalGroup;
   *phase = {false, set.id, global};
-  SetNegotiator::Outcome out = negotiator_.negotiate(set, global, shutdown, timeline_.get());
+  SetNegotiator::Agreement out = negotiator_.negotiate(set, global, shutdown, timeline_.get());
   if (out.shutdown) {
     stopAll(StatusCode::kShutDown, shutdownMessage(out.leaving));
     return true;

@@ -1,6 +1,7 @@
 #include "engine/cycle/set_negotiator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 
 #include "common/logging.h"
@@ -54,16 +55,54 @@ void SetNegotiator::classifyFresh(ProcessSet& set, Clock::time_point now,
   }
 }
 
-SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bool shutdown,
-                                                Timeline* timeline) {
-  Outcome out;
+namespace {
+
+// Sends `e` back to the coordinator: its cached response no longer holds.
+void returnToCoordinator(ProcessSet& set, Entry* e) {
+  e->cache_bit = -1;
+  e->announced = false;  // to the cross-set check as well (CrossSetNames::announce)
+  set.uncached.push_back(e);
+}
+
+}  // namespace
+
+SetNegotiator::Agreement SetNegotiator::negotiate(ProcessSet& set, bool global, bool shutdown,
+                                                  Timeline* timeline) {
+  Agreement out;
   std::vector<int> invalid_bits;
   const auto now = Clock::now();
   classifyFresh(set, now, &invalid_bits);
-
-  ControlVector cv(set.cache.numBits());
   std::vector<Request> announced;  // other sets' new requests, for the cross-set check
   if (global) announced = cross_set_.announce();
+
+  ControlVector cv = describeThisRank(set, global, shutdown, now, invalid_bits, announced);
+  exchangeControl(set, &cv);
+  set.any_joined = cv.anyFlag(ControlFlag::kJoined);
+  if (global && !learnJobFacts(set, shutdown, cv, &out)) return out;
+  dropInvalidated(set, cv);
+
+  out.responses = takeCachedResponses(set, cv);
+  const size_t cached = out.responses.size();
+  if (cv.anyFlag(ControlFlag::kUncached)) {
+    std::vector<Response> fresh = coordinateUncached(set, global, announced);
+    out.responses.insert(out.responses.end(), std::make_move_iterator(fresh.begin()),
+                         std::make_move_iterator(fresh.end()));
+  }
+  out.more_work = !set.uncached.empty();
+  cached_responses_.fetch_add(cached, std::memory_order_relaxed);
+  negotiation_ns_.fetch_add(
+      static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()),
+      std::memory_order_relaxed);
+  recordWaits(set, global, out.responses, timeline);
+  return out;
+}
+
+ControlVector SetNegotiator::describeThisRank(ProcessSet& set, bool global, bool shutdown,
+                                              Clock::time_point now,
+                                              const std::vector<int>& invalid_bits,
+                                              const std::vector<Request>& announced) {
+  ControlVector cv(set.cache.numBits());
   bool stall_check_due =
       set.coordinator && set.coordinator->numWaiting() > 0 && now >= set.next_stall_check;
   if (!set.uncached.empty() || stall_check_due || !announced.empty()) {
@@ -82,45 +121,51 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
       if (group != kGlobalGroup && other->member() && other->hasWork()) cv.setSetWork(group);
     }
   }
+  markReady(set, &cv);
+  return cv;
+}
+
+void SetNegotiator::markReady(ProcessSet& set, ControlVector* cv) {
   for (auto& [name, e] : set.entries) {
-    if (e->cache_bit >= 0) cv.setReady(e->cache_bit);
+    if (e->cache_bit >= 0) cv->setReady(e->cache_bit);
   }
   if (set.joined) {
     // A joined rank agrees to every cached allreduce: it will contribute zeros.
     for (int b = 0; b < set.cache.numBits(); ++b) {
-      if (set.cache.has(b) && set.cache.response(b).op == OpType::kAllreduce) cv.setReady(b);
+      if (set.cache.has(b) && set.cache.response(b).op == OpType::kAllreduce) cv->setReady(b);
     }
   }
+}
 
+void SetNegotiator::exchangeControl(ProcessSet& set, ControlVector* cv) {
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id << ": control with " << set.entries.size()
                               << " entries, " << set.uncached.size() << " uncached";
-  allreduceAnd(*set.comm, cv.data(), cv.numWords());
+  allreduceAnd(*set.comm, cv->data(), cv->numWords());
   control_exchanges_.fetch_add(1, std::memory_order_relaxed);
-  control_bytes_.fetch_add(cv.numWords() * sizeof(uint64_t), std::memory_order_relaxed);
+  control_bytes_.fetch_add(cv->numWords() * sizeof(uint64_t), std::memory_order_relaxed);
   PERSEUS_LOG(TRACE, kEngine) << "set " << set.id
-                              << ": control done, uncached=" << cv.anyFlag(ControlFlag::kUncached);
+                              << ": control done, uncached=" << cv->anyFlag(ControlFlag::kUncached);
+}
 
-  set.any_joined = cv.anyFlag(ControlFlag::kJoined);
-  if (global && cv.anyFlag(ControlFlag::kNoPosts)) set.posts_refused = true;
-  if (global) {
-    if (cv.anyFlag(ControlFlag::kShutdown)) {
-      out.shutdown = true;
-      out.leaving = ranksThatSaid(*set.comm, shutdown);  // so the others can name them
-      return out;
-    }
-    for (int g = 0; g < kMaxGroups; ++g) set_work_[g] = cv.anySetWork(g);
-    if (straggler_ && cv.anyFlag(ControlFlag::kStragglerWindow)) straggler_->exchange(*set.comm);
+bool SetNegotiator::learnJobFacts(ProcessSet& set, bool shutdown, const ControlVector& cv,
+                                  Agreement* out) {
+  if (cv.anyFlag(ControlFlag::kNoPosts)) set.posts_refused = true;
+  if (cv.anyFlag(ControlFlag::kShutdown)) {
+    out->shutdown = true;
+    out->leaving = ranksThatSaid(*set.comm, shutdown);  // so the others can name them
+    return false;
   }
-  auto toUncached = [&](Entry* e) {
-    e->cache_bit = -1;
-    e->announced = false;  // to the cross-set check as well (CrossSetNames::announce)
-    set.uncached.push_back(e);
-  };
+  for (int g = 0; g < kMaxGroups; ++g) set_work_[g] = cv.anySetWork(g);
+  if (straggler_ && cv.anyFlag(ControlFlag::kStragglerWindow)) straggler_->exchange(*set.comm);
+  return true;
+}
+
+void SetNegotiator::dropInvalidated(ProcessSet& set, const ControlVector& cv) {
   if (cv.anyFlag(ControlFlag::kInvalid)) {
     for (int b = 0; b < cv.numBits(); ++b) {
       if (!cv.invalid(b)) continue;
       for (auto& [name, e] : set.entries) {
-        if (e->cache_bit == b) toUncached(e.get());
+        if (e->cache_bit == b) returnToCoordinator(set, e.get());
       }
       set.cache.erase(b);
     }
@@ -129,11 +174,14 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
     // Only cached allreduces take joined ranks into account; the others go to the
     // coordinator, which gives allgather its new row counts and refuses what cannot run.
     for (auto& [name, e] : set.entries) {
-      if (e->cache_bit >= 0 && e->request.op != OpType::kAllreduce) toUncached(e.get());
+      if (e->cache_bit >= 0 && e->request.op != OpType::kAllreduce)
+        returnToCoordinator(set, e.get());
     }
   }
+}
 
-  std::vector<Response>& responses = out.responses;
+std::vector<Response> SetNegotiator::takeCachedResponses(ProcessSet& set, const ControlVector& cv) {
+  std::vector<Response> responses;
   responses.reserve(set.entries.size());
   for (int b = 0; b < cv.numBits(); ++b) {
     if (!cv.ready(b) || cv.invalid(b) || !set.cache.has(b)) continue;
@@ -144,46 +192,39 @@ SetNegotiator::Outcome SetNegotiator::negotiate(ProcessSet& set, bool global, bo
     auto it = set.entries.find(r.name);
     if (it != set.entries.end()) it->second->cache_bit = -1;  // now waiting for execution
   }
-  const size_t cached = responses.size();
+  return responses;
+}
 
-  if (cv.anyFlag(ControlFlag::kUncached)) {
-    std::vector<Request> requests;
-    const auto sent_at = Clock::now();
-    for (Entry* e : set.uncached) {
-      requests.push_back(e->request);
-      requests.back().waited_s = std::chrono::duration<double>(sent_at - e->submitted).count();
-      e->sent = true;
-    }
-    set.uncached.clear();
-    requests.insert(requests.end(), announced.begin(), announced.end());
-    std::vector<Response> fresh = coordinate(set, requests);
-    coordinator_rounds_.fetch_add(1, std::memory_order_relaxed);
-    coordinated_responses_.fetch_add(fresh.size(), std::memory_order_relaxed);
-    if (global) cross_set_.failConflicts(&fresh);
-    for (const Response& r : fresh) {
-      auto it = set.entries.find(r.name);
-      const Request* own = it == set.entries.end() ? nullptr : &it->second->request;
-      int evicted = set.cache.put(r, own);
-      if (evicted >= 0) {
-        PERSEUS_LOG(INFO, kEngine)
-            << "response cache full (PERSEUS_CACHE_CAPACITY=" << params_.cache_capacity
-            << "): evicted a tensor; raise the "
-               "capacity if this repeats every step";
-        for (auto& [name, e] : set.entries) {
-          if (e->cache_bit == evicted) toUncached(e.get());
-        }
+std::vector<Response> SetNegotiator::coordinateUncached(ProcessSet& set, bool global,
+                                                        const std::vector<Request>& announced) {
+  std::vector<Request> requests;
+  const auto sent_at = Clock::now();
+  for (Entry* e : set.uncached) {
+    requests.push_back(e->request);
+    requests.back().waited_s = std::chrono::duration<double>(sent_at - e->submitted).count();
+    e->sent = true;
+  }
+  set.uncached.clear();
+  requests.insert(requests.end(), announced.begin(), announced.end());
+  std::vector<Response> fresh = coordinate(set, requests);
+  coordinator_rounds_.fetch_add(1, std::memory_order_relaxed);
+  coordinated_responses_.fetch_add(fresh.size(), std::memory_order_relaxed);
+  if (global) cross_set_.failConflicts(&fresh);
+  for (const Response& r : fresh) {
+    auto it = set.entries.find(r.name);
+    const Request* own = it == set.entries.end() ? nullptr : &it->second->request;
+    int evicted = set.cache.put(r, own);
+    if (evicted >= 0) {
+      PERSEUS_LOG(INFO, kEngine) << "response cache full (PERSEUS_CACHE_CAPACITY="
+                                 << params_.cache_capacity
+                                 << "): evicted a tensor; raise the "
+                                    "capacity if this repeats every step";
+      for (auto& [name, e] : set.entries) {
+        if (e->cache_bit == evicted) returnToCoordinator(set, e.get());
       }
     }
-    responses.insert(responses.end(), fresh.begin(), fresh.end());
   }
-  out.more_work = !set.uncached.empty();
-  cached_responses_.fetch_add(cached, std::memory_order_relaxed);
-  negotiation_ns_.fetch_add(
-      static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()),
-      std::memory_order_relaxed);
-  recordWaits(set, global, responses, timeline);
-  return out;
+  return fresh;
 }
 
 void SetNegotiator::recordWaits(ProcessSet& set, bool global,

@@ -24,6 +24,7 @@
 #include "engine/cycle/straggler_watch.h"
 #include "engine/posted/posted_collectives.h"
 #include "engine/timeline.h"
+#include "negotiation/control.h"
 
 namespace perseus::engine {
 
@@ -47,7 +48,8 @@ class SetNegotiator {
                 const PostedCollectives& posted, StallWarning stall_warning,
                 StallNotices stall_notices, std::vector<std::string> hostnames);
 
-  struct Outcome {
+  // What the set's members agreed on in one negotiation.
+  struct Agreement {
     std::vector<Response> responses;  // to execute, in order
     bool shutdown = false;            // global set: some rank shuts the job down
     std::vector<int> leaving;         // with `shutdown`: the ranks that asked for it
@@ -55,7 +57,7 @@ class SetNegotiator {
   };
   // One negotiation of `set` (collective over its members). `global`: the global set, which
   // carries this rank's `shutdown` and the job-wide facts. `timeline` may be null.
-  Outcome negotiate(ProcessSet& set, bool global, bool shutdown, Timeline* timeline);
+  Agreement negotiate(ProcessSet& set, bool global, bool shutdown, Timeline* timeline);
   // Whether the last global negotiation said that some rank has work in set `group`.
   bool setHasWork(int group) const { return set_work_[group]; }
 
@@ -66,6 +68,26 @@ class SetNegotiator {
   // Moves set.fresh into the cache hits and set.uncached; `invalid_bits` gets the bits this
   // rank needs renegotiated (a changed request, a stalled hit).
   void classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<int>* invalid_bits);
+  // The negotiation's steps after classifyFresh, in order.
+  // This rank's state for the control-vector exchange: flags, ready and invalid bits.
+  ControlVector describeThisRank(ProcessSet& set, bool global, bool shutdown, Clock::time_point now,
+                                 const std::vector<int>& invalid_bits,
+                                 const std::vector<Request>& announced);
+  // The ready bits: the cached responses this rank can run now.
+  void markReady(ProcessSet& set, ControlVector* cv);
+  // The control-vector allreduce over the set's members.
+  void exchangeControl(ProcessSet& set, ControlVector* cv);
+  // Global set: the job-wide facts of the exchange. False when some rank shuts the job down
+  // (`out` then says who).
+  bool learnJobFacts(ProcessSet& set, bool shutdown, const ControlVector& cv, Agreement* out);
+  // Cached responses that some rank invalidated, or that a joined rank cannot serve, go back
+  // to the coordinator.
+  void dropInvalidated(ProcessSet& set, const ControlVector& cv);
+  // The cached responses that every member is ready for.
+  std::vector<Response> takeCachedResponses(ProcessSet& set, const ControlVector& cv);
+  // Sends the uncached requests (and `announced`) to the coordinator and caches its answers.
+  std::vector<Response> coordinateUncached(ProcessSet& set, bool global,
+                                           const std::vector<Request>& announced);
   // The coordinator round: every member sends its requests to set rank 0, which answers.
   std::vector<Response> coordinate(ProcessSet& set, const std::vector<Request>& requests);
   // Set rank 0: stall warnings, and PERSEUS_STALL_SHUTDOWN's error responses.

@@ -67,19 +67,94 @@ struct Arrivals {
   size_t filled = 0;
 };
 
+// The acceptor's progress: the lower ranks still expected, and the sockets each has opened.
+struct AcceptState {
+  int rank = 0;
+  std::set<int> expected;
+  std::map<int, Arrivals> done;
+  std::map<int, Arrivals> partial;
+};
+
+// Slots the socket of a completed handshake by its stripe index; returns why the connection
+// is refused, or "".
+std::string admit(IncomingHandshake& h, AcceptState* s) {
+  DataMeta m;
+  if (h.hello().purpose != Purpose::kData || !decodeMeta(h.hello().meta, &m)) {
+    return "not a data-plane connection";
+  }
+  const int from = static_cast<int>(m.from);
+  if (static_cast<int>(m.to) != s->rank || s->expected.count(from) == 0) {
+    return PERSEUS_STR("unexpected connection from rank " << m.from << " for rank " << m.to);
+  }
+  if (m.count == 0 || m.index >= m.count || m.stripe == 0) return "bad stripe description";
+  Arrivals& a = s->partial[from];
+  if (a.sockets.empty()) {
+    a.sockets.resize(m.count);
+    a.stripe = m.stripe;
+  }
+  if (a.sockets.size() != m.count || a.stripe != m.stripe || a.sockets[m.index].valid()) {
+    return PERSEUS_STR("inconsistent or duplicate connection " << m.index << " from rank "
+                                                               << m.from);
+  }
+  a.sockets[m.index] = h.takeFd();
+  if (++a.filled == a.sockets.size()) {
+    s->done[from] = std::move(a);
+    s->partial.erase(from);
+    s->expected.erase(from);
+  }
+  return "";
+}
+
+// Accepts every connection waiting on the listener; each starts its handshake.
+void acceptWaiting(int listen_fd, const Secret& secret, Clock::time_point deadline,
+                   std::vector<std::unique_ptr<IncomingHandshake>>* pending) {
+  while (true) {
+    Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    // A silent or slow connection gets a bounded share of the start-up time.
+    auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeTimeout);
+    pending->push_back(
+        std::make_unique<IncomingHandshake>(std::move(fd), secret, handshake_deadline));
+  }
+}
+
+// Steps every pending handshake: admits the completed ones, drops (with a warning) the
+// refused, failed and expired ones.
+void stepHandshakes(std::vector<std::unique_ptr<IncomingHandshake>>* pending, AcceptState* s) {
+  for (size_t i = 0; i < pending->size();) {
+    IncomingHandshake& h = *(*pending)[i];
+    auto state = h.step();
+    std::string error = h.error();
+    if (state == IncomingHandshake::State::kDone) {
+      std::string refused = admit(h, s);
+      if (!refused.empty()) error = refused;
+    }
+    if (state == IncomingHandshake::State::kPending && !h.expired(Clock::now())) {
+      ++i;
+      continue;
+    }
+    if (!error.empty() || state == IncomingHandshake::State::kPending) {
+      PERSEUS_LOG(WARNING, kRendezvous)
+          << "rank " << s->rank << ": dropped data-plane connection from " << h.peer() << ": "
+          << (error.empty() ? "handshake deadline passed" : error);
+    }
+    pending->erase(pending->begin() + static_cast<long>(i));
+  }
+}
+
 // Runs on the acceptor thread until every rank in `expected` has connected all its sockets.
 std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expected,
                                     const Secret& secret, Clock::time_point deadline,
                                     const std::atomic<bool>& stop) {
-  std::map<int, Arrivals> done;
-  std::map<int, Arrivals> partial;
+  AcceptState s;
+  s.rank = rank;
+  s.expected = std::move(expected);
   std::vector<std::unique_ptr<IncomingHandshake>> pending;
-  while (!expected.empty()) {
-    if (stop.load()) return done;
-    auto now = Clock::now();
-    if (now >= deadline) {
+  while (!s.expected.empty()) {
+    if (stop.load()) return std::move(s.done);
+    if (Clock::now() >= deadline) {
       throw TimeoutError(PERSEUS_STR("rank "
-                                     << rank << ": ranks " << rankList(expected)
+                                     << rank << ": ranks " << rankList(s.expected)
                                      << " did not open their TCP connections in time; check "
                                         "that those processes are alive and can reach this "
                                         "host (PERSEUS_IFACE, firewall)"));
@@ -87,61 +162,10 @@ std::map<int, Arrivals> acceptPeers(int rank, int listen_fd, std::set<int> expec
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
     for (auto& h : pending) fds.push_back({h->fd(), h->pollEvents(), 0});
     ::poll(fds.data(), fds.size(), 50);
-    if (fds[0].revents & POLLIN) {
-      while (true) {
-        Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
-        if (!fd.valid()) break;
-        // A silent or slow connection gets a bounded share of the start-up time.
-        auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeTimeout);
-        pending.push_back(
-            std::make_unique<IncomingHandshake>(std::move(fd), secret, handshake_deadline));
-      }
-    }
-    for (size_t i = 0; i < pending.size();) {
-      IncomingHandshake& h = *pending[i];
-      auto state = h.step();
-      DataMeta m;
-      std::string error = h.error();
-      if (state == IncomingHandshake::State::kDone) {
-        if (h.hello().purpose != Purpose::kData || !decodeMeta(h.hello().meta, &m)) {
-          error = "not a data-plane connection";
-        } else if (static_cast<int>(m.to) != rank ||
-                   expected.count(static_cast<int>(m.from)) == 0) {
-          error = PERSEUS_STR("unexpected connection from rank " << m.from << " for rank " << m.to);
-        } else if (m.count == 0 || m.index >= m.count || m.stripe == 0) {
-          error = "bad stripe description";
-        } else {
-          Arrivals& a = partial[static_cast<int>(m.from)];
-          if (a.sockets.empty()) {
-            a.sockets.resize(m.count);
-            a.stripe = m.stripe;
-          }
-          if (a.sockets.size() != m.count || a.stripe != m.stripe || a.sockets[m.index].valid()) {
-            error = PERSEUS_STR("inconsistent or duplicate connection " << m.index << " from rank "
-                                                                        << m.from);
-          } else {
-            a.sockets[m.index] = h.takeFd();
-            if (++a.filled == a.sockets.size()) {
-              done[static_cast<int>(m.from)] = std::move(a);
-              partial.erase(static_cast<int>(m.from));
-              expected.erase(static_cast<int>(m.from));
-            }
-          }
-        }
-      }
-      if (state == IncomingHandshake::State::kPending && !h.expired(Clock::now())) {
-        ++i;
-        continue;
-      }
-      if (!error.empty() || state == IncomingHandshake::State::kPending) {
-        PERSEUS_LOG(WARNING, kRendezvous)
-            << "rank " << rank << ": dropped data-plane connection from " << h.peer() << ": "
-            << (error.empty() ? "handshake deadline passed" : error);
-      }
-      pending.erase(pending.begin() + static_cast<long>(i));
-    }
+    if (fds[0].revents & POLLIN) acceptWaiting(listen_fd, secret, deadline, &pending);
+    stepHandshakes(&pending, &s);
   }
-  return done;
+  return std::move(s.done);
 }
 
 }  // namespace
