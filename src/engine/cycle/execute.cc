@@ -25,12 +25,12 @@ void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
       entries[i]->tensors_left = responses[i].tensors.size();
     }
   }
-  if (set.group_id == kGlobalGroup && posted_.enabled()) {
+  if (set.group_id == kGlobalGroup && fast_path_.enabled()) {
     // Before any of these entries completes (Note [Posted collectives]).
     // Every rank decides from the same negotiation, so all give the same names slots.
     const bool may_add = !set.any_joined && !set.posts_refused;
     for (size_t i = 0; i < responses.size(); ++i) {
-      posted_.learn(responses[i], may_add, entries[i] ? entries[i]->handle : nullptr);
+      fast_path_.learn(responses[i], may_add, entries[i] ? entries[i]->handle : nullptr);
     }
   }
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
