@@ -159,17 +159,21 @@ def report(args, revs, samples, load):
              "PERSEUS_POSTED_ALLREDUCE=0; Python: bench/small_ops/worker.py's perseus.torch "
              "allreduce_ of 4 B on 2 ranks (median of %d samples per run)." %
              (args.iterations, args.python_reps),
-             "- ratio: after / before of the medians over rounds (below 1: after is faster); "
-             "the range is the per-round ratios' min–max.", "",
-             "| measurement | before (µs) | after (µs) | after / before | per-round range |",
-             "|---|---|---|---|---|"]
+             "- after / before: of the medians over rounds (below 1: after is faster); per round: "
+             "the median of each round's ratio, and the range of those ratios (min–max). A "
+             "round that a busy machine slowed shows as an outlier in the range; the median "
+             "per-round ratio is the figure to read.", "",
+             "| measurement | before (µs) | after (µs) | after / before | per round: median "
+             "| per round: range |",
+             "|---|---|---|---|---|---|"]
     for title, key in MEASUREMENTS:
         b = [s[before.label] for s in samples[key]]
         a = [s[after.label] for s in samples[key]]
         per_round = [x / y for x, y in zip(a, b)]
-        lines.append("| %s | %.2f | %.2f | %.3f× | %.3f–%.3f |" % (
+        lines.append("| %s | %.2f | %.2f | %.3f× | %.3f× | %.3f–%.3f |" % (
             title, statistics.median(b), statistics.median(a),
-            statistics.median(a) / statistics.median(b), min(per_round), max(per_round)))
+            statistics.median(a) / statistics.median(b), statistics.median(per_round),
+            min(per_round), max(per_round)))
     return "\n".join(lines) + "\n"
 
 
