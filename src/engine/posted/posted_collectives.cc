@@ -319,13 +319,13 @@ bool PostedCollectives::progress(Handle& handle) {
 }
 
 bool PostedCollectives::watch(Handle& handle, int64_t spin_us) {
-  PostIds::Posted p;
-  if (!hasPending() || !ids_.find(handle.id(), &p)) return false;
+  // Usually the other ranks posted already: settled at the first look, with no watch.
+  bool pending = progress(handle);
+  if (!pending || handle.done()) return false;
   // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
   // engine thread does not listen for posts meanwhile.
   watchers_.fetch_add(1);
   PostWatch w(*this, spin_us);
-  bool pending = true;
   while (!handle.done() && (pending = progress(handle)) && w.keepWatching()) {
   }
   watchers_.fetch_sub(1);
