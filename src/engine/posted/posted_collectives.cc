@@ -176,7 +176,8 @@ bool PostedCollectives::listen() {
 }
 
 FastPath::IdleHint PostedCollectives::idleHint() {
-  if (!hasPending()) return {kUntilWoken, false};
+  if (!enabled()) return {kUntilWoken, false};
+  if (!hasPending()) return {kIdleSleep, false};
   IdleHint hint{kPendingSleep, false};
   // A post that completes one after listen() read the slots rings this rank: the driver's wait
   // hears it also when it came first (rings since the last wait are not lost).

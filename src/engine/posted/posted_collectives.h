@@ -109,6 +109,10 @@ class PostedCollectives final : public FastPath {
   // The longest the engine thread sleeps while posts are pending: their patience (>= 10 ms)
   // is checked by the sweeps, and a ring ends the sleep sooner for posts someone needs.
   static constexpr std::chrono::microseconds kPendingSleep{2000};
+  // The longest it sleeps with none pending: a post made meanwhile wakes nobody (a wake-up per
+  // post would cost the poster a syscall), so one that nobody waits for through the engine (a
+  // bare Handle::wait) is settled by the engine thread's next look, at most this much later.
+  static constexpr std::chrono::microseconds kIdleSleep{100000};
 
   // Enabled only when `arena` holds every rank of `transport`'s job (>= 2) and has a shared
   // area for the post board (collectives/post_board.h). Posts that complete a generation ring
