@@ -119,7 +119,7 @@ std::shared_ptr<Handle> Engine::join(int device) {
     join_device_.store(device);
   }
   // The negotiated path runs allreduces with joined ranks' zeros (Note [Posted collectives]).
-  posted_.revokeAll();
+  fast_path_->revokeAll();
   return submit(callOf(OpType::kJoin, "__join", kGlobalSet, {}, false));
 }
 

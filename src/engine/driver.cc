@@ -36,10 +36,9 @@ Driver::Driver(Parts parts)
     : transport_(parts.transport),
       params_(*parts.params),
       submissions_(*parts.submissions),
-      posted_(*parts.posted),
+      fast_path_(*parts.fast_path),
       cycle_(*parts.cycle),
-      gpu_device_(*parts.gpu_device),
-      posts_(std::move(parts.posts)) {}
+      gpu_device_(*parts.gpu_device) {}
 
 Driver::~Driver() { shutdown(); }
 
@@ -47,52 +46,42 @@ void Driver::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+bool Driver::wanted() {
+  return submissions_.hasQueued() || shutdown_requested_.load() || drive_requested_.load();
+}
+
 void Driver::idleWait(bool pending, bool spin) {
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin ? params_.spin_us : 0);
   do {
-    if (submissions_.hasQueued() || shutdown_requested_.load() || drive_requested_.load() ||
-        transport_->hasIncoming()) {
-      return;
-    }
+    if (wanted() || transport_->hasIncoming()) return;
     // GPU work finishing during the spin completes its handle now, not after the spin and
-    // the blocking wait below (up to spin_us + 50 us later).
+    // the blocking wait below (up to spin_us + a poll interval later).
     if (cycle_.gpuPending()) {
       cycle_.pollGpu();
       if (cycle_.stopped()) return;
     }
-    if (posted_.listeningWanted()) posts_.progress();
+    fast_path_.progressAll();
     sched_yield();
   } while (Clock::now() < spin_end);
+  // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
+  // read this one; and with the post lane's callers, which ask it to listen and then read it.
+  engine_blocked_.store(true);
+  const FastPath::IdleHint hint = fast_path_.idleHint();
+  auto timeout = hint.sleep;
   // Pending GPU work is polled each loop turn (Note [GPU completion]): block only briefly.
-  // Pending posts ring this rank when they complete; the bound is for their patience.
-  auto timeout = std::chrono::microseconds(cycle_.gpuPending()    ? 50
-                                           : posted_.hasPending() ? 2000
-                                                                  : 100000);
+  if (cycle_.gpuPending()) timeout = std::min(timeout, GpuCompletion::kPollInterval);
   if (pending) {
     auto until_retry =
         std::chrono::duration_cast<std::chrono::microseconds>(next_retry_ - Clock::now());
     timeout = std::max(std::chrono::microseconds(0), std::min(timeout, until_retry));
   }
-  // seq_cst flag then re-check (Dekker): with submit() and drive(), which set their flag, then
-  // read this one.
-  engine_blocked_.store(true);
-  // Posts that a callback or a blocked caller needs (Note [Posted collectives]): be rung when
-  // they complete, or, when one can be settled already, do not sleep.
-  bool listening = false, settle_now = false;
-  // A post that completes one after listen() read the slots rings this rank: the wait below
-  // hears it also when it came first (rings since the last wait are not lost).
-  if (posted_.listeningWanted() && posted_watchers_.load() == 0) {
-    listening = posted_.listen();
-    settle_now = !listening;
-  }
-  if (!settle_now && !submissions_.hasQueued() && !shutdown_requested_.load() &&
-      !drive_requested_.load()) {
+  if (timeout.count() > 0 && !wanted()) {
     // This thread spun already (above), but pending GPU work is polled only between these
-    // 50 us waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
+    // short waits: those spin through, as a sleep would add its wake-up to the GPU's finish.
     const auto spin = cycle_.gpuPending() ? timeout : std::chrono::microseconds(0);
     transport_->waitIncoming(timeout, spin);
   }
-  if (listening) posted_.stopListening();
+  fast_path_.awake();
   engine_blocked_.store(false);
 }
 
@@ -100,7 +89,7 @@ bool Driver::step(bool* pending) {
   // Stall checks need cycles even when nothing new arrives; they come this often.
   const double retry_s = std::clamp(stallAttentionSeconds(params_) / 4, 0.01, 1.0);
   *pending = false;
-  posts_.sweep();
+  fast_path_.progressAll();
   if (cycle_.gpuPending()) cycle_.pollGpu();
   if (cycle_.stopped()) return false;
   bool fresh = cycle_.drain();
@@ -228,10 +217,8 @@ void Driver::drive(const Handle& handle, int64_t spin_us) {
 
 bool Driver::poll(Handle& handle) {
   if (handle.done()) return true;
-  if (handle.postedSlot() >= 0) {
-    posts_.one(handle);
-    if (handle.done()) return true;
-  }
+  fast_path_.progress(handle);
+  if (handle.done()) return true;
   // A busy poll loop keeps its core: a parked engine thread, waking once per slice, would get
   // a core only when the poller's time slice ends, and so may the engine thread that a
   // submission woke, when the scheduler queued it behind the poller (a 4-byte allreduce took
@@ -246,27 +233,15 @@ bool Driver::poll(Handle& handle) {
 
 void Driver::setCallback(Handle& handle, Handle::Callback cb) {
   handle.setCallback(std::move(cb));
-  if (handle.postedSlot() >= 0 && !handle.done()) {
-    posted_.wantListening();
-    if (engine_blocked_.load()) transport_->wake();
-  }
+  if (fast_path_.listenFor(handle)) wakeIfBlocked();
 }
 
 bool Driver::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   if (handle.done()) return true;
-  if (handle.postedSlot() >= 0 && timeout_s != 0) {
-    // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
-    // engine thread does not listen for posts meanwhile (Note [Posted collectives]).
-    posted_watchers_.fetch_add(1);
-    PostWatch watch(posted_, spin_us);
-    do {
-      posts_.one(handle);
-    } while (!handle.done() && watch.keepWatching());
-    posted_watchers_.fetch_sub(1);
-    if (handle.done()) return true;
-    posted_.wantListening();
-    if (engine_blocked_.load()) transport_->wake();  // to listen for it from now on
-  }
+  // A pending post is watched first; if it is still pending after the spin, the engine thread
+  // listens for it from now on.
+  if (timeout_s != 0 && fast_path_.watch(handle, spin_us)) wakeIfBlocked();
+  if (handle.done()) return true;
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
   // No driving once a CUDA tensor was submitted (Note [Caller-run cycles]), nor for a zero
   // timeout, which is a poll. A wait that did not drive spins first: the engine thread

@@ -2,8 +2,8 @@
 // when. The engine thread's loop and idle wait, caller-run cycles and the engine thread's
 // parking, waiting for and polling a handle, the timeline switch, and shutdown.
 //
-// Contract: it is the only code that takes the cycle lock, and it calls the Cycle (and the
-// posts' progress hooks that need the lock) only while holding it. waitFor, swapTimeline and
+// Contract: it is the only code that takes the cycle lock, and it calls the Cycle (and the post
+// lane's progressAll(), idleHint() and awake()) only while holding it. waitFor, swapTimeline and
 // shutdown: any thread but a completion callback of this engine's cycle; poll, setCallback and
 // wakeIfBlocked: any thread; start(): once, by the owner, after everything the cycle uses
 // exists. It owns the engine thread and two mutexes,
@@ -12,7 +12,7 @@
 //   park_mu_   nothing but the parked engine thread's sleep (park_cv_).
 // shutdown() runs once (shutdown_once_); a second caller returns when the first one is done.
 // Its atomics are flags between threads (engine_blocked_, shutdown_requested_,
-// drive_requested_, last_drive_ns_, posted_watchers_), all read without a lock.
+// drive_requested_, last_drive_ns_), all read without a lock.
 #pragma once
 
 #include <atomic>
@@ -25,8 +25,8 @@
 
 #include "common/params.h"
 #include "engine/cycle/cycle.h"
+#include "engine/fast_path.h"
 #include "engine/handle.h"
-#include "engine/posted/posted_collectives.h"
 #include "engine/submissions.h"
 #include "transport/transport.h"
 
@@ -34,23 +34,15 @@ namespace perseus::engine {
 
 class Driver {
  public:
-  // The post path's progress (Note [Posted collectives]), which the engine owns: finishing
-  // posts may queue a fallback for negotiation.
-  struct Posts {
-    std::function<void()> sweep;       // every pending post, now and then (cycle lock holder)
-    std::function<void()> progress;    // every pending post (cycle lock holder)
-    std::function<void(Handle&)> one;  // that handle's post (any thread)
-  };
   struct Parts {
     transport::Transport* transport = nullptr;
     const Params* params = nullptr;
     Submissions* submissions = nullptr;
-    PostedCollectives* posted = nullptr;
+    FastPath* fast_path = nullptr;  // the post lane: its posts' waits and idle hints
     Cycle* cycle = nullptr;
     // The CUDA ordinal this process uses (-1: none yet): from then on cycles stay on the
     // engine thread (Note [Caller-run cycles]).
     const std::atomic<int>* gpu_device = nullptr;
-    Posts posts;
   };
 
   explicit Driver(Parts parts);
@@ -92,14 +84,15 @@ class Driver {
   // `spin`: spin PERSEUS_SPIN_US before blocking; false when the last wait ended with nothing
   // to do (a timeout: work wakes the thread, so spinning again would only take a core).
   void idleWait(bool pending, bool spin);
+  // Whether idleWait() must not block: work arrived, or someone wants the cycle lock.
+  bool wanted();
 
   transport::Transport* const transport_;
   const Params& params_;
   Submissions& submissions_;
-  PostedCollectives& posted_;
+  FastPath& fast_path_;
   Cycle& cycle_;
   const std::atomic<int>& gpu_device_;
-  const Posts posts_;
 
   std::chrono::steady_clock::time_point next_retry_{};  // holder of cycle_mu_
   // True while the engine thread blocks in waitIncoming(): only then does a submission pay for
@@ -107,7 +100,6 @@ class Driver {
   // either sees the flag or is seen by the engine's re-check after setting it.
   std::atomic<bool> engine_blocked_{false};
   std::atomic<bool> shutdown_requested_{false};
-  std::atomic<int> posted_watchers_{0};  // callers watching a post in waitFor()
 
   // Note [Caller-run cycles]: whoever holds cycle_mu_ runs the Cycle.
   std::mutex cycle_mu_;

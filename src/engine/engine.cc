@@ -1,12 +1,14 @@
 // Engine construction (the parts' wiring) and submission (any thread): the one submission path
-// (submit(): the post path or negotiation), validation, the device, queueing a request. The
+// (submit(): the post lane or negotiation), validation, the device, queueing a request. The
 // collectives' entry points that build the calls are in collective_calls.cc; the parts are
-// Submissions, Cycle (cycle.h), Driver (driver.h), GpuCompletion and PostedCollectives.
+// Submissions, Cycle (cycle.h), Driver (driver.h), GpuCompletion and the post lane (FastPath,
+// built here as PostedCollectives: the one place outside posted/ that knows the lane's class).
 #include "engine/engine.h"
 
 #include <algorithm>
 
 #include "common/logging.h"
+#include "engine/posted/posted_collectives.h"
 
 namespace perseus::engine {
 namespace {
@@ -24,7 +26,9 @@ Engine::Engine(const rendezvous::Topology& topology, transport::Transport* trans
       gpu_(backends::createGpuBackend(
           {params, transport ? transport->rank() : 0, topology.hostnames})),
       // Posted operations have no timeline spans: with a timeline, everything is negotiated.
-      posted_(params.timeline.empty() ? arena : nullptr, transport, params),
+      fast_path_(std::make_unique<PostedCollectives>(
+          params.timeline.empty() ? arena : nullptr, transport, params,
+          [this](std::unique_ptr<Entry> e) { requeue(std::move(e)); })),
       directory_(transport ? transport->rank() : 0),
       stall_report_(transport ? transport->rank() : 0, params.stall_diagnosis_s),
       cycle_(cycleParts(), cycleListener()),
@@ -41,7 +45,7 @@ Cycle::Parts Engine::cycleParts() {
   p.arena = arena_;
   p.params = params_;
   p.submissions = &submissions_;
-  p.posted = &posted_;
+  p.fast_path = fast_path_.get();
   p.gpu_completion = &gpu_completion_;
   p.gpu = gpu_.get();
   p.cpu_executor = makeCpuExecutor();
@@ -63,12 +67,9 @@ Driver::Parts Engine::driverParts() {
   p.transport = transport_;
   p.params = &params_;
   p.submissions = &submissions_;
-  p.posted = &posted_;
+  p.fast_path = fast_path_.get();
   p.cycle = &cycle_;
   p.gpu_device = &gpu_device_;
-  p.posts.sweep = [this] { sweepPosted(); };
-  p.posts.progress = [this] { progressPosted(); };
-  p.posts.one = [this](Handle& h) { progressPosted(h); };
   return p;
 }
 
@@ -160,21 +161,21 @@ std::unique_ptr<Entry> entryOf(const Call& c) {
 
 std::shared_ptr<Handle> Engine::submit(const Call& c) {
   std::shared_ptr<Handle> handle;
-  switch (posted_.tryPost(c, &handle)) {
-    case PostedCollectives::Outcome::kFinished:
+  switch (fast_path_->tryPost(c, &handle)) {
+    case FastPath::PostResult::kFinished:
       return nullptr;
-    case PostedCollectives::Outcome::kClosed: {
+    case FastPath::PostResult::kClosed: {
       // stopAll() recorded why before it closed the post board.
       const Submissions::Stop stop = submissions_.stopCause();
       throw Error(stop.code,
                   PERSEUS_STR(opTypeName(c.op) << " '" << c.name << "' failed: " << stop.message));
     }
-    case PostedCollectives::Outcome::kInFlight:
+    case FastPath::PostResult::kInFlight:
       throw duplicateName(c.op, std::string(c.name), c.set);
-    case PostedCollectives::Outcome::kPosted:
-      progressPosted(*handle);  // the other ranks may have posted already
+    case FastPath::PostResult::kPosted:
+      fast_path_->progress(*handle);  // the other ranks may have posted already
       break;
-    case PostedCollectives::Outcome::kNotPosted:
+    case FastPath::PostResult::kNotPosted:
       handle = queue(entryOf(c));
       break;
   }
@@ -213,9 +214,9 @@ std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
   return e->handle;
 }
 
-void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
+void Engine::requeue(std::unique_ptr<Entry> e) {
   Submissions::Stop stop;
-  switch (submissions_.queue(e, from_post, &stop)) {
+  switch (submissions_.queue(e, true, &stop)) {
     case Submissions::Outcome::kQueued:
       wakeEngine();
       return;
@@ -234,8 +235,9 @@ void Engine::enqueue(std::unique_ptr<Entry> e, bool from_post) {
 Engine::Stats Engine::stats() const {
   Stats s;
   static_cast<Cycle::Stats&>(s) = cycle_.stats();
-  s.posted_allreduces = posted_.completedAllreducePosts();
-  s.posted_collectives = posted_.completedPosts();
+  const FastPath::Counts posts = fast_path_->counts();
+  s.posted_allreduces = posts.allreduces;
+  s.posted_collectives = posts.collectives;
   return s;
 }
 

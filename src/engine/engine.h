@@ -68,8 +68,8 @@
 #include "engine/entry.h"
 #include "engine/exec/executor.h"
 #include "engine/exec/gpu_completion.h"
+#include "engine/fast_path.h"
 #include "engine/handle.h"
-#include "engine/posted/posted_collectives.h"
 #include "engine/set_directory.h"
 #include "engine/stall_report.h"
 #include "engine/submissions.h"
@@ -149,7 +149,7 @@ class Engine {
   bool poll(Handle& handle) { return driver_.poll(handle); }
 
   // Attaches `cb` to `handle` (Handle::setCallback). A pending post has no waiter to finish
-  // it, so the engine thread listens for it from now on (Note [Posted collectives]).
+  // it, so the engine thread listens for it from now on (FastPath::listenFor).
   void setCallback(Handle& handle, Handle::Callback cb) {
     driver_.setCallback(handle, std::move(cb));
   }
@@ -182,24 +182,15 @@ class Engine {
   Stats stats() const;
 
  private:
-  // The one submission path: offers the call to the post path (PostedCollectives::tryPost,
-  // the only place that decides whether a call is posted), else queues it for negotiation;
-  // waits when it blocks. Any thread.
+  // The one submission path: offers the call to the post lane (FastPath::tryPost, the only
+  // place that decides whether a call is posted), else queues it for negotiation; waits when
+  // it blocks. Any thread.
   std::shared_ptr<Handle> submit(const Call& call);
   // The negotiated path: validates `e` and queues it, or fails its handle if the engine stopped.
   std::shared_ptr<Handle> queue(std::unique_ptr<Entry> e);
-  // Note [Posted collectives]: finishes settled posts (completes them or queues them for
-  // negotiation). Any thread.
-  void settlePosted(std::vector<PostedCollectives::Settled>& settled);
-  void settle(PostedCollectives::Settled& settled);
-  void progressPosted();  // every pending post
-  // progressPosted() when the engine thread must finish posts now (listeningWanted()) or once
-  // per kPostedSweep otherwise. Holder of the cycle lock.
-  void sweepPosted();
-  void progressPosted(Handle& h);  // h's post only
-  // Queues `e` for negotiation, or fails it if the engine stopped. `from_post`: a post that
-  // falls back, whose name is not claimed in submissions_ yet. Any thread.
-  void enqueue(std::unique_ptr<Entry> e, bool from_post);
+  // The lane's `requeue`: a post that falls back, whose name is not claimed in submissions_
+  // yet, is queued for negotiation, or fails if the engine stopped. Any thread.
+  void requeue(std::unique_ptr<Entry> e);
   // After a queueing: the engine thread hears of it if it blocks (Dekker with idleWait()).
   void wakeEngine() { driver_.wakeIfBlocked(); }
   DuplicateNameError duplicateName(OpType op, const std::string& name, int32_t set) const;
@@ -223,9 +214,8 @@ class Engine {
   std::unique_ptr<backends::GpuBackend> gpu_;
   std::atomic<int> gpu_device_{-1};   // the one CUDA ordinal this process uses
   std::atomic<int> join_device_{-1};  // join()'s device, -1: none given
-  // Note [Posted collectives]; thread-safe on its own.
-  PostedCollectives posted_;
-  std::chrono::steady_clock::time_point next_posted_sweep_{};  // holder of the cycle lock
+  // The post lane behind its door (fast_path.h); thread-safe on its own.
+  const std::unique_ptr<FastPath> fast_path_;
 
   Submissions submissions_;  // the queue, the in-flight names, the stop cause; any thread
 

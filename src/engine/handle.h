@@ -89,14 +89,6 @@ class Handle {
   const std::vector<int64_t>& receivedSplits() const { return received_splits_; }
   // join: the last rank to join; add process set: the new set's id.
   int32_t intResult() const { return int_result_; }
-  // The post-board slot and generation the operation was posted in (Note [Posted
-  // collectives]); slot -1 when not posted. Set before the handle is handed out.
-  void setPosted(int slot, uint64_t gen) {
-    posted_slot_ = slot;
-    posted_gen_ = gen;
-  }
-  int postedSlot() const { return posted_slot_; }
-  uint64_t postedGeneration() const { return posted_gen_; }
 
   // CUDA operations. The engine thread publishes the enqueued GPU work once (before the GPU
   // finished); streamWait() (any thread) blocks on the host only until that happened or the
@@ -114,11 +106,9 @@ class Handle {
   std::vector<OwnedTensor> outputs_;
   std::vector<int64_t> received_splits_;
   int32_t int_result_ = -1;
-  int posted_slot_ = -1;
   int64_t submitted_ns_ = 0;
   int64_t completed_ns_ = 0;  // written before done_ is published
   bool timed_ = true;
-  uint64_t posted_gen_ = 0;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cycle/cycle.h"
+#include "engine/posted/posted_collectives.h"
 #include "support/inproc_world.h"
 
 namespace perseus::engine {
@@ -37,7 +38,7 @@ class RecordingExecutor : public Executor {
 class Rank {
  public:
   Rank(InProcWorld& world, int rank)
-      : posted_(nullptr, world.transport(rank), world.params()), sets_added_(0) {
+      : posted_(nullptr, world.transport(rank), world.params(), {}), sets_added_(0) {
     Cycle::Parts p;
     p.topology.rank = rank;
     p.topology.size = world.size();
@@ -45,7 +46,7 @@ class Rank {
     p.arena = world.arena(rank);
     p.params = world.params();
     p.submissions = &submissions_;
-    p.posted = &posted_;
+    p.fast_path = &posted_;
     p.gpu_completion = &gpu_completion_;
     p.cpu_executor = std::make_unique<RecordingExecutor>(&group_sizes_);
     Cycle::Listener listener;

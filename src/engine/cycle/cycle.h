@@ -29,7 +29,7 @@
 #include "engine/entry.h"
 #include "engine/exec/executor.h"
 #include "engine/exec/gpu_completion.h"
-#include "engine/posted/posted_collectives.h"
+#include "engine/fast_path.h"
 #include "engine/submissions.h"
 #include "engine/timeline.h"
 #include "rendezvous/world.h"
@@ -48,7 +48,7 @@ class Cycle {
     transport::ShmArena* arena = nullptr;
     Params params;
     Submissions* submissions = nullptr;       // drained each cycle; names released on completion
-    PostedCollectives* posted = nullptr;      // learns from the global set's responses
+    FastPath* fast_path = nullptr;            // learns from the global set's responses
     GpuCompletion* gpu_completion = nullptr;  // CUDA entries once their work is enqueued
     backends::GpuBackend* gpu = nullptr;      // closed or aborted when the engine stops
     std::unique_ptr<Executor> cpu_executor;
@@ -133,7 +133,7 @@ class Cycle {
   const std::vector<std::string> hostnames_;  // by rank: named when a rank shuts the job down
   const Params params_;
   Submissions& submissions_;
-  PostedCollectives& posted_;
+  FastPath& fast_path_;
   GpuCompletion& gpu_completion_;
   backends::GpuBackend* const gpu_;
   const std::unique_ptr<Executor> cpu_executor_;

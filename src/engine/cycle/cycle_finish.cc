@@ -49,7 +49,7 @@ void Cycle::stopAll(StatusCode code, const std::string& message, int lost_rank) 
                        << " '" << e.request.name << "' failed: " << message);
   };
   for (auto& e : queued) e->handle->complete(code, describe(*e));
-  for (auto& [kind, h] : posted_.close()) {
+  for (auto& [kind, h] : fast_path_.close()) {
     h->complete(code,
                 PERSEUS_STR(opTypeName(kind) << " '" << h->name() << "' failed: " << message));
   }

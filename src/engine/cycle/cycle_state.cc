@@ -11,7 +11,7 @@ Cycle::Cycle(Parts parts, Listener listener)
       hostnames_(parts.topology.hostnames),
       params_(std::move(parts.params)),
       submissions_(*parts.submissions),
-      posted_(*parts.posted),
+      fast_path_(*parts.fast_path),
       gpu_completion_(*parts.gpu_completion),
       gpu_(parts.gpu),
       cpu_executor_(std::move(parts.cpu_executor)),
@@ -22,7 +22,7 @@ Cycle::Cycle(Parts parts, Listener listener)
                  [this](ProcessSet& set, Entry* e, StatusCode code, const std::string& message) {
                    finish(set, e, code, message);
                  }),
-      negotiator_(params_, sets_, cross_set_, posted_, std::move(listener.stall_warning),
+      negotiator_(params_, sets_, cross_set_, fast_path_, std::move(listener.stall_warning),
                   std::move(listener.stall_notices), parts.topology.hostnames) {
   // DYNAMIC (Horovod's value) arms the timeline for Engine::startTimeline() only.
   if (!params_.timeline.empty() && params_.timeline != "DYNAMIC") {

@@ -13,10 +13,10 @@ bool isData(OpType op) {
   return op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast ||
          op == OpType::kAlltoall || op == OpType::kReducescatter;
 }
-}  // namespace
 
-void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
-  if (responses.empty()) return;
+// This rank's entry of each response (null where it takes part without one), each expecting
+// all of its response's tensors.
+std::vector<Entry*> matchEntries(ProcessSet& set, const std::vector<Response>& responses) {
   std::vector<Entry*> entries(responses.size(), nullptr);
   for (size_t i = 0; i < responses.size(); ++i) {
     auto it = set.entries.find(responses[i].name);
@@ -25,25 +25,69 @@ void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
       entries[i]->tensors_left = responses[i].tensors.size();
     }
   }
-  if (set.group_id == kGlobalGroup && posted_.enabled()) {
-    // Before any of these entries completes (Note [Posted collectives]).
-    // Every rank decides from the same negotiation, so all give the same names slots.
-    const bool may_add = !set.any_joined && !set.posts_refused;
-    for (size_t i = 0; i < responses.size(); ++i) {
-      posted_.learn(responses[i], may_add, entries[i] ? entries[i]->handle : nullptr);
+  return entries;
+}
+
+// The global set's responses, before any of their entries completes (Note [Posted
+// collectives]). Every rank decides from the same negotiation, so all give the same names slots.
+void learnPosts(FastPath& fast_path, const ProcessSet& set, const std::vector<Response>& responses,
+                const std::vector<Entry*>& entries) {
+  const bool may_add = !set.any_joined && !set.posts_refused;
+  for (size_t i = 0; i < responses.size(); ++i)
+    fast_path.learn(responses[i], may_add, entries[i] ? entries[i]->handle : nullptr);
+}
+
+// A group's collective failed for the whole job (a lost peer, a timeout, a shutdown): the
+// error again, naming the group's tensors, for the message that reaches every handle.
+[[noreturn]] void rethrowNamingTensors(const Error& e, const ProcessSet& set, const FusionGroup& g,
+                                       const std::vector<Response>& responses) {
+  std::string names;
+  for (size_t i = 0; i < g.items.size() && i < 4; ++i)
+    names += PERSEUS_STR((i ? ", '" : "'") << responses[g.items[i].response].name << "'");
+  const std::string what =
+      PERSEUS_STR(e.what() << " [while running " << opTypeName(responses[g.items[0].response].op)
+                           << " of " << names << " in process set " << set.id << "]");
+  if (e.code() == StatusCode::kPeerLost)
+    throw PeerLostError(static_cast<const PeerLostError&>(e).rank(), what);
+  if (e.code() == StatusCode::kTimeout) throw TimeoutError(what);
+  throw ShutDownError(what);
+}
+
+bool failsTheJob(const Error& e) {
+  return e.code() == StatusCode::kPeerLost || e.code() == StatusCode::kTimeout ||
+         e.code() == StatusCode::kShutDown;
+}
+
+// A local error before any byte moved (e.g. an unsupported dtype), which every rank sees: each
+// entry of the group fails with it.
+void failEntries(const Error& e, const FusionGroup& g, const std::vector<Response>& responses,
+                 const std::vector<Entry*>& entries) {
+  const OpType op = responses[g.items[0].response].op;
+  for (const FusionItem& it : g.items) {
+    if (Entry* en = entries[it.response]) {
+      en->error = e.code();
+      en->error_message =
+          PERSEUS_STR(opTypeName(op) << " '" << en->request.name << "': " << e.what());
     }
   }
+}
+
+}  // namespace
+
+void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
+  if (responses.empty()) return;
+  std::vector<Entry*> entries = matchEntries(set, responses);
+  if (set.group_id == kGlobalGroup && fast_path_.enabled())
+    learnPosts(fast_path_, set, responses, entries);
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
-  std::vector<FusionGroup> plan =
-      fusion::planGroups(responses, set.comm->size(), params_.fusion_threshold);
   std::string stop_message;  // set by a stall-shutdown response: the job stops after this list
-  for (const FusionGroup& g : plan) {
+  for (const FusionGroup& g :
+       fusion::planGroups(responses, set.comm->size(), params_.fusion_threshold)) {
     const Response& first = responses[g.items[0].response];
     if (first.is_error || !isData(first.op)) {
-      Entry* e = entries[g.items[0].response];
       if (first.is_error && first.error_code == StatusCode::kTimeout)
         stop_message = first.error_message;
-      executeControl(set, first, e);
+      executeControl(set, first, entries[g.items[0].response]);
       continue;
     }
     if (timeline_) {
@@ -51,39 +95,15 @@ void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
         timeline_->span(responses[it.response].name, "QUEUE", negotiated, Clock::now());
     }
     try {
-      Executor* executor = cpu_executor_.get();
-      if (first.device_kind == DeviceKind::kCuda) {
-        // Every rank submitted CUDA tensors (negotiated), so this rank's submission found a
-        // backend (Engine::prepareDevice).
-        PERSEUS_CHECK(gpu_executor_ != nullptr, "CUDA response without a GPU backend");
-        executor = gpu_executor_.get();
-      }
-      executor->run(g, responses, entries, *set.comm, set.fusion, timeline_.get());
+      // Every rank submitted CUDA tensors (negotiated), so this rank's submission found a
+      // backend (Engine::prepareDevice).
+      const bool cuda = first.device_kind == DeviceKind::kCuda;
+      PERSEUS_CHECK(!cuda || gpu_executor_ != nullptr, "CUDA response without a GPU backend");
+      Executor& executor = cuda ? *gpu_executor_ : *cpu_executor_;
+      executor.run(g, responses, entries, *set.comm, set.fusion, timeline_.get());
     } catch (const Error& e) {
-      if (e.code() == StatusCode::kPeerLost || e.code() == StatusCode::kTimeout ||
-          e.code() == StatusCode::kShutDown) {
-        // Name the tensors of the failed group in the cause: the message reaches every handle.
-        std::string names;
-        for (size_t i = 0; i < g.items.size() && i < 4; ++i) {
-          names += PERSEUS_STR((i ? ", '" : "'") << responses[g.items[i].response].name << "'");
-        }
-        std::string what =
-            PERSEUS_STR(e.what() << " [while running " << opTypeName(first.op) << " of " << names
-                                 << " in process set " << set.id << "]");
-        if (e.code() == StatusCode::kPeerLost) {
-          throw PeerLostError(static_cast<const PeerLostError&>(e).rank(), what);
-        }
-        if (e.code() == StatusCode::kTimeout) throw TimeoutError(what);
-        throw ShutDownError(what);
-      }
-      // A local error before any byte moved (e.g. an unsupported dtype): every rank sees it.
-      for (const FusionItem& it : g.items) {
-        if (Entry* en = entries[it.response]) {
-          en->error = e.code();
-          en->error_message =
-              PERSEUS_STR(opTypeName(first.op) << " '" << en->request.name << "': " << e.what());
-        }
-      }
+      if (failsTheJob(e)) rethrowNamingTensors(e, set, g, responses);
+      failEntries(e, g, responses, entries);
     }
     for (const FusionItem& it : g.items) {
       Entry* e = entries[it.response];

@@ -16,7 +16,7 @@ double stallAttentionSeconds(const Params& params) {
 }
 
 SetNegotiator::SetNegotiator(const Params& params, ProcessSetTable& sets, CrossSetNames& cross_set,
-                             const PostedCollectives& posted, StallWarning stall_warning,
+                             const FastPath& posted, StallWarning stall_warning,
                              StallNotices stall_notices, std::vector<std::string> hostnames)
     : params_(params),
       sets_(sets),

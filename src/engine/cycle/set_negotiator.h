@@ -22,7 +22,7 @@
 #include "engine/cycle/cross_set_names.h"
 #include "engine/cycle/set_table.h"
 #include "engine/cycle/straggler_watch.h"
-#include "engine/posted/posted_collectives.h"
+#include "engine/fast_path.h"
 #include "engine/timeline.h"
 #include "negotiation/control.h"
 
@@ -45,8 +45,8 @@ class SetNegotiator {
   using StallNotices = std::function<void(const std::vector<StallNotice>&)>;
   // `hostnames`: every global rank's host.
   SetNegotiator(const Params& params, ProcessSetTable& sets, CrossSetNames& cross_set,
-                const PostedCollectives& posted, StallWarning stall_warning,
-                StallNotices stall_notices, std::vector<std::string> hostnames);
+                const FastPath& posted, StallWarning stall_warning, StallNotices stall_notices,
+                std::vector<std::string> hostnames);
 
   // What the set's members agreed on in one negotiation.
   struct Agreement {
@@ -102,7 +102,7 @@ class SetNegotiator {
   const Params& params_;
   ProcessSetTable& sets_;
   CrossSetNames& cross_set_;
-  const PostedCollectives& posted_;
+  const FastPath& posted_;
   const StallWarning stall_warning_;
   const StallNotices stall_notices_;
   const std::vector<std::string> hostnames_;

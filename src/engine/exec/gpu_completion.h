@@ -22,6 +22,9 @@ namespace perseus::engine {
 class GpuCompletion {
  public:
   using Clock = std::chrono::steady_clock;
+  // The longest the engine thread sleeps between polls while GPU work is pending: a finished
+  // kernel's handle completes no later than this after the GPU finished it.
+  static constexpr std::chrono::microseconds kPollInterval{50};
   // Called by poll() with a failure that must stop the engine, and what was running.
   using BreakEngine = std::function<void(const Error& cause, const std::string& during)>;
 

@@ -44,6 +44,7 @@ struct PostSlot {
   const void* input = nullptr;
   void* output = nullptr;
   size_t pending_pos = 0;  // index in the owner's pending list
+  int64_t pending_id = 0;  // the pending post's handle id (PostIds)
 };
 
 class PostSlots {

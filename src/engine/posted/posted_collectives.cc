@@ -30,10 +30,11 @@ std::optional<PostBoard> openBoard(transport::ShmArena* arena, transport::Transp
 }  // namespace
 
 PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
-                                     const Params& params)
+                                     const Params& params, Requeue requeue)
     : transport_(transport),
       size_(transport != nullptr ? transport->size() : 0),
       spin_us_(params.spin_us),
+      requeue_(std::move(requeue)),
       board_(openBoard(arena, transport, params)),
       slots_(board_ ? &*board_ : nullptr) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
@@ -50,20 +51,19 @@ void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<H
   slots_.learn(r, may_add, std::move(negotiated));
 }
 
-PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
-                                                      std::shared_ptr<Handle>* handle) {
-  if (!enabled() || c.set != 0) return Outcome::kNotPosted;
+FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<Handle>* handle) {
+  if (!enabled() || c.set != 0) return PostResult::kNotPosted;
   // The lookup key without an allocation per call (the buffer keeps its capacity).
   thread_local std::string key;
   key.assign(c.name.data(), c.name.size());
   std::unique_lock<std::mutex> lock(mu_);
-  if (closed_) return Outcome::kNotPosted;
+  if (closed_) return PostResult::kNotPosted;
   const int64_t found = slots_.find(key);
-  if (found < 0) return Outcome::kNotPosted;
+  if (found < 0) return PostResult::kNotPosted;
   const auto index = static_cast<size_t>(found);
   PostSlot& s = slots_[index];
-  if (inFlightLocked(index)) return Outcome::kInFlight;
-  if (s.dead) return Outcome::kNotPosted;
+  if (inFlightLocked(index)) return PostResult::kInFlight;
+  if (s.dead) return PostResult::kNotPosted;
   const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
   // Done means the negotiated run left the engine's in-flight names (handles complete after).
   if (!PostSlots::postable(c.op, cuda, c.inputs.size()) || !PostSlots::matches(s, c) ||
@@ -71,7 +71,7 @@ PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
     // Negotiated instead: so are every rank's posts of the name, from the revocation on.
     board_->revoke(index, 0);
     s.dead = true;
-    return Outcome::kNotPosted;
+    return PostResult::kNotPosted;
   }
   s.negotiated.reset();
   const void* input = c.inputs[0].data;
@@ -86,15 +86,16 @@ PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
   }
   if (!board_->publish(index)) {
     s.dead = true;
-    return Outcome::kNotPosted;
+    return PostResult::kNotPosted;
   }
   s.gen = gen;
   if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
-    const Outcome o = watchBlocking(input, output, index, gen, lock);
-    if (o != Outcome::kPosted) return o;
+    const PostResult o = watchBlocking(input, output, index, gen, lock);
+    if (o != PostResult::kPosted) return o;
   }
   s.pending = Handle::create(s.name, !c.blocking);
-  s.pending->setPosted(static_cast<int>(index), gen);
+  s.pending_id = s.pending->id();
+  ids_.add(s.pending_id, {index, gen});
   claimed_[index].store(gen - 1, std::memory_order_relaxed);  // before anyone sees the handle
   s.input = input;
   s.output = output;
@@ -103,12 +104,12 @@ PostedCollectives::Outcome PostedCollectives::tryPost(const Call& c,
   pending_count_.fetch_add(1, std::memory_order_release);
   *handle = s.pending;
   if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
-  return Outcome::kPosted;
+  return PostResult::kPosted;
 }
 
-PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, void* output,
-                                                            size_t index, uint64_t gen,
-                                                            std::unique_lock<std::mutex>& lock) {
+FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* output, size_t index,
+                                                      uint64_t gen,
+                                                      std::unique_lock<std::mutex>& lock) {
   // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
   // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
   const PostSlot& s = slots_[index];
@@ -117,7 +118,7 @@ PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, v
     ringPeers();
     lock.unlock();
     finish(s, gen, input, output, nullptr);
-    return Outcome::kFinished;
+    return PostResult::kFinished;
   }
   watched_[index].store(true, std::memory_order_relaxed);
   lock.unlock();
@@ -126,13 +127,13 @@ PostedCollectives::Outcome PostedCollectives::watchBlocking(const void* input, v
   if (st == PostBoard::State::kComplete) {
     finish(s, gen, input, output, nullptr);
     watched_[index].store(false, std::memory_order_release);
-    return Outcome::kFinished;
+    return PostResult::kFinished;
   }
   // Not complete within the spin, or revoked: from here it is pending like any post, with a
   // handle the caller waits on, which the engine thread can finish or send to negotiation.
   lock.lock();
   watched_[index].store(false, std::memory_order_relaxed);
-  return closed_ ? Outcome::kClosed : Outcome::kPosted;
+  return closed_ ? PostResult::kClosed : PostResult::kPosted;
 }
 
 bool PostWatch::keepWatching() {
@@ -174,8 +175,24 @@ bool PostedCollectives::listen() {
   return true;
 }
 
-void PostedCollectives::stopListening() {
-  if (enabled()) board_->setListening(false);
+FastPath::IdleHint PostedCollectives::idleHint() {
+  if (!enabled()) return {kUntilWoken, false};
+  if (!hasPending()) return {kIdleSleep, false};
+  IdleHint hint{kPendingSleep, false};
+  // A post that completes one after listen() read the slots rings this rank: the driver's wait
+  // hears it also when it came first (rings since the last wait are not lost).
+  if (listeningWanted() && watchers_.load() == 0) {
+    listening_ = listen();
+    hint.listening = listening_;
+    if (!listening_) hint.sleep = std::chrono::microseconds(0);  // one can be settled now
+  }
+  return hint;
+}
+
+void PostedCollectives::awake() {
+  if (!listening_) return;
+  board_->setListening(false);
+  listening_ = false;
 }
 
 bool PostedCollectives::inFlightLocked(size_t index) {
@@ -198,6 +215,7 @@ bool PostedCollectives::claim(size_t index, uint64_t gen) {
 }
 
 void PostedCollectives::dropPendingLocked(PostSlot& s) {
+  ids_.remove(s.pending_id);
   const size_t pos = s.pending_pos;
   const size_t last = pending_slots_.back();
   pending_slots_[pos] = last;
@@ -248,9 +266,13 @@ std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
   return c;
 }
 
-PostedCollectives::Settled PostedCollectives::settle(Claim c) {
-  if (!c.renegotiate) finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
-  return {std::move(c.handle), std::move(c.renegotiate)};
+void PostedCollectives::settle(Claim c) {
+  if (c.renegotiate) {
+    requeue_(std::move(c.renegotiate));
+    return;
+  }
+  finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
+  c.handle->complete(StatusCode::kOk, "");
 }
 
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
@@ -267,53 +289,72 @@ void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* inpu
   completed_.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool PostedCollectives::progress(Handle& handle, Settled* out) {
-  const int slot = handle.postedSlot();
-  if (slot < 0 || !hasPending()) return false;
-  const auto index = static_cast<size_t>(slot);
-  const uint64_t gen = handle.postedGeneration();
+bool PostedCollectives::progress(Handle& handle) {
+  PostIds::Posted p;
+  if (!hasPending() || !ids_.find(handle.id(), &p)) return false;
   // A watching caller reads the shared word only: its lock would slow the settling thread.
-  const PostBoard::State st = board_->state(index, gen);
-  if (st == PostBoard::State::kWaiting) return false;
+  const PostBoard::State st = board_->state(p.slot, p.gen);
+  if (st == PostBoard::State::kWaiting) return true;
   if (st == PostBoard::State::kComplete) {
     // The common case, on the thread that waits for the result: settled and completed before
     // any lock, the bookkeeping after. A waiter's path runs cold after a long watch; with the
-    // lock, the claim and the pending list first, the step's last tensor completed 0.2-1.1 us
-    // later at 1000 tensors per step (`perseusrun -np 2 python
-    // bench/probes/negotiation_lag_probe.py`; docs/algorithms.md, "Posted collectives").
-    if (!claim(index, gen)) return false;  // the engine thread has it
-    const PostSlot& s = slots_[index];
-    finish(s, gen, s.input, s.output, &handle);
+    // lock, the claim and the pending list first, the step's last tensor completed later at
+    // 1000 tensors per step (`perseusrun -np 2 python bench/probes/negotiation_lag_probe.py`).
+    if (!claim(p.slot, p.gen)) return true;  // the engine thread has it
+    const PostSlot& s = slots_[p.slot];
+    finish(s, p.gen, s.input, s.output, &handle);
     handle.complete(StatusCode::kOk, "");
     std::lock_guard<std::mutex> lock(mu_);
-    dropCompletedLocked(slots_[index]);  // unless a submission of the name dropped it already
+    dropCompletedLocked(slots_[p.slot]);  // unless a submission of the name dropped it already
     return false;
   }
   std::optional<Claim> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<size_t>(slot) >= slots_.size() ||
-        slots_[static_cast<size_t>(slot)].pending.get() != &handle) {
-      return false;
-    }
-    c = claimLocked(static_cast<size_t>(slot), nullptr);
+    if (slots_[p.slot].pending.get() != &handle) return false;
+    c = claimLocked(p.slot, nullptr);
   }
-  if (!c) return false;
-  *out = settle(std::move(*c));
+  if (!c) return true;
+  settle(std::move(*c));
+  return false;
+}
+
+bool PostedCollectives::watch(Handle& handle, int64_t spin_us) {
+  // Usually the other ranks posted already: settled at the first look, with no watch.
+  bool pending = progress(handle);
+  if (!pending || handle.done()) return false;
+  // A post completes as soon as the last rank posts: watch it for the spin (PostWatch). The
+  // engine thread does not listen for posts meanwhile.
+  watchers_.fetch_add(1);
+  PostWatch w(*this, spin_us);
+  while (!handle.done() && (pending = progress(handle)) && w.keepWatching()) {
+  }
+  watchers_.fetch_sub(1);
+  if (!pending || handle.done()) return false;
+  wantListening();
   return true;
 }
 
-void PostedCollectives::progressAll(std::vector<Settled>* out) {
+bool PostedCollectives::listenFor(Handle& handle) {
+  PostIds::Posted p;
+  if (handle.done() || !hasPending() || !ids_.find(handle.id(), &p)) return false;
+  wantListening();
+  return true;
+}
+
+void PostedCollectives::progressAll() {
   if (!hasPending()) return;
+  const auto now = Clock::now();
+  if (!listeningWanted() && now < next_sweep_) return;
+  next_sweep_ = now + kSweepPeriod;
   std::vector<size_t> slots;
   {
     std::lock_guard<std::mutex> lock(mu_);
     slots = pending_slots_;
   }
   // A few slots per hold of the lock: a caller that watches its own post must not wait for a
-  // scan of thousands (measured: the step's last tensor took 15-30 us longer with 1000).
+  // scan of thousands (the step's last tensor took longer with 1000 per step).
   constexpr size_t kPerHold = 32;
-  const auto now = Clock::now();
   std::vector<Claim> claims;
   for (size_t begin = 0; begin < slots.size(); begin += kPerHold) {
     {
@@ -322,7 +363,7 @@ void PostedCollectives::progressAll(std::vector<Settled>* out) {
         if (std::optional<Claim> c = claimLocked(slots[i], &now)) claims.push_back(std::move(*c));
       }
     }
-    for (Claim& c : claims) out->push_back(settle(std::move(c)));
+    for (Claim& c : claims) settle(std::move(c));
     claims.clear();
   }
 }
@@ -341,8 +382,10 @@ std::vector<std::pair<OpType, std::shared_ptr<Handle>>> PostedCollectives::close
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   std::vector<std::pair<OpType, std::shared_ptr<Handle>>> left;
-  for (size_t index : pending_slots_)
+  for (size_t index : pending_slots_) {
+    ids_.remove(slots_[index].pending_id);
     left.emplace_back(slots_[index].kind, std::move(slots_[index].pending));
+  }
   pending_slots_.clear();
   pending_count_.store(0, std::memory_order_release);
   return left;
