@@ -40,7 +40,7 @@ def init(comm=None, process_sets=None):
     ignored = horovod_env.apply_before_init()
     first = not c.is_initialized()
     if first:
-        from perseus.common import elastic_worker
+        from perseus.common.elastic import worker as elastic_worker
         elastic_worker.join(c.init)  # elastic mode: waits for a membership, retries a failed one
     else:
         c.init()

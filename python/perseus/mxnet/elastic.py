@@ -16,8 +16,9 @@ import re
 import mxnet as mx
 import numpy as np
 
-from perseus.common import elastic_worker, exceptions
-from perseus.common.elastic import (  # noqa: F401
+from perseus.common import exceptions
+from perseus.common.elastic import worker as elastic_worker
+from perseus.common.elastic.state import (  # noqa: F401
     HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, _run_loop)
 
 from . import _basics

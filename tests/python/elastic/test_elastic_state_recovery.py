@@ -23,7 +23,7 @@ import relsupport  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(importlib.util.find_spec("perseus.runner.elastic_driver") is None,
+    pytest.mark.skipif(importlib.util.find_spec("perseus.runner.elastic.driver") is None,
                        reason="perseusrun has no elastic mode in this tree"),
 ]
 

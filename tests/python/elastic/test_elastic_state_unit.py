@@ -6,7 +6,7 @@ import pytest
 
 import perseus_test_support  # noqa: F401  (the source tree on sys.path when needed)
 from perseus.common import basics
-from perseus.common.elastic_sync import NO_STATE, decide
+from perseus.common.elastic.sync import NO_STATE, decide
 
 
 def test_first_entry_syncs_from_rank_0():

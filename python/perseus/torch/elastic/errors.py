@@ -8,8 +8,8 @@ recognises it by that text: the backend's Work errors read "perseus: <op> on pro
 """
 import re
 
-from perseus.common import elastic_worker
-from perseus.common.elastic import _run_loop
+from perseus.common.elastic import worker as elastic_worker
+from perseus.common.elastic.state import _run_loop
 from perseus.common.exceptions import PerseusInternalError
 
 _BACKEND_FAILURE = re.compile(r"perseus: \w+ on process group '[^']*' failed on rank \d+")

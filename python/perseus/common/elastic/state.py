@@ -13,7 +13,9 @@ lowest rank holding the newest commit, not from rank 0 whatever it holds.
 
 import functools
 
-from perseus.common import basics, elastic_sync, elastic_worker, fault_injection
+from perseus.common import basics, fault_injection
+from perseus.common.elastic import sync as elastic_sync
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common import objects as _objects
 from perseus.common.exceptions import (  # noqa: F401  (Horovod's names, from here too)
     AuthenticationError, HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError,
