@@ -19,7 +19,7 @@ import types
 from perseus.common import fault_injection
 from perseus.common.ops import Max, to_core_op
 from perseus.rendezvous import elastic as keys
-from perseus.runner.env import rank_env
+from perseus.rendezvous.topology import rank_env
 
 _POLL_S = 0.05
 _client = None
