@@ -1,5 +1,5 @@
 """Horovod 0.28's horovod.common.elastic: State, ObjectState and the run loop, over
-perseus.common.elastic_worker (the launcher's membership) and perseus.common.elastic_sync (the
+perseus.common.elastic.worker (the launcher's membership) and perseus.common.elastic.sync (the
 collective sync decision).
 
 Contract: a State and the function run() wraps belong to the training thread; every method that
