@@ -56,7 +56,8 @@ source scripts/python-env.sh
 # torch's CUDA wheel also runs CPU-only; its nvidia-* dependencies are what `import torch` loads.
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \
-  'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle' 'pyyaml'
+  'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle' 'pyyaml' \
+  'import-linter>=2.17'
 
 # Intel MPI's Hydra for the launcher tests (tests/python/launchers): PyPI's impi-rt (a 129 MB
 # wheel) under a prefix of its own, so that its mpirun/mpiexec do not shadow Open MPI's; the
