@@ -18,7 +18,8 @@ import numpy as np
 from . import _basics
 from ._basics import Average, Sum, Adasum, Min, Max, Product, global_process_set  # noqa: F401
 from .engine import bridge
-from perseus.common.exceptions import UnsupportedError, exception_for_status
+from perseus.common.exceptions import (PerseusInternalError, UnsupportedError,
+                                       exception_for_status)
 
 
 def _name(kind, name, process_set=None):
@@ -47,8 +48,8 @@ def _failure(handle):
 
 
 def collective_failure():
-    """The exception of the first collective pushed into MXNet's engine that failed since
-    forget_failures(), or None. MXNet's engine hands a failure on to the arrays as text only
+    """The exception of the first collective pushed into MXNet's engine that failed (or could
+    not be submitted) since forget_failures(), or None. MXNet's engine hands a failure on to the arrays as text only
     (an MXNetError raised where they are read), so the elastic layer asks here which Perseus
     failure such an error stands for. (A blocking collective raises its MXNetError from the
     Perseus exception itself.)"""
@@ -91,7 +92,11 @@ def _push(kind, name, inputs, outputs, priority, submit, after=()):
     def start(in_views, out_views, done):
         in_caps = [v.take_capsule() for v in in_views]
         out_caps = None if in_place else [v.take_capsule() for v in out_views]
-        handle = submit(in_caps, out_caps)
+        try:
+            handle = submit(in_caps, out_caps)
+        except PerseusInternalError as e:  # the engine fails the op: its readers raise
+            _record_failure(e)
+            raise
         _on_done(handle, "%s %r" % (kind, name), done)
 
     return bridge().push(start, inputs, outputs, priority=priority, name="%s.%s" % (kind, name),
