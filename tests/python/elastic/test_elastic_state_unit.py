@@ -1,5 +1,5 @@
 """Single-process parts of the elastic state layer: the collective sync decision's rule
-(perseus.common.elastic_sync.decide) and ElasticSampler's index bookkeeping, including the
+(perseus.common.elastic.sync.decide) and ElasticSampler's index bookkeeping, including the
 re-split of an epoch's remainder over a new size."""
 
 import pytest

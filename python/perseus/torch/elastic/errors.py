@@ -29,12 +29,12 @@ def perseus_error(e):
 
 
 def run_fn(func, reset=None):
-    """perseus.common.elastic.run_fn, with the perseus backend's failures understood."""
+    """perseus.common.elastic.state.run_fn, with the perseus backend's failures understood."""
     return _run_loop(func, reset or elastic_worker.reset, perseus_error)
 
 
 def run(func):
     """Decorator for elastic training: `hvd.elastic.run(train)(state, *args)` (see
-    perseus.common.elastic.run); also for training loops of torch.distributed on the perseus
+    perseus.common.elastic.state.run); also for training loops of torch.distributed on the perseus
     backend (DDP, FSDP2)."""
     return run_fn(func)

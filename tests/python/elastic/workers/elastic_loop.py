@@ -1,4 +1,4 @@
-"""A minimal elastic worker over perseus.common.elastic_worker and the core alone (no State
+"""A minimal elastic worker over perseus.common.elastic.worker and the core alone (no State
 layer): an allreduce loop that leaves a failed membership with reset(), joins a newer one when
 host_updates_pending() says so, and carries its step across memberships (the maximum over the
 members, so that a newcomer takes the others' step).
