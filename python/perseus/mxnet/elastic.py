@@ -11,7 +11,6 @@ sync() is collective and broadcasts from the source the run loop agreed on (Stat
 """
 
 import copy
-import functools
 
 import mxnet as mx
 import numpy as np
@@ -34,11 +33,8 @@ def run_fn(func, reset=None):
     """As perseus.common.elastic.state.run_fn, with MXNet's errors understood: a collective's
     failure reaches Python as MXNetError (when a result is read), and counts as the
     PerseusInternalError that the collective failed with."""
-    @functools.wraps(func)
-    def entered(state, *args, **kwargs):
-        mpi_ops.forget_failures()  # those of a membership left behind
-        return func(state, *args, **kwargs)
-    return _run_loop(entered, reset or elastic_worker.reset, _perseus_error)
+    return _run_loop(func, reset or elastic_worker.reset, _perseus_error,
+                     on_membership=mpi_ops.forget_failures)
 
 
 def run(func):

@@ -137,13 +137,18 @@ def run_fn(func, reset=None):
     return _run_loop(func, reset or worker.reset, lambda e: e)
 
 
-def _run_loop(func, reset, classify):
+def _run_loop(func, reset, classify, on_membership=None):
     """run_fn's loop. classify(exception) gives the exception to act on: a framework whose
-    collectives fail with its own error type (MXNet's MXNetError) maps it to the Perseus one."""
+    collectives fail with its own error type (MXNet's MXNetError) maps it to the Perseus one.
+    on_membership() is called before the first entry and after each reset, before anything
+    of the new membership runs: a framework forgets there what it knew of the old one (MXNet's
+    recorded collective failure)."""
+    on_membership = on_membership or (lambda: None)
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         need_sync = True  # a first entry: rank 0's state everywhere, as in Horovod
+        on_membership()
         while True:
             try:
                 state._agree_and_sync(need_sync)
@@ -154,6 +159,7 @@ def _run_loop(func, reset, classify):
                         e, (PerseusInternalError, HostsUpdatedInterrupt)):
                     raise
                 _reset(reset, e)
+                on_membership()
                 if isinstance(e, HostsUpdatedInterrupt):
                     need_sync = not e.skip_sync
                 else:
