@@ -18,7 +18,7 @@ import numpy as np
 from perseus.common import exceptions
 from perseus.common.elastic import worker as elastic_worker
 from perseus.common.elastic.state import (  # noqa: F401
-    HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, _run_loop)
+    HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run_loop)
 
 from . import _basics, mpi_ops
 from .functions import broadcast_object, broadcast_parameters
@@ -33,8 +33,8 @@ def run_fn(func, reset=None):
     """As perseus.common.elastic.state.run_fn, with MXNet's errors understood: a collective's
     failure reaches Python as MXNetError (when a result is read), and counts as the
     PerseusInternalError that the collective failed with."""
-    return _run_loop(func, reset or elastic_worker.reset, _perseus_error,
-                     on_membership=mpi_ops.forget_failures)
+    return run_loop(func, reset or elastic_worker.reset, _perseus_error,
+                    on_membership=mpi_ops.forget_failures)
 
 
 def run(func):

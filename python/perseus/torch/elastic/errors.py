@@ -9,7 +9,7 @@ recognises it by that text: the backend's Work errors read "perseus: <op> on pro
 import re
 
 from perseus.common.elastic import worker as elastic_worker
-from perseus.common.elastic.state import _run_loop
+from perseus.common.elastic.state import run_loop
 from perseus.common.exceptions import PerseusInternalError
 
 _BACKEND_FAILURE = re.compile(r"perseus: \w+ on process group '[^']*' failed on rank \d+")
@@ -30,7 +30,7 @@ def perseus_error(e):
 
 def run_fn(func, reset=None):
     """perseus.common.elastic.state.run_fn, with the perseus backend's failures understood."""
-    return _run_loop(func, reset or elastic_worker.reset, perseus_error)
+    return run_loop(func, reset or elastic_worker.reset, perseus_error)
 
 
 def run(func):
