@@ -140,9 +140,9 @@ def run_fn(func, reset=None):
 def run_loop(func, reset, classify, on_membership=None):
     """run_fn's loop, which the framework layers' run_fn wrap. classify(exception) gives the
     exception to act on: a framework whose collectives fail with its own error type (MXNet's
-    MXNetError) maps it to the Perseus one. on_membership() is called before the first entry and after each reset, before anything
-    of the new membership runs: a framework forgets there what it knew of the old one (MXNet's
-    recorded collective failure)."""
+    MXNetError) maps it to the Perseus one. on_membership() is called before the first entry
+    and after each reset, before anything of the new membership runs: a framework forgets
+    there what it knew of the old one (MXNet's recorded collective failure)."""
     on_membership = on_membership or (lambda: None)
 
     @functools.wraps(func)
