@@ -49,10 +49,10 @@ def _failure(handle):
 
 def collective_failure():
     """The exception of the first collective pushed into MXNet's engine that failed (or could
-    not be submitted) since forget_failures(), or None. MXNet's engine hands a failure on to the arrays as text only
-    (an MXNetError raised where they are read), so the elastic layer asks here which Perseus
-    failure such an error stands for. (A blocking collective raises its MXNetError from the
-    Perseus exception itself.)"""
+    not be submitted) since forget_failures(), or None. MXNet's engine hands a failure on to
+    the arrays as text only (an MXNetError raised where they are read), so the elastic layer
+    asks here which Perseus failure such an error stands for. (A blocking collective raises
+    its MXNetError from the Perseus exception itself.)"""
     with _failure_lock:
         return _first_failure
 
