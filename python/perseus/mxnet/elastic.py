@@ -236,6 +236,7 @@ class KVStoreState(ObjectState):
                 del store[key]  # initialised after the commit
         for key, (value, context) in self._saved_store.items():
             if key in store:
+                _drop_failure(store[key])  # a failed push's, or the copy would not land
                 value.copyto(store[key])
             else:
                 store[key] = value.copyto(context)
@@ -357,6 +358,7 @@ def _refill_trainer_store(trainer):
         idx = trainer._param2idx[param.name]
         data = param.list_data()[0]
         if idx in kv._store:
+            _drop_failure(kv._store[idx])
             data.copyto(kv._store[idx])
         else:
             kv._check_key(idx)
