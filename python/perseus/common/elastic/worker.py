@@ -1,6 +1,6 @@
 """A worker's side of elastic membership: what perseus.common.elastic.state (the State classes
-and the run loop) asks of the launcher. Every function here is called on every rank of the current
-membership, from the training thread.
+and the run loop) asks of the launcher. Every function here is called on every rank of the
+current membership, from the training thread.
 
 In elastic mode (perseusrun --min-np/--max-np/--host-discovery-script, docs/elastic.md) the
 launcher publishes each membership in its rendezvous store under an epoch number; this module
@@ -91,7 +91,7 @@ def _set_topology(assignment, epoch_number):
 
 
 def prepare_init():
-    """Called by init() before the core's rendezvous. In elastic mode, waits until the
+    """Called by join() (init()) before the core's rendezvous. In elastic mode, waits until the
     launcher has placed this worker in a membership newer than the last one it joined and sets
     the rank variables for it. Raises SystemExit(0) when the launcher ends the job meanwhile
     (the job finished or this worker was left out of it for good), LauncherLostError when the
@@ -163,11 +163,11 @@ def _retried(e):
 
 def join(start):
     """init()'s join hook (basics.set_join_hook; perseus.common installs it), called with the
-    core's start function: prepare_init(), then start(). A
-    membership that fails while it starts is left (reported, the core shut down) and the next
-    one is joined, on a worker's first membership as on the later ones: a new worker must not
-    exit because a member of the membership it was placed in was lost meanwhile (horovod#3264's
-    case, seen from the new worker). Outside elastic mode: start() alone."""
+    core's start function: prepare_init(), then start(). A membership that fails while it
+    starts is left (reported, the core shut down) and the next one is joined, on a worker's
+    first membership as on the later ones: a new worker must not exit because a member of the
+    membership it was placed in was lost meanwhile (horovod#3264's case, seen from the new
+    worker). Outside elastic mode: start() alone."""
     while True:
         prepare_init()
         try:
