@@ -6,7 +6,7 @@ Contract: a State and the function run() wraps belong to the training thread; ev
 syncs or checks for host updates is collective over the current membership.
 
 Where Perseus differs from Horovod: after a reset, whether to sync and from which rank is agreed
-by every rank (sync.py's agree): a sync happens when any rank needs one (a new worker, a rank
+by every rank (elastic_sync.agree): a sync happens when any rank needs one (a new worker, a rank
 that restored after an error) or the ranks' commit counters differ, and the state comes from the
 lowest rank holding the newest commit, not from rank 0 whatever it holds.
 """
@@ -14,8 +14,8 @@ lowest rank holding the newest commit, not from rank 0 whatever it holds.
 import functools
 
 from perseus.common import basics, fault_injection
-from perseus.common.elastic import sync as sync_decision
-from perseus.common.elastic import worker
+from perseus.common.elastic import sync as elastic_sync
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common import objects as _objects
 from perseus.common.exceptions import (  # noqa: F401  (Horovod's names, from here too)
     AuthenticationError, HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError,
@@ -38,7 +38,7 @@ class State:
         self._broadcast = bcast_object or _objects.broadcast_object
         self._rank = get_rank or basics.rank
         self._reset_callbacks = []
-        self._commits = sync_decision.NO_STATE
+        self._commits = elastic_sync.NO_STATE
         self._sync_root = 0
 
     def _bcast_object(self, obj, root_rank=None, **kwargs):
@@ -73,7 +73,7 @@ class State:
     def check_host_updates(self):
         """Collective: raises HostsUpdatedInterrupt on every rank alike when the launcher has
         announced a new membership (hosts added or removed)."""
-        if worker.host_updates_pending():
+        if elastic_worker.host_updates_pending():
             fault_injection.exit_at("join")
             # skip_sync: this rank's state is current (every rank stopped at this same call);
             # a sync still happens if a new worker or any other rank asks for one.
@@ -96,7 +96,7 @@ class State:
 
     def _agree_and_sync(self, need):
         """Collective: the reset protocol's sync step (see the module docstring)."""
-        do_sync, source, newest = sync_decision.agree(self._commits, need)
+        do_sync, source, newest = elastic_sync.agree(self._commits, need)
         if do_sync:
             self._sync_root = source
             fault_injection.exit_at("broadcast")
@@ -133,8 +133,8 @@ class ObjectState(State):
 def run_fn(func, reset=None):
     """Horovod's run_fn: `func(state, ...)` run until it returns, resetting the membership and
     re-entering it after each PerseusInternalError (having restored the last commit) or
-    HostsUpdatedInterrupt. `reset` defaults to worker.reset."""
-    return run_loop(func, reset or worker.reset, lambda e: e)
+    HostsUpdatedInterrupt. `reset` defaults to elastic_worker.reset."""
+    return run_loop(func, reset or elastic_worker.reset, lambda e: e)
 
 
 def run_loop(func, reset, classify, on_membership=None):
@@ -173,12 +173,12 @@ def _reset(reset, cause):
     # A job not started in elastic mode has no membership to move to: re-initialising the same
     # ranks would only repeat a failure that every rank saw, for ever (init() after shutdown()
     # does re-form a fixed job). So the default reset is refused there, with the way out.
-    if reset is worker.reset and not worker.enabled():
+    if reset is elastic_worker.reset and not elastic_worker.enabled():
         raise PerseusInternalError(_fixed_job_message(cause, "no reset is attempted")) from cause
     try:
         reset()
     except Exception as e:  # noqa: BLE001 - re-raised, explained where it can be
-        if worker.enabled():
+        if elastic_worker.enabled():
             raise
         raise PerseusInternalError(_fixed_job_message(cause, e)) from e
 
