@@ -57,7 +57,7 @@ source scripts/python-env.sh
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \
   'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle' 'pyyaml' \
-  'lizard'
+  'lizard' 'import-linter>=2.17'
 
 # Intel MPI's Hydra for the launcher tests (tests/python/launchers): PyPI's impi-rt (a 129 MB
 # wheel) under a prefix of its own, so that its mpirun/mpiexec do not shadow Open MPI's; the

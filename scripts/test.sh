@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Checks the C++ formatting (scripts/check_format.sh), include layers
-# (scripts/check_includes.sh) and function sizes (scripts/check_complexity.sh), builds
-# Perseus, runs the C++ tests (plain, then under AddressSanitizer+UBSan, then
-# ThreadSanitizer), the fuzzers, a -static-libstdc++ build under torch, installs the Python package and runs the Python tests.
+# Checks the C++ formatting (scripts/check_format.sh), the C++ include layers
+# (scripts/check_includes.sh), function sizes (scripts/check_complexity.sh) and the Python
+# import layers (scripts/check_imports.sh), builds Perseus, runs the C++ tests (plain, then
+# under AddressSanitizer+UBSan, then ThreadSanitizer), the fuzzers, a -static-libstdc++ build
+# under torch, installs the Python package and runs the Python tests.
 # Usage: scripts/test.sh [--quick | --unit]
 #   --quick  skips the sanitizer builds and the fuzzers
 #   --unit   the fast tier: the C++ tests labelled `unit` (ctest -L unit: ranks as threads, no
@@ -41,10 +42,11 @@ build_and_test() {  # dir, extra cmake args...; $CTEST_ARGS are passed to ctest
   (cd "$dir" && ctest --output-on-failure -j 1 --timeout 180 ${CTEST_ARGS:-})
 }
 
-section "C++ formatting, include layers and function sizes"
+section "C++ formatting, include layers and function sizes, Python import layers"
 scripts/check_format.sh
 scripts/check_includes.sh
 scripts/check_complexity.sh
+scripts/check_imports.sh
 
 # The test build compiles its GPU code for one architecture (CI has no GPU to run it on);
 # the package that `pip install` builds below has the full default list.

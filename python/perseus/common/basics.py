@@ -6,7 +6,10 @@ import atexit
 import os
 import threading
 
+from perseus.common import horovod_env
 from perseus.common.exceptions import NotInitializedError
+from perseus.common.native import core
+from perseus.common.process_sets import _forget_all, add_process_set
 
 _lock = threading.Lock()
 _topology = None
@@ -17,17 +20,20 @@ _SHUT_DOWN = ("Perseus has been shut down (hvd.shutdown()); call hvd.init() agai
 _was_shut_down = False
 
 
-_core_module = None
+def _plain_start(start):
+    start()
 
 
-def core():
-    """The native extension, loaded on first use so `import perseus` stays cheap. Cached: every
-    collective calls this, and a function-level import costs about a microsecond each time."""
-    global _core_module
-    if _core_module is None:
-        from perseus import _core
-        _core_module = _core
-    return _core_module
+_join = _plain_start  # init()'s join hook: set_join_hook
+
+
+def set_join_hook(hook):
+    """Makes the first init() of a process (and the first after each shutdown()) call
+    hook(start) where it would call start(), the core's rendezvous: perseus.common installs the
+    elastic worker's join, which waits for a membership and starts again when one fails while
+    it starts. None restores the plain start()."""
+    global _join
+    _join = hook or _plain_start
 
 
 def init(comm=None, process_sets=None):
@@ -35,13 +41,11 @@ def init(comm=None, process_sets=None):
     Idempotent. comm: None, or the list of all ranks (sub-communicators are process sets in
     Perseus). process_sets: ProcessSet objects to register now, or "dynamic" (always on)."""
     global _topology, _atexit_registered, _was_shut_down
-    from perseus.common import horovod_env
     c = core()
     ignored = horovod_env.apply_before_init()
     first = not c.is_initialized()
     if first:
-        from perseus.common import elastic_worker
-        elastic_worker.join(c.init)  # elastic mode: waits for a membership, retries a failed one
+        _join(c.init)
     else:
         c.init()
     with _lock:
@@ -57,7 +61,6 @@ def init(comm=None, process_sets=None):
         raise ValueError("init(comm=%r): Perseus always initializes every rank of the job; use "
                          "add_process_set(%r) for collectives on a subset" % (comm, comm))
     if process_sets is not None and not isinstance(process_sets, str):
-        from perseus.common.process_sets import add_process_set
         for ps in process_sets:
             add_process_set(ps)
 
@@ -79,7 +82,6 @@ def shutdown():
         return
     if c.is_initialized():
         c.shutdown()
-    from perseus.common.process_sets import _forget_all
     _forget_all()
 
 

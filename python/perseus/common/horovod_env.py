@@ -109,7 +109,7 @@ OTHER_PERSEUS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_
                  "PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE", "PERSEUS_HOSTNAME",
                  "PERSEUS_CONTROLLER_ADDR", "PERSEUS_CONTROLLER_PORT", "PERSEUS_SECRET",
                  "PERSEUS_JOB_ID", "PERSEUS_BUILD_DIR",
-                 # perseusrun's elastic mode (perseus/common/elastic_worker.py)
+                 # perseusrun's elastic mode (perseus/common/elastic/worker.py)
                  "PERSEUS_ELASTIC", "PERSEUS_ELASTIC_WORKER_ID", "PERSEUS_ELASTIC_JOB_ID",
                  "PERSEUS_ELASTIC_TIMEOUT", "PERSEUS_ELASTIC_FIRST_EPOCH",
                  # the test-only exit hook (perseus/common/fault_injection.py)

@@ -3,6 +3,7 @@
 import warnings
 
 from perseus.common.exceptions import InvalidArgumentError
+from perseus.common.native import core
 
 # Horovod's public values (horovod/common/basics.py): user code may compare or store them.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -31,7 +32,6 @@ def check_adasum(op, process_set_id):
     that is not a power of two (Adasum combines ranks in pairs over log2(size) levels)."""
     if op != Adasum:
         return
-    from perseus.common.basics import core
     n = core().process_set_info(process_set_id)[1]
     if n & (n - 1):
         raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")

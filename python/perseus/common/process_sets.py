@@ -3,7 +3,7 @@ rank calls add_process_set/remove_process_set with the same ranks, in the same o
 
 import threading
 
-from perseus.common.basics import core
+from perseus.common.native import core
 from perseus.common.exceptions import InvalidArgumentError
 
 _lock = threading.Lock()

@@ -11,16 +11,16 @@ sync() is collective and broadcasts from the source the run loop agreed on (Stat
 """
 
 import copy
-import re
 
 import mxnet as mx
 import numpy as np
 
-from perseus.common import elastic_worker, exceptions
-from perseus.common.elastic import (  # noqa: F401
-    HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, _run_loop)
+from perseus.common import exceptions
+from perseus.common.elastic import worker as elastic_worker
+from perseus.common.elastic.state import (  # noqa: F401
+    HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run_loop)
 
-from . import _basics
+from . import _basics, mpi_ops
 from .functions import broadcast_object, broadcast_parameters
 from .kvstore import PerseusKVStore
 from .mpi_ops import broadcast_
@@ -30,25 +30,23 @@ _HOST = mx.cpu()
 
 
 def run_fn(func, reset=None):
-    """As perseus.common.elastic.run_fn, with MXNet's errors understood: a collective's failure
-    reaches Python as MXNetError (when a result is read), and counts as the PerseusInternalError
-    it carries."""
-    return _run_loop(func, reset or elastic_worker.reset, _perseus_error)
+    """As perseus.common.elastic.state.run_fn, with MXNet's errors understood: a collective's
+    failure reaches Python as MXNetError (when a result is read), and counts as the
+    PerseusInternalError that the collective failed with."""
+    return run_loop(func, reset or elastic_worker.reset, _perseus_error,
+                    on_membership=mpi_ops.forget_failures)
 
 
 def run(func):
     """Decorator for elastic training: `hvd.elastic.run(train)(state, *args)` (see
-    perseus.common.elastic.run)."""
+    perseus.common.elastic.state.run)."""
     return run_fn(func)
 
 
-# perseus.mxnet's failure texts end in "(<exception class>)" or "failed with status <n>".
-_CLASS_IN_TEXT = re.compile(r"\((\w+Error)\)")
-_STATUS_IN_TEXT = re.compile(r"failed with status (\d+)")
-
-
 def _perseus_error(e):
-    """The Perseus exception behind an MXNetError raised by a collective (else `e` itself)."""
+    """The Perseus exception behind an MXNetError raised by a collective (else `e` itself):
+    the one a blocking collective raised it from, or the failure of a collective pushed into
+    MXNet's engine (mpi_ops.collective_failure()), whose arrays raise it when read."""
     if not isinstance(e, mx.base.MXNetError):
         return e
     cause = e
@@ -56,15 +54,8 @@ def _perseus_error(e):
         if isinstance(cause, exceptions.PerseusInternalError):
             return cause
         cause = cause.__cause__ or cause.__context__
-    text = str(e)
-    m = _CLASS_IN_TEXT.search(text)
-    kind = getattr(exceptions, m.group(1), None) if m else None
-    if isinstance(kind, type) and issubclass(kind, exceptions.PerseusInternalError):
-        return kind(text)
-    m = _STATUS_IN_TEXT.search(text)
-    if m:
-        return exceptions.exception_for_status(int(m.group(1)))(text)
-    return e
+    failure = mpi_ops.collective_failure()
+    return e if failure is None else failure
 
 
 class _OptimizerHandler:
@@ -245,6 +236,7 @@ class KVStoreState(ObjectState):
                 del store[key]  # initialised after the commit
         for key, (value, context) in self._saved_store.items():
             if key in store:
+                _drop_failure(store[key])  # a failed push's, or the copy would not land
                 value.copyto(store[key])
             else:
                 store[key] = value.copyto(context)
@@ -366,6 +358,7 @@ def _refill_trainer_store(trainer):
         idx = trainer._param2idx[param.name]
         data = param.list_data()[0]
         if idx in kv._store:
+            _drop_failure(kv._store[idx])
             data.copyto(kv._store[idx])
         else:
             kv._check_key(idx)

@@ -10,13 +10,16 @@ Names: every rank must submit the same name for the same collective. Unnamed col
 ``<kind>.noname.<n>``, which matches across ranks only if every rank issues the same unnamed
 collectives in the same order (as in Horovod).
 """
+import threading
+
 import mxnet as mx
 import numpy as np
 
 from . import _basics
 from ._basics import Average, Sum, Adasum, Min, Max, Product, global_process_set  # noqa: F401
 from .engine import bridge
-from perseus.common.exceptions import UnsupportedError
+from perseus.common.exceptions import (PerseusInternalError, UnsupportedError,
+                                       exception_for_status)
 
 
 def _name(kind, name, process_set=None):
@@ -31,18 +34,54 @@ def _core():
     return _basics._core()
 
 
-def _failure_message(handle, what):
+_failure_lock = threading.Lock()
+_first_failure = None  # of the collectives pushed into MXNet's engine: collective_failure()
+
+
+def _failure(handle):
+    """The exception a failed handle raises (a PerseusInternalError or one of its kinds)."""
     try:
         handle.wait(0.0)
     except Exception as e:  # noqa: BLE001 - the library's own exception carries the cause
-        return "%s: %s (%s)" % (what, e, type(e).__name__)
-    return "%s failed with status %d" % (what, handle.status)
+        return e
+    return exception_for_status(handle.status)("failed with status %d" % handle.status)
+
+
+def collective_failure():
+    """The exception of the first collective pushed into MXNet's engine that failed (or could
+    not be submitted) since forget_failures(), or None. MXNet's engine hands a failure on to
+    the arrays as text only (an MXNetError raised where they are read), so the elastic layer
+    asks here which Perseus failure such an error stands for. (A blocking collective raises
+    its MXNetError from the Perseus exception itself.)"""
+    with _failure_lock:
+        return _first_failure
+
+
+def forget_failures():
+    """Drops the recorded failure (one of a membership that was left)."""
+    global _first_failure
+    with _failure_lock:
+        _first_failure = None
+
+
+def _record_failure(error):
+    global _first_failure
+    with _failure_lock:
+        if _first_failure is None:
+            _first_failure = error
 
 
 def _on_done(handle, what, done):
-    """Completes the engine op when the Perseus handle completes (callback thread, GIL)."""
+    """Completes the engine op when the Perseus handle completes (callback thread, GIL). A
+    failure is recorded before MXNet hears of it, so whoever reads the poisoned arrays finds it
+    in collective_failure()."""
     def callback(status):
-        done(None if status == 0 else _failure_message(handle, what))
+        if status == 0:
+            done(None)
+            return
+        error = _failure(handle)
+        _record_failure(error)
+        done("%s: %s (%s)" % (what, error, type(error).__name__))
     handle.set_callback(callback)
 
 
@@ -53,7 +92,11 @@ def _push(kind, name, inputs, outputs, priority, submit, after=()):
     def start(in_views, out_views, done):
         in_caps = [v.take_capsule() for v in in_views]
         out_caps = None if in_place else [v.take_capsule() for v in out_views]
-        handle = submit(in_caps, out_caps)
+        try:
+            handle = submit(in_caps, out_caps)
+        except PerseusInternalError as e:  # the engine fails the op: its readers raise
+            _record_failure(e)
+            raise
         _on_done(handle, "%s %r" % (kind, name), done)
 
     return bridge().push(start, inputs, outputs, priority=priority, name="%s.%s" % (kind, name),

@@ -1,3 +1,3 @@
 """perseusrun: starts one process per rank, locally, over ssh or through mpirun, hosts the
 rendezvous store, and tears the whole job down when any rank fails; in elastic mode
-(elastic_driver.py) the job goes on without failed workers and takes new ones in."""
+(elastic/driver.py) the job goes on without failed workers and takes new ones in."""

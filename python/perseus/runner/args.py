@@ -3,7 +3,7 @@
 Every horovodrun flag is accepted (docs/horovod-compatibility.md): those with a Perseus meaning
 set it, the others are reported on stderr as having no effect, with the reason; jsrun, which
 Perseus does not have, stops with an error that says so. The elastic flags (--min-np, --max-np,
---host-discovery-script) start elastic mode (runner/elastic_driver.py)."""
+--host-discovery-script) start elastic mode (runner/elastic/driver.py)."""
 
 import argparse
 import os

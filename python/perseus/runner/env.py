@@ -3,6 +3,8 @@ the rendezvous address and secret."""
 
 import os
 
+from perseus.rendezvous.topology import rank_env  # noqa: F401  (envmod.rank_env)
+
 # Never forwarded: per-session shell state, and (as in Horovod 0.28) CUDA_VISIBLE_DEVICES,
 # which is per-host. PERSEUS_SECRET is set per job, not inherited.
 _SKIP_EXACT = {"OLDPWD", "PWD", "SHLVL", "_", "HOSTNAME", "HOME", "USER", "LOGNAME", "SHELL",
@@ -70,22 +72,6 @@ def job_env(base, args, max_local_size):
     env.setdefault("MXNET_USE_OPERATOR_TUNING", "0")
     env.setdefault("MXNET_USE_NUM_CORES_OPERATOR_TUNING", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def rank_env(slot):
-    """The topology variables of one rank: Perseus's, the same under horovodrun's names (data
-    loaders read them before init()), and RANK/WORLD_SIZE/LOCAL_RANK, which PyTorch Lightning,
-    Accelerate and Hugging Face read."""
-    env = {}
-    for prefix in ("PERSEUS_", "HOROVOD_"):
-        env.update({prefix + "RANK": str(slot.rank), prefix + "SIZE": str(slot.size),
-                    prefix + "LOCAL_RANK": str(slot.local_rank),
-                    prefix + "LOCAL_SIZE": str(slot.local_size),
-                    prefix + "CROSS_RANK": str(slot.cross_rank),
-                    prefix + "CROSS_SIZE": str(slot.cross_size), prefix + "HOSTNAME": slot.host})
-    env.update({"RANK": str(slot.rank), "WORLD_SIZE": str(slot.size),
-                "LOCAL_RANK": str(slot.local_rank), "LOCAL_WORLD_SIZE": str(slot.local_size)})
     return env
 
 

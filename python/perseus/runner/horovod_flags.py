@@ -56,7 +56,7 @@ def add_arguments(p):
                    const=True, help="No effect.")
     h.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
                    dest="prefix_timestamp", action="store_true", default=None, help="No effect.")
-    # Elastic mode (runner/elastic_driver.py, docs/elastic.md).
+    # Elastic mode (runner/elastic/driver.py, docs/elastic.md).
     e = p.add_argument_group("elastic mode (horovodrun's flags; docs/elastic.md)")
     e.add_argument("--min-np", "--min-num-proc", type=int,
                    help="Fewest workers the job runs with; below it perseusrun waits up to "

@@ -198,7 +198,7 @@ def _launch_mpi(job, host_list, args, base_env):
 
 def run(args):
     if args.elastic:
-        from perseus.runner.elastic_launch import run_elastic
+        from perseus.runner.elastic.launch import run_elastic
         return run_elastic(args, _start_store, _shm_names, _raise_interrupt, _Interrupted,
                            STOP_SIGNALS)
     allocation = None if args.hostfile or args.hosts else hostmod.slurm_allocation(os.environ)

@@ -9,7 +9,7 @@ import torch
 
 from perseus.common.ops import Adasum
 from perseus.torch import mpi_ops as _ops
-from perseus.torch.optimizer import count_backward_pass, parameter_names
+from perseus.torch.optimizer_parameters import count_backward_pass, parameter_names
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):

@@ -2,7 +2,7 @@
 survivors below --min-np; they wait; a new worker comes. In Horovod the survivors skip the
 state sync (a removal) while the new worker syncs (it is new): the two sides meet different
 collectives and deadlock. In Perseus every rank of the new membership takes part in one
-collective sync decision (perseus.common.elastic_sync), so the job goes on with every replica
+collective sync decision (perseus.common.elastic.sync), so the job goes on with every replica
 equal and no commit lost.
 
 The other two Horovod elastic bugs have their named tests too:

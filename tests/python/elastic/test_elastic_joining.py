@@ -111,7 +111,7 @@ def test_horovod_3264_a_new_worker_whose_first_membership_loses_a_member_joins_t
 
 
 def test_members_train_on_while_a_new_worker_starts(elastic_job, tmp_path):
-    """Note [Newcomers start before they are published] (runner/elastic_driver.py): a slot
+    """Note [Newcomers start before they are published] (runner/elastic/driver.py): a slot
     added through discovery whose worker takes 6 s to start. The driver publishes the
     membership with it only once it waits for one, so the members keep training (in epoch 1)
     while it starts, instead of waiting for it in the next membership's rendezvous."""

@@ -2,7 +2,7 @@
 checks of elastic_state_torch.py with elastic_worker.reset(), and TorchState training that
 loses a worker to SIGKILL and finishes on the others from their last commit, leaving no process
 or shared-memory name behind. Skipped where perseusrun has no elastic mode
-(perseus.runner.elastic_driver)."""
+(perseus.runner.elastic.driver)."""
 
 import importlib.util
 import json
@@ -23,7 +23,7 @@ import relsupport  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(importlib.util.find_spec("perseus.runner.elastic_driver") is None,
+    pytest.mark.skipif(importlib.util.find_spec("perseus.runner.elastic.driver") is None,
                        reason="perseusrun has no elastic mode in this tree"),
 ]
 

@@ -5,7 +5,7 @@ membership epoch). At fixed membership the job's store cannot be joined twice, s
 only records that the loop asked for it, at the same point on every rank (a barrier): every
 failure in these checks is one that every rank raised, with the core still up."""
 
-from perseus.common import elastic_worker
+from perseus.common.elastic import worker as elastic_worker
 
 REAL_RESET = elastic_worker.enabled()
 

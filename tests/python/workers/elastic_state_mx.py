@@ -8,7 +8,8 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import perseus.mxnet as hvd
-from perseus.common.exceptions import PerseusInternalError
+from perseus.common.exceptions import PeerLostError, PerseusInternalError
+from perseus.mxnet import mpi_ops
 
 from elastic_state_common import REAL_RESET, elastic_runner, run_checks
 from elastic_state_common import everyone_equal as _equal
@@ -152,7 +153,9 @@ def check_kvstore_state():
             assert not same(values(), committed)
             state.restore()
             assert same(values(), committed) and state.epoch == 1
-            # A collective's failure as MXNet reports it, when a result is read.
+            # A collective's failure as perseus.mxnet records it and MXNet reports it, when a
+            # result is read.
+            mpi_ops._record_failure(PeerLostError("simulated loss of rank 1"))
             raise mx.base.MXNetError("allreduce 'kv.push.3': simulated loss of rank 1 "
                                      "(PeerLostError)")
         return values()

@@ -8,8 +8,8 @@ recognises it by that text: the backend's Work errors read "perseus: <op> on pro
 """
 import re
 
-from perseus.common import elastic_worker
-from perseus.common.elastic import _run_loop
+from perseus.common.elastic import worker as elastic_worker
+from perseus.common.elastic.state import run_loop
 from perseus.common.exceptions import PerseusInternalError
 
 _BACKEND_FAILURE = re.compile(r"perseus: \w+ on process group '[^']*' failed on rank \d+")
@@ -29,12 +29,12 @@ def perseus_error(e):
 
 
 def run_fn(func, reset=None):
-    """perseus.common.elastic.run_fn, with the perseus backend's failures understood."""
-    return _run_loop(func, reset or elastic_worker.reset, perseus_error)
+    """perseus.common.elastic.state.run_fn, with the perseus backend's failures understood."""
+    return run_loop(func, reset or elastic_worker.reset, perseus_error)
 
 
 def run(func):
     """Decorator for elastic training: `hvd.elastic.run(train)(state, *args)` (see
-    perseus.common.elastic.run); also for training loops of torch.distributed on the perseus
+    perseus.common.elastic.state.run); also for training loops of torch.distributed on the perseus
     backend (DDP, FSDP2)."""
     return run_fn(func)

@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from perseus.common.elastic import ObjectState
+from perseus.common.elastic.state import ObjectState
 from perseus.torch.elastic.sampler import ElasticSampler
 from perseus.torch.functions import (
     broadcast_object, broadcast_optimizer_state, broadcast_parameters)

@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 
-from perseus.common import basics, elastic_worker
+from perseus.common import basics
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common.exceptions import PerseusInternalError
-from perseus.runner import elastic_store as keys
+from perseus.rendezvous import elastic as keys
 
 import elastic_common
 

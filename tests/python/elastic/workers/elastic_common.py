@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from perseus.common import elastic_worker
+from perseus.common.elastic import worker as elastic_worker
 
 
 def parse(extra=None):

@@ -1,4 +1,4 @@
-"""A minimal elastic worker over perseus.common.elastic_worker and the core alone (no State
+"""A minimal elastic worker over perseus.common.elastic.worker and the core alone (no State
 layer): an allreduce loop that leaves a failed membership with reset(), joins a newer one when
 host_updates_pending() says so, and carries its step across memberships (the maximum over the
 members, so that a newcomer takes the others' step).
@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 
-from perseus.common import basics, elastic_worker
+from perseus.common import basics
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 from perseus.common.process_sets import add_process_set
-from perseus.runner import elastic_store as keys
+from perseus.rendezvous import elastic as keys
 
 import elastic_common
 

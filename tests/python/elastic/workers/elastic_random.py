@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from perseus.common import basics, elastic_worker
+from perseus.common import basics
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
 import elastic_common

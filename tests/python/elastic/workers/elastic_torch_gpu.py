@@ -7,7 +7,7 @@ import time
 import torch
 
 import perseus.torch as hvd
-from perseus.common import elastic_worker
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common.exceptions import PerseusInternalError
 
 import elastic_common

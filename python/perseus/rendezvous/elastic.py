@@ -1,5 +1,5 @@
-"""The rendezvous store keys of an elastic job: what the driver (runner/elastic_driver.py)
-publishes and what its workers (perseus/common/elastic_worker.py) read and report. Both import
+"""The rendezvous store keys of an elastic job: what the driver (perseus/runner/elastic/driver.py)
+publishes and what its workers (perseus/common/elastic/worker.py) read and report. Both import
 this module, so the two sides cannot drift apart.
 
   elastic/epoch                      newest published epoch (decimal); workers poll it

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 
-from perseus.runner import elastic_store as keys
+from perseus.rendezvous import elastic as keys
 from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist

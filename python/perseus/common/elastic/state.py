@@ -1,5 +1,5 @@
 """Horovod 0.28's horovod.common.elastic: State, ObjectState and the run loop, over
-perseus.common.elastic_worker (the launcher's membership) and perseus.common.elastic_sync (the
+perseus.common.elastic.worker (the launcher's membership) and perseus.common.elastic.sync (the
 collective sync decision).
 
 Contract: a State and the function run() wraps belong to the training thread; every method that
@@ -13,7 +13,9 @@ lowest rank holding the newest commit, not from rank 0 whatever it holds.
 
 import functools
 
-from perseus.common import basics, elastic_sync, elastic_worker, fault_injection
+from perseus.common import basics, fault_injection
+from perseus.common.elastic import sync as elastic_sync
+from perseus.common.elastic import worker as elastic_worker
 from perseus.common import objects as _objects
 from perseus.common.exceptions import (  # noqa: F401  (Horovod's names, from here too)
     AuthenticationError, HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError,
@@ -132,16 +134,21 @@ def run_fn(func, reset=None):
     """Horovod's run_fn: `func(state, ...)` run until it returns, resetting the membership and
     re-entering it after each PerseusInternalError (having restored the last commit) or
     HostsUpdatedInterrupt. `reset` defaults to elastic_worker.reset."""
-    return _run_loop(func, reset or elastic_worker.reset, lambda e: e)
+    return run_loop(func, reset or elastic_worker.reset, lambda e: e)
 
 
-def _run_loop(func, reset, classify):
-    """run_fn's loop. classify(exception) gives the exception to act on: a framework whose
-    collectives fail with its own error type (MXNet's MXNetError) maps it to the Perseus one."""
+def run_loop(func, reset, classify, on_membership=None):
+    """run_fn's loop, which the framework layers' run_fn wrap. classify(exception) gives the
+    exception to act on: a framework whose collectives fail with its own error type (MXNet's
+    MXNetError) maps it to the Perseus one. on_membership() is called before the first entry
+    and after each reset, before anything of the new membership runs: a framework forgets
+    there what it knew of the old one (MXNet's recorded collective failure)."""
+    on_membership = on_membership or (lambda: None)
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         need_sync = True  # a first entry: rank 0's state everywhere, as in Horovod
+        on_membership()
         while True:
             try:
                 state._agree_and_sync(need_sync)
@@ -152,6 +159,7 @@ def _run_loop(func, reset, classify):
                         e, (PerseusInternalError, HostsUpdatedInterrupt)):
                     raise
                 _reset(reset, e)
+                on_membership()
                 if isinstance(e, HostsUpdatedInterrupt):
                     need_sync = not e.skip_sync
                 else:

@@ -1,11 +1,11 @@
-"""A worker's side of elastic membership: what perseus.common.elastic (the State classes and
-run()) asks of the launcher. Every function here is called on every rank of the current
-membership, from the training thread.
+"""A worker's side of elastic membership: what perseus.common.elastic.state (the State classes
+and the run loop) asks of the launcher. Every function here is called on every rank of the
+current membership, from the training thread.
 
 In elastic mode (perseusrun --min-np/--max-np/--host-discovery-script, docs/elastic.md) the
 launcher publishes each membership in its rendezvous store under an epoch number; this module
 reads this worker's place in it (prepare_init), sees newer ones (host_updates_pending), and
-moves from one to the next (reset). The store keys are listed in runner/elastic_store.py.
+moves from one to the next (reset). The store keys are listed in perseus/rendezvous/elastic.py.
 
 Without elastic mode (the process was not started that way), membership never changes:
 host_updates_pending() is False and reset() re-initialises the same job, which fails if a peer
@@ -16,10 +16,12 @@ import os
 import time
 import types
 
-from perseus.common import fault_injection
+from perseus.common import basics, fault_injection
+from perseus.common.exceptions import (AuthenticationError, InvalidArgumentError,
+                                       PerseusInternalError)
 from perseus.common.ops import Max, to_core_op
-from perseus.runner import elastic_store as keys
-from perseus.runner.env import rank_env
+from perseus.rendezvous import elastic as keys
+from perseus.rendezvous.topology import rank_env
 
 _POLL_S = 0.05
 _client = None
@@ -40,7 +42,6 @@ def epoch():
 def _store():
     global _client
     if _client is None:
-        from perseus.common import basics
         _client = basics.core().StoreClient(
             os.environ["PERSEUS_CONTROLLER_ADDR"], int(os.environ["PERSEUS_CONTROLLER_PORT"]),
             os.environ["PERSEUS_SECRET"], 30.0)
@@ -90,7 +91,7 @@ def _set_topology(assignment, epoch_number):
 
 
 def prepare_init():
-    """Called by init() before the core's rendezvous. In elastic mode, waits until the
+    """Called by join() (init()) before the core's rendezvous. In elastic mode, waits until the
     launcher has placed this worker in a membership newer than the last one it joined and sets
     the rank variables for it. Raises SystemExit(0) when the launcher ends the job meanwhile
     (the job finished or this worker was left out of it for good), LauncherLostError when the
@@ -133,7 +134,6 @@ def host_updates_pending():
     if not enabled():
         return False
     import numpy as np
-    from perseus.common import basics
     seen = np.array([_newest_epoch(_store())], dtype=np.int64)  # LauncherLostError: no launcher
     fault_injection.exit_at("negotiation")
     basics.core().allreduce("perseus.elastic.epoch", seen, None, op=to_core_op(Max),
@@ -156,20 +156,18 @@ def _retried(e):
     """A failure to start a membership that the next membership may not have: a member lost
     during start-up (the launcher aborted the rendezvous), a timeout, a broken connection. A
     wrong argument or secret would fail every membership alike, so it is raised."""
-    from perseus.common.exceptions import (AuthenticationError, InvalidArgumentError,
-                                           PerseusInternalError)
     if isinstance(e, (InvalidArgumentError, AuthenticationError)):
         return False
     return isinstance(e, (PerseusInternalError, TimeoutError, OSError))
 
 
 def join(start):
-    """Called by init() with the core's start function: prepare_init(), then start(). A
-    membership that fails while it starts is left (reported, the core shut down) and the next
-    one is joined, on a worker's first membership as on the later ones: a new worker must not
-    exit because a member of the membership it was placed in was lost meanwhile (horovod#3264's
-    case, seen from the new worker). Outside elastic mode: start() alone."""
-    from perseus.common import basics
+    """init()'s join hook (basics.set_join_hook; perseus.common installs it), called with the
+    core's start function: prepare_init(), then start(). A membership that fails while it
+    starts is left (reported, the core shut down) and the next one is joined, on a worker's
+    first membership as on the later ones: a new worker must not exit because a member of the
+    membership it was placed in was lost meanwhile (horovod#3264's case, seen from the new
+    worker). Outside elastic mode: start() alone."""
     while True:
         prepare_init()
         try:
@@ -187,7 +185,6 @@ def reset():
     the next one: on return init() has run again and rank()/size() describe the new job. A
     membership that fails while it starts (a member lost during rendezvous) is left the same
     way and the next one is joined (join())."""
-    from perseus.common import basics
     if enabled():
         report_failure()
     basics.shutdown()

@@ -9,7 +9,7 @@ import signal
 from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import FixedDiscovery, ScriptDiscovery
-from perseus.runner.elastic_driver import ElasticDriver, ElasticError, _log
+from perseus.runner.elastic.driver import ElasticDriver, ElasticError, _log
 from perseus.runner.guard import Guard
 from perseus.runner.process import OutputSink
 
