@@ -24,6 +24,18 @@ from perseus.runner.env import rank_env
 _POLL_S = 0.05
 _client = None
 _epoch = 0  # the epoch of the membership this worker last joined; 0: none yet
+_warm_ups = []  # before_ready()'s functions
+
+
+def before_ready(warm_up):
+    """Registers `warm_up()`, run by a worker started for a new slot of a running job before it
+    tells the launcher it is ready. Note [A new worker warms up before it is ready]: once the
+    launcher publishes a new worker, the members stop at their next commit and wait in the
+    state sync until the new worker reaches it; one-time work that the new worker's script
+    would do between init() and that sync (torch's first optimizer imports torch._dynamo, which
+    takes longer than the rest of the join) is better done here, while the members still
+    train. A framework registers what its first training step would load anyway."""
+    _warm_ups.append(warm_up)
 
 
 def enabled():
@@ -101,6 +113,9 @@ def prepare_init():
     store = _store()
     me = _worker_id()
     if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
+        if int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) > 1:  # joining a running job
+            for warm_up in _warm_ups:
+                warm_up()
         store.set(keys.ready(me), b"1")
     deadline = time.monotonic() + _wait_timeout_s()
     # Not an epoch published before this process started: its worker id may be a former
