@@ -105,11 +105,13 @@ def run_line(out):
     faults = [f for f in recorded if f.get("problem") != "not fired"]
     argv = command["argv"]
     wanted = argv[argv.index("--faults") + 1] if "--faults" in argv else "1000"
-    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs, load average %s " \
+    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs (those it may run on), load average %s " \
         "at the start" % (
             " ".join(["python"] + argv), command["seed"], len(faults), wanted,
             "" if str(len(faults)) == str(wanted) else
-            " (stopped early: these are the faults it got through)", command.get("cpus", "?"),
+            " (%s: these are the faults it got through)" % (
+                "the end of its --minutes" if "--minutes" in argv else "stopped early"),
+            command.get("cpus", "?"),
             " ".join("%.1f" % x for x in command.get("loadavg", ())))
     unfired = len(recorded) - len(faults)
     return line, faults, read_jsonl(out / "jobs.jsonl"), unfired, argv

@@ -598,7 +598,7 @@ def main():
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "command.json", "w") as f:
         json.dump({"argv": sys.argv, "seed": args.seed, "started": time.time(),
-                   "cpus": os.cpu_count(), "loadavg": os.getloadavg()}, f)
+                   "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg()}, f)
     soak = Soak(args)
     try:
         soak.run()
