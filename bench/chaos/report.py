@@ -105,8 +105,8 @@ def run_line(out):
     faults = [f for f in recorded if f.get("problem") != "not fired"]
     argv = command["argv"]
     wanted = argv[argv.index("--faults") + 1] if "--faults" in argv else "1000"
-    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs (those it may run on), load average %s " \
-        "at the start" % (
+    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs (those it may run " \
+        "on), load average %s at the start" % (
             " ".join(["python"] + argv), command["seed"], len(faults), wanted,
             "" if str(len(faults)) == str(wanted) else
             " (%s: these are the faults it got through)" % (

@@ -17,11 +17,11 @@ A kill or stop that would leave fewer than --min-np members becomes a grow, a gr
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
 in a later membership, for a grow the new worker's time from the listing to its first step with
 its per-stage clock (stages(): perseusrun's --verbose log, stamped as it is written, and the
-worker's boot record), and whether the job hung (no step for --hang-s). Per job (a job takes --faults-per-job faults, then
-finishes and the next one starts): entries whose parameter checksums differ across ranks
-(divergent replicas), entries that resume before the newest completed commit (lost commits),
-and the processes and /dev/shm segments left once perseusrun has exited. report.py turns the
-file into the results table.
+worker's boot record), and whether the job hung (no step for --hang-s). Per job (a job takes
+--faults-per-job faults, then finishes and the next one starts): entries whose parameter
+checksums differ across ranks (divergent replicas), entries that resume before the newest
+completed commit (lost commits), and the processes and /dev/shm segments left once perseusrun
+has exited. report.py turns the file into the results table.
 
     python bench/chaos/soak.py --faults 1000 --seed 7 --out /tmp/chaos
     python bench/chaos/soak.py --minutes 8 --seed 8 --out /tmp/chaos8   # ends within 8 min
