@@ -26,6 +26,7 @@ has exited. report.py turns the file into the results table.
     python bench/chaos/soak.py --faults 1000 --seed 7 --out /tmp/chaos
     python bench/chaos/soak.py --minutes 8 --seed 8 --out /tmp/chaos8   # ends within 8 min
     python bench/chaos/report.py /tmp/chaos /tmp/chaos8 > bench/results/chaos_soak.md
+    bench/chaos/parallel_soak.sh 7.5 3811 3 5 /tmp/out   # 3 soaks at once on CPUs 0-4, 5-9, 10-14
 
 It runs the perseus that `python -c "import perseus"` finds (the installed package), or with
 PERSEUS_BUILD_DIR the source tree's python/ over that build (tests/python/reliability's
