@@ -151,6 +151,7 @@ def _run_loop(func, reset, classify):
                 if isinstance(e, _NOT_RETRIED) or not isinstance(
                         e, (PerseusInternalError, HostsUpdatedInterrupt)):
                     raise
+                elastic_worker.note_failure(e)
                 _reset(reset, e)
                 if isinstance(e, HostsUpdatedInterrupt):
                     need_sync = not e.skip_sync
