@@ -14,9 +14,11 @@ shift 5
 RUNS=$(mktemp -d /tmp/chaos_runs.XXXXXX)
 mkdir -p "$OUT"
 dirs=()
+pin=(taskset -c)
+command -v taskset > /dev/null || { echo "no taskset: the soaks share every CPU" >&2; pin=(); }
 for i in $(seq 0 $((SOAKS - 1))); do
   cpus=$((i * EACH))-$((i * EACH + EACH - 1))
-  taskset -c "$cpus" python3 bench/chaos/soak.py --minutes "$MINUTES" --seed $((SEED + i)) \
+  ${pin[@]+"${pin[@]}"} ${pin[@]+"$cpus"} python3 bench/chaos/soak.py --minutes "$MINUTES" --seed $((SEED + i)) \
     --out "$RUNS/soak$i" "$@" > "$OUT/soak$i.log" 2>&1 &
   dirs+=("$RUNS/soak$i")
 done
