@@ -46,6 +46,31 @@ def fault_rows(faults):
     return rows
 
 
+STAGES = [("discovery", "discovery listed the slot -> perseusrun started its worker"),
+          ("interpreter", "-> the worker script's first line"),
+          ("imports", "-> its imports done (torch, perseus)"),
+          ("until_published", "-> perseusrun published it (init() warmed up and said it was "
+           "ready; newcomers started together are published together)"),
+          ("rendezvous", "-> init() returned (the members reached a commit, reset and met it)"),
+          ("build", "-> its model, optimizer and state built"),
+          ("sync", "-> the training function entered (state synced)"),
+          ("first_step", "-> its first step completed")]
+
+
+def stage_rows(faults):
+    """A new worker's per-stage clock (soak.py's stages()), over the grows that have one."""
+    timed = [f["stages"] for f in faults if f.get("stages")]
+    if not timed:
+        return []
+    rows = ["| stage | p50 (s) | p99 (s) | max (s) | over |", "|---|---|---|---|---|"]
+    for name, what in STAGES:
+        values = [t[name] for t in timed if t.get(name) is not None]
+        rows.append("| %s: %s | %s | %s | %s | %d |" % (
+            name, what, seconds(values, 50), seconds(values, 99), seconds(values, 100),
+            len(values)))
+    return rows
+
+
 def goal_rows(faults, jobs, timeout):
     """The issue's goals against what the run measured."""
     kills = [f["resume_s"] for f in faults if "resume_s" in f
@@ -80,11 +105,13 @@ def run_line(out):
     faults = [f for f in recorded if f.get("problem") != "not fired"]
     argv = command["argv"]
     wanted = argv[argv.index("--faults") + 1] if "--faults" in argv else "1000"
-    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs, load average %s " \
-        "at the start" % (
+    line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs (those it may run " \
+        "on), load average %s at the start" % (
             " ".join(["python"] + argv), command["seed"], len(faults), wanted,
             "" if str(len(faults)) == str(wanted) else
-            " (stopped early: these are the faults it got through)", command.get("cpus", "?"),
+            " (%s: these are the faults it got through)" % (
+                "the end of its --minutes" if "--minutes" in argv else "stopped early"),
+            command.get("cpus", "?"),
             " ".join("%.1f" % x for x in command.get("loadavg", ())))
     unfired = len(recorded) - len(faults)
     return line, faults, read_jsonl(out / "jobs.jsonl"), unfired, argv
@@ -132,6 +159,9 @@ def main():
             seconds(newcomers, 50), seconds(newcomers, 99), seconds(newcomers, 100),
             len(newcomers)),
         "",
+    ] + (["Where that time goes, stage by stage (from perseusrun's log, read as it is "
+          "written, and the new worker's records):", ""] + stage_rows(faults) + [""]
+         if stage_rows(faults) else []) + [
         "## Per run",
         "| check | result |",
         "|---|---|",

@@ -15,15 +15,22 @@ A kill or stop that would leave fewer than --min-np members becomes a grow, a gr
 --max-np a shrink.
 
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
-in a later membership, for a grow the new worker's time from the listing to its first step, and
-whether the job hung (no step for --hang-s). Per job (a job takes --faults-per-job faults, then
-finishes and the next one starts): entries whose parameter checksums differ across ranks
-(divergent replicas), entries that resume before the newest completed commit (lost commits),
-and the processes and /dev/shm segments left once perseusrun has exited. report.py turns the
-file into the results table.
+in a later membership, for a grow the new worker's time from the listing to its first step with
+its per-stage clock (stages(): perseusrun's --verbose log, stamped as it is written, and the
+worker's boot record), and whether the job hung (no step for --hang-s). Per job (a job takes
+--faults-per-job faults, then finishes and the next one starts): entries whose parameter
+checksums differ across ranks (divergent replicas), entries that resume before the newest
+completed commit (lost commits), and the processes and /dev/shm segments left once perseusrun
+has exited. report.py turns the file into the results table.
 
     python bench/chaos/soak.py --faults 1000 --seed 7 --out /tmp/chaos
-    python bench/chaos/report.py /tmp/chaos > bench/results/chaos_soak.md
+    python bench/chaos/soak.py --minutes 8 --seed 8 --out /tmp/chaos8   # ends within 8 min
+    python bench/chaos/report.py /tmp/chaos /tmp/chaos8 > bench/results/chaos_soak.md
+    bench/chaos/parallel_soak.sh 7.5 3811 3 5 /tmp/out   # 3 soaks at once on CPUs 0-4, 5-9, 10-14
+
+It runs the perseus that `python -c "import perseus"` finds (the installed package), or with
+PERSEUS_BUILD_DIR the source tree's python/ over that build (tests/python/reliability's
+job_env()); it needs the source tree only for itself and tests/python/reliability/relsupport.py.
 
 The seed is printed; the same seed gives the same faults in the same order with the same gaps
 (the processes' timing still varies)."""
@@ -35,6 +42,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +56,12 @@ MIN_NP, START_NP, MAX_NP = 2, 4, 5
 PHASES = ("negotiation", "commit", "allreduce", "broadcast", "join")
 # (kind, weight): 35% kills at random times + 25% aimed at a phase, 10% stops, 30% resizing.
 MIX = [("kill", 35)] + [("exit@" + p, 5) for p in PHASES] + [("stop", 10), ("resize", 30)]
+KINDS = [k for k, _ in MIX]
+# With --minutes: the last fault starts this long before the end of the time left for faults...
+INJECT_RESERVE_S = 45
+# ...which ends this long before the budget, so that finishing the job (perseusrun's own stop
+# and the leftover checks, their waits cut to fit) still fits.
+END_S = 30
 
 
 def parse():
@@ -64,8 +78,12 @@ def parse():
     p.add_argument("--gap", type=float, nargs=2, default=(0.2, 2.0), metavar=("MIN", "MAX"),
                    help="random pause between a recovery and the next fault (seconds)")
     p.add_argument("--step-sleep", type=float, default=0.05)
-    p.add_argument("--max-wall", type=float, default=None,
-                   help="inject no fault after this many seconds; the job then finishes")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="the whole soak's wall time, its end included: no fault is injected "
+                   "in the last %d s, and every wait is cut at the end" % (
+                       INJECT_RESERVE_S + END_S))
+    p.add_argument("--only", nargs="+", choices=KINDS, default=None,
+                   help="inject only these kinds of fault (in the mix's proportions)")
     return p.parse_args()
 
 
@@ -88,6 +106,32 @@ class Tail:
         return lines
 
 
+class StampedLines:
+    """perseusrun's stderr, copied to a file by a thread that notes when each line came: the
+    driver's log has no times, and the soak reads it only between faults."""
+
+    def __init__(self, stream, path):
+        self._lines, self._lock = [], threading.Lock()
+        self._thread = threading.Thread(target=self._pump, args=(stream, path), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream, path):
+        with open(path, "w") as f:
+            for line in stream:
+                with self._lock:
+                    self._lines.append((time.time(), line.rstrip("\n")))
+                f.write(line)
+                f.flush()
+
+    def lines(self):
+        with self._lock:
+            taken, self._lines = self._lines, []
+        return taken
+
+    def close(self):
+        self._thread.join(timeout=10)
+
+
 class Job:
     """One perseusrun job and what it has recorded so far."""
 
@@ -103,23 +147,26 @@ class Job:
         self.write_hosts()
         self.records, self.epochs = [], {}  # epochs: number -> (time seen, [worker ids])
         self.failed_slots = set()
-        self._worker_tails, self._err = {}, Tail(self.dir / "perseusrun.err")
+        self.spawned = []  # (time, worker id) of each worker perseusrun started
+        self._worker_tails = {}
         self._exits = Tail(self.exits)
         self.exit_records = []
         env = relsupport.job_env(PERSEUS_TIMEOUT=args.timeout,
                                  PERSEUS_START_TIMEOUT=args.start_timeout,
                                  PERSEUS_TEST_EXIT_RECORD=self.exits)
-        cmd = [relsupport.PY, "-m", "perseus.runner", "-np", str(START_NP), "--min-np",
+        # --verbose: perseusrun says when it starts each worker (a grow's first stage).
+        cmd = [relsupport.PY, "-m", "perseus.runner", "--verbose", "-np", str(START_NP),
+               "--min-np",
                str(MIN_NP), "--max-np", str(MAX_NP), "--host-discovery-script",
                "cat %s" % self.hosts, relsupport.PY, str(WORKERS[args.framework]), "--tag",
                self.tag,
                "--results", str(self.results), "--finish-file", str(self.finish_file),
                "--step-sleep", str(args.step_sleep)]
         self.shm_before = relsupport.shm_names()
-        with open(self.dir / "perseusrun.out", "w") as out, \
-                open(self.dir / "perseusrun.err", "w") as err:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err,
-                                         start_new_session=True)
+        with open(self.dir / "perseusrun.out", "w") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.PIPE,
+                                         text=True, start_new_session=True)
+        self._err = StampedLines(self.proc.stderr, self.dir / "perseusrun.err")
 
     def write_hosts(self):
         tmp = self.hosts.with_suffix(".tmp")  # never a half-written listing
@@ -128,9 +175,10 @@ class Job:
 
     def poll(self):
         """Reads what was appended: worker records, epochs perseusrun published, exits."""
-        now = time.time()
-        for line in self._err.lines():
-            if line.startswith("perseusrun: epoch ") and " workers (" in line:
+        for now, line in self._err.lines():
+            if line.startswith("perseusrun: started worker "):
+                self.spawned.append((now, line.split()[3]))
+            elif line.startswith("perseusrun: epoch ") and " workers (" in line:
                 number = int(line.split()[2].rstrip(":"))
                 members = line.split("(", 1)[1].rstrip(")").split(", ")
                 self.epochs[number] = (now, members)
@@ -185,13 +233,21 @@ class Soak:
         self.jobs_file = open(self.out / "jobs.jsonl", "a")
         self.job, self.job_index, self.job_faults = None, 0, 0
         self.pending_grows, self.claimed = [], set()
+        self.deadline = None if args.minutes is None else time.time() + 60 * args.minutes - END_S
+        self.mix = [(k, w) for k, w in MIX if args.only is None or k in args.only]
+
+    def left(self, cap):
+        """`cap` seconds, or fewer when --minutes would run out first."""
+        if self.deadline is None:
+            return cap
+        return max(0.0, min(cap, self.deadline - time.time()))
 
     # --- the job's lifetime -------------------------------------------------------------------
     def start_job(self):
         self.job = Job(self.out, self.args, self.job_index)
         self.job_index += 1
         self.job_faults = 0
-        if not self.wait(self.job.stable, 120):
+        if not self.wait(self.job.stable, self.left(120)):
             self.end_job("did not start")
             return False
         return True
@@ -212,21 +268,23 @@ class Soak:
         job = self.job
         if problem is None:
             job.finish_file.write_text("1")
+            finish_s = max(15.0, self.left(90))
             try:
-                job.proc.wait(timeout=90)
+                job.proc.wait(timeout=finish_s)
             except subprocess.TimeoutExpired:
-                problem = "did not finish within 90 s of the finish flag"
+                problem = "did not finish within %.0f s of the finish flag" % finish_s
         if job.alive():
             job.proc.send_signal(signal.SIGTERM)
             try:
-                job.proc.wait(timeout=30)
+                job.proc.wait(timeout=10)  # perseusrun stops its workers within 3 s
             except subprocess.TimeoutExpired:
                 job.proc.kill()
                 job.proc.wait()
+        job._err.close()
         job.poll()
         self.resolve_grows(final=True)
         self.claimed = set()
-        left = self.leftover_pids(job)
+        left = self.leftover_pids(job, grace=max(3.0, min(15.0, self.left(15))))
         relsupport.kill_tagged(job.tag)
         summary = {"job": job.dir.name, "faults": self.job_faults, "problem": problem,
                    "exit": job.proc.returncode, "epochs": job.newest_epoch(),
@@ -254,7 +312,7 @@ class Soak:
 
     # --- faults -------------------------------------------------------------------------------
     def choose(self):
-        kinds, weights = zip(*MIX)
+        kinds, weights = zip(*self.mix)
         kind = self.rng.choices(kinds, weights)[0]
         members = len(self.job.members())
         size = members + len(self.pending_grows)  # with the new workers still starting
@@ -276,7 +334,7 @@ class Soak:
         PERSEUS_START_TIMEOUT; then those that did not are written as problems)."""
         # The launcher publishes a new worker at most PERSEUS_START_TIMEOUT after starting it,
         # and stops it if it has not joined another PERSEUS_START_TIMEOUT later.
-        deadline = time.time() + 2 * self.args.start_timeout + 10
+        deadline = time.time() + self.left(2 * self.args.start_timeout + 10)
         while self.pending_grows and time.time() < deadline and self.job.alive():
             self.job.poll()
             self.resolve_grows()
@@ -373,6 +431,9 @@ class Soak:
             if time.time() - last > self.args.hang_s:
                 result["problem"] = "hang: no step for %.0f s" % self.args.hang_s
                 return result
+            if not self.left(1):
+                result["problem"] = "cut short: --minutes ran out before it resumed"
+                return result
             time.sleep(0.05)
 
     def stall(self, at, until):
@@ -382,23 +443,44 @@ class Soak:
                        if r["event"] == "step" and at < r["time"] <= until)
         return max(b - a for a, b in zip([at] + times, times + [until]))
 
-    def newcomer(self, epoch, at):
-        """(worker, seconds from `at` to its first step, that step's time) of the first worker
-        that is a member of a membership after `epoch` but not of `epoch`, and whose process
-        no earlier grow claimed."""
+    def newcomer(self, at):
+        """(worker id, the time perseusrun started it, its first step's time) of the first
+        worker started after `at` that no earlier grow claimed and that has completed a step.
+        Every worker started after a job's first membership is a grow's (a failed worker's slot
+        is never reused), in the order of the grows."""
         job = self.job
-        before = set(job.epochs.get(epoch, (0, []))[1])
-        for e in sorted(job.epochs):
-            if e <= epoch:
+        for started, w in job.spawned:
+            if started <= at or (w, started) in self.claimed:
                 continue
-            for w in sorted(set(job.epochs[e][1]) - before):
-                first = [r for r in job.records if r["worker"] == w and r["event"] == "step"
-                         and r["time"] > at]
-                # A worker id comes back when its slot is listed again: a claim is one
-                # process's (its first step), not the id's.
-                if first and (w, first[0]["time"]) not in self.claimed:
-                    return w, first[0]["time"] - at, first[0]["time"]
+            first = [r["time"] for r in job.records if r["worker"] == w and r["event"] == "step"
+                     and r["time"] > started]
+            return (w, started, first[0]) if first else None
         return None
+
+    def stages(self, at, wid, started, first_step):
+        """A new worker's per-stage clock (seconds each, None where a record is missing), from
+        perseusrun's log (when it started the worker, when it published it) and the worker's
+        records (worker.py's boot record, its first entry)."""
+        job = self.job
+        mine = [r for r in job.records if r["worker"] == wid and started < r["time"]]
+        boot = next((r for r in mine if r["event"] == "boot"), None)
+        entry = next((r["time"] for r in mine if r["event"] == "entry"), None)
+        published = next((t for e, (t, members) in sorted(job.epochs.items())
+                          if t > started and wid in members), None)
+        # Each stage runs from the previous mark to its own: "discovery" from the listing to
+        # perseusrun starting the process, "interpreter" to the script's first line, "imports"
+        # to their end, "until_published" to perseusrun publishing it (init() said it was
+        # ready), "rendezvous" to init() returning, "build" to the model built, "sync" to the
+        # training function's entry, "first_step" to the first step completed.
+        marks = [("discovery", started), ("interpreter", boot and boot["started"]),
+                 ("imports", boot and boot["imported"]), ("until_published", published),
+                 ("rendezvous", boot and boot["joined"]), ("build", boot and boot["time"]),
+                 ("sync", entry), ("first_step", first_step)]
+        out, before = {}, at
+        for name, mark in marks:
+            out[name] = None if mark is None or before is None else round(mark - before, 3)
+            before = mark
+        return out
 
     def resolve_grows(self, final=False):
         """Writes the grows whose new worker has completed its first step: the fault's resume
@@ -406,13 +488,19 @@ class Soak:
         pause meanwhile. At the end of a job (`final`) the others are written as problems."""
         left = []
         for g in self.pending_grows:
-            found = self.newcomer(g["epoch"], g["at"])
+            found = self.newcomer(g["at"])
             if found:
-                self.claimed.add((found[0], found[2]))
-                result = dict(g, newcomer=found[0], newcomer_s=found[1], resume_s=found[1],
-                              stall_s=self.stall(g["at"], g["at"] + found[1]))
+                wid, started, first = found
+                self.claimed.add((wid, started))
+                result = dict(g, newcomer=wid, newcomer_s=first - g["at"],
+                              resume_s=first - g["at"], stall_s=self.stall(g["at"], first),
+                              stages=self.stages(g["at"], wid, started, first))
             elif final:
-                result = dict(g, problem="the new worker never completed a step")
+                spawned = [w for t, w in self.job.spawned if t > g["at"]]
+                result = dict(g, problem=(
+                    "cut short: --minutes ran out before the new worker's first step"
+                    if not self.left(1) else "the new worker never completed a step" if spawned
+                    else "perseusrun started no worker for the listed slot"))
             else:
                 left.append(g)
                 continue
@@ -456,9 +544,9 @@ class Soak:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         while number < self.args.faults:
-            if self.args.max_wall is not None and time.time() - started > self.args.max_wall:
-                print("--max-wall: %.0f s passed, stopping after %d faults"
-                      % (self.args.max_wall, number), flush=True)
+            if self.left(INJECT_RESERVE_S) < INJECT_RESERVE_S:
+                print("--minutes: %.0f s passed, stopping after %d faults"
+                      % (time.time() - started, number), flush=True)
                 break
             if self.stopping:
                 print("stopped by a signal after %d faults" % number, flush=True)
@@ -473,8 +561,9 @@ class Soak:
             problem = result.get("problem")
             if problem and problem != "not fired":
                 self.end_job(problem)
-            elif not self.wait(self.job.stable, self.args.hang_s):
-                self.end_job("did not settle within %.0f s" % self.args.hang_s)
+            elif not self.wait(self.job.stable, self.left(self.args.hang_s)):
+                self.end_job("did not settle within %.0f s" % self.args.hang_s
+                             if self.left(1) else "cut short: --minutes ran out")
             elif self.job_faults >= self.args.faults_per_job:
                 self.finish_job()
         if self.job is not None:
@@ -510,7 +599,7 @@ def main():
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "command.json", "w") as f:
         json.dump({"argv": sys.argv, "seed": args.seed, "started": time.time(),
-                   "cpus": os.cpu_count(), "loadavg": os.getloadavg()}, f)
+                   "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg()}, f)
     soak = Soak(args)
     try:
         soak.run()

@@ -12,20 +12,30 @@ The soak aims a fault at a phase by writing <results>/arm.<worker id> ("<phase> 
 the worker sets PERSEUS_TEST_EXIT_AT to it (perseus.common.fault_injection) for that many
 steps (--arm-steps by default).
 The job ends after the step in which any rank sees the --finish-file (the flag is summed by
-the step's allreduce, so every rank stops after the same step), or at step --steps."""
+the step's allreduce, so every rank stops after the same step), or at step --steps.
 
-import os
+For the soak's per-stage clock of a new worker it also records
+  boot    once, when its state is built: when the script started, when its imports were done,
+          when init() returned (it had joined a membership) and when the model was built;
+  reset   each reset, once the new membership is up and before the state sync."""
+
 import time
-import zlib
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+STARTED = time.time()  # before the imports: they are one of the stages the soak times
 
-import perseus.torch as hvd
-from perseus.common import fault_injection
+import os  # noqa: E402
+import zlib  # noqa: E402
 
-from chaos_common import Arming, Recorder, finishing, parse
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import perseus.torch as hvd  # noqa: E402
+from perseus.common import fault_injection  # noqa: E402
+
+from chaos_common import Arming, Recorder, finishing, parse  # noqa: E402
+
+IMPORTED = time.time()
 
 
 def checksum(model):
@@ -38,6 +48,7 @@ def checksum(model):
 def main():
     args = parse()
     hvd.init()
+    joined = time.time()
     wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     record = Recorder(args.results, wid)
     arming = Arming(args.results, wid, args.arm_steps)
@@ -49,6 +60,8 @@ def main():
                                    named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, opt, step=0)
     big = torch.zeros(args.big_elements)
+    record(event="boot", started=STARTED, imported=IMPORTED, joined=joined, pid=os.getpid())
+    state.register_reset_callbacks([lambda: record(event="reset")])
 
     @hvd.elastic.run
     def train(state):

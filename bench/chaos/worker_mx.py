@@ -1,19 +1,24 @@
 """The chaos soak's MXNet worker (soak.py --framework mxnet): worker.py's job over perseus.mxnet,
 a small Gluon MLP with hvd.DistributedTrainer and hvd.elastic.GluonState. The same records,
-arming and finish rule (chaos_common.py)."""
+arming and finish rule (chaos_common.py), the boot and reset records included."""
 
-import os
 import time
-import zlib
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
+STARTED = time.time()  # before the imports: they are one of the stages the soak times
 
-import perseus.mxnet as hvd
-from perseus.common import fault_injection
+import os  # noqa: E402
+import zlib  # noqa: E402
 
-from chaos_common import Arming, Recorder, finishing, parse
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import perseus.mxnet as hvd  # noqa: E402
+from perseus.common import fault_injection  # noqa: E402
+
+from chaos_common import Arming, Recorder, finishing, parse  # noqa: E402
+
+IMPORTED = time.time()
 
 
 def checksum(params):
@@ -26,6 +31,7 @@ def checksum(params):
 def main():
     args = parse()
     hvd.init()
+    joined = time.time()
     wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     record = Recorder(args.results, wid)
     arming = Arming(args.results, wid, args.arm_steps)
@@ -40,6 +46,8 @@ def main():
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     state = hvd.elastic.GluonState(params=params, trainer=trainer, step=0)
     big = mx.nd.zeros((args.big_elements,))
+    record(event="boot", started=STARTED, imported=IMPORTED, joined=joined, pid=os.getpid())
+    state.register_reset_callbacks([lambda: record(event="reset")])
 
     @hvd.elastic.run
     def train(state):

@@ -8,6 +8,9 @@ this module, so the two sides cannot drift apart.
                                       cross_size=.. host=.." of one member of epoch E
   elastic/<E>/joined/<worker id>     set by the member when it starts epoch E's rendezvous
   elastic/<E>/failed                 counter: members that saw epoch E fail
+  elastic/<E>/failed_by/<worker id>  set by each member that saw epoch E fail
+  elastic/<E>/unresponsive/<rank>    counter: members whose collective of epoch E timed out
+                                      (PERSEUS_TIMEOUT) waiting for that rank
   elastic/ready/<worker id>          "1" once a started worker waits for its first membership
                                       (the driver publishes a new worker only then); "0" set
                                       by the driver before it starts one
@@ -41,6 +44,14 @@ def ready(worker_id):
 
 def failed(epoch):
     return "elastic/%d/failed" % epoch
+
+
+def failed_by(epoch, worker_id):
+    return "elastic/%d/failed_by/%s" % (epoch, worker_id)
+
+
+def unresponsive(epoch, rank):
+    return "elastic/%d/unresponsive/%d" % (epoch, rank)
 
 
 def abort(epoch):

@@ -7,6 +7,9 @@
 Real processes under perseusrun's elastic mode, each job bounded in time, then the reliability
 suite's leak check."""
 
+import json
+import secrets
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +18,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "reliability"))
+import relsupport  # noqa: E402
 from test_elastic_local import elastic_job, final  # noqa: E402,F401  (elastic_job: a fixture)
 from test_elastic_random import write_hosts  # noqa: E402
 
@@ -154,3 +159,51 @@ def test_a_new_worker_unlisted_while_it_starts_is_stopped_unpublished(elastic_jo
     done = final(job.records())
     for w in ("localhost:0", "localhost:1"):
         assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 150, (w, done)
+
+
+NEWCOMER_SCRIPT = """
+import json, sys
+import perseus.torch  # registers torch's warm-up
+from perseus.common.elastic import worker as elastic_worker
+from perseus.rendezvous import elastic as keys
+store = elastic_worker._store()
+seen = {}
+def look():  # registered last: runs after torch's warm-up, still before "ready"
+    seen.update(dynamo="torch._dynamo" in sys.modules,
+                ready=store.get(keys.ready("localhost:2")))
+elastic_worker.before_ready(look)
+store.set(keys.assignment(3, "localhost:2"), b"rank=2 size=3 local_rank=2 local_size=3 "
+          b"cross_rank=0 cross_size=1 host=localhost")
+store.set(keys.EPOCH, b"3")
+elastic_worker.prepare_init()
+print(json.dumps(dict(seen, ready_after=store.get(keys.ready("localhost:2")).decode(),
+                      epoch=elastic_worker.epoch())))
+"""
+
+
+@pytest.mark.parametrize("first_epoch", [1, 3])
+def test_a_new_worker_does_torchs_one_time_imports_before_it_says_it_is_ready(first_epoch):
+    """Note [A new worker warms up before it is ready] (common/elastic_worker.py): a worker
+    started for a new slot of a running job imports torch._dynamo (what torch's first optimizer
+    imports, seconds of work) before the launcher publishes it, so the members do not wait for
+    it in the state sync; the job's first workers (first epoch 1) do not."""
+    from perseus import _core
+    secret = secrets.token_hex(32)
+    server = _core.StoreServer("127.0.0.1", 0, secret)
+    try:
+        env = relsupport.job_env(
+            PERSEUS_ELASTIC="1", PERSEUS_ELASTIC_WORKER_ID="localhost:2",
+            PERSEUS_ELASTIC_FIRST_EPOCH=first_epoch, PERSEUS_ELASTIC_JOB_ID="warm",
+            PERSEUS_CONTROLLER_ADDR="127.0.0.1", PERSEUS_CONTROLLER_PORT=server.port,
+            PERSEUS_SECRET=secret)
+        proc = subprocess.run([relsupport.PY, "-c", NEWCOMER_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["ready_after"] == "1" and seen["epoch"] == 3, seen
+    if first_epoch == 1:
+        assert seen == {"ready_after": "1", "epoch": 3}, seen  # no warm-up ran
+    else:
+        assert seen["dynamo"] and seen["ready"] is None, seen

@@ -1,6 +1,7 @@
 """The early stall diagnosis (PERSEUS_STALL_DIAGNOSIS) and the straggler flag
 (PERSEUS_STRAGGLER_THRESHOLD) at 3 ranks: while the job runs, the rank that holds the others
-up is named, with its host, within the threshold + 1 s."""
+up is named, with its host, within the threshold + 1 s; under torch.distributed too, where
+Gloo and NCCL would only time out."""
 
 import re
 
@@ -77,4 +78,23 @@ def test_a_rank_slowed_by_30_percent_is_flagged_once_as_a_straggler(tmp_path):
     assert [int(r) for r, _ in flags] == [2], job.output()  # once, that rank only
     assert float(flags[0][1]) >= 5, job.output()  # ~15 ms of a ~65 ms step
     assert "Stall diagnosis" not in job.stderr, job.output()
+    job.assert_clean()
+
+
+def test_a_ddp_rank_that_is_late_for_all_reduce_is_named_under_torch_distributed(tmp_path):
+    from perseus.torch.distributed import python_backends_supported
+    if not python_backends_supported():
+        pytest.skip("this torch cannot host a Python c10d backend (docs/torch-distributed.md)")
+    job = run(tmp_path, "ddp")
+    assert job.returncode == 0, job.output()
+    named = {}
+    for line in job.stderr.splitlines():
+        m = PREFIX.search(line)
+        n = m and NOTICE.match(line[m.end():])
+        if n and n.group(1) == "ALLREDUCE":  # DDP's bucket, under the backend's own name
+            named.setdefault(int(m.group(1)), (float(n.group(4)), n.group(5), line))
+    assert sorted(named) == [0, 1, 2], job.output()
+    for rank, (waited, missing, line) in named.items():
+        assert re.fullmatch(r"rank 1 \(host [^)]+\)", missing), line
+        assert THRESHOLD_S <= waited <= THRESHOLD_S + 1, line
     job.assert_clean()

@@ -158,6 +158,7 @@ def run_loop(func, reset, classify, on_membership=None):
                 if isinstance(e, _NOT_RETRIED) or not isinstance(
                         e, (PerseusInternalError, HostsUpdatedInterrupt)):
                     raise
+                elastic_worker.note_failure(e)
                 _reset(reset, e)
                 on_membership()
                 if isinstance(e, HostsUpdatedInterrupt):

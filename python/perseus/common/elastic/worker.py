@@ -13,6 +13,7 @@ is gone.
 """
 
 import os
+import re
 import time
 import types
 
@@ -26,6 +27,23 @@ from perseus.rendezvous.topology import rank_env
 _POLL_S = 0.05
 _client = None
 _epoch = 0  # the epoch of the membership this worker last joined; 0: none yet
+_warm_ups = []  # before_ready()'s functions
+_unresponsive = ()  # ranks the last failure timed out on (note_failure)
+# The ranks that an engine error says did not respond within PERSEUS_TIMEOUT: the shared-memory
+# barrier's "... (PERSEUS_TIMEOUT) ... for rank N (local rank" and the channels' "no byte moved
+# for ... (PERSEUS_TIMEOUT) on receive from rank N, send to rank M".
+_TIMED_OUT_ON = re.compile(r"(?:for|receive from|send to) rank (\d+) \(")
+
+
+def before_ready(warm_up):
+    """Registers `warm_up()`, run by a worker started for a new slot of a running job before it
+    tells the launcher it is ready. Note [A new worker warms up before it is ready]: once the
+    launcher publishes a new worker, the members stop at their next commit and wait in the
+    state sync until the new worker reaches it; one-time work that the new worker's script
+    would do between init() and that sync (torch's first optimizer imports torch._dynamo, which
+    takes longer than the rest of the join) is better done here, while the members still
+    train. A framework registers what its first training step would load anyway."""
+    _warm_ups.append(warm_up)
 
 
 def enabled():
@@ -102,6 +120,9 @@ def prepare_init():
     store = _store()
     me = _worker_id()
     if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
+        if int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) > 1:  # joining a running job
+            for warm_up in _warm_ups:
+                warm_up()
         store.set(keys.ready(me), b"1")
     deadline = time.monotonic() + _wait_timeout_s()
     # Not an epoch published before this process started: its worker id may be a former
@@ -141,15 +162,31 @@ def host_updates_pending():
     return int(seen[0]) > _epoch
 
 
+def note_failure(error):
+    """Keeps the ranks that `error` (a failed collective) timed out waiting for, for
+    report_failure()."""
+    global _unresponsive
+    text = str(error)
+    _unresponsive = tuple(sorted({int(r) for r in _TIMED_OUT_ON.findall(text)})) if (
+        "(PERSEUS_TIMEOUT)" in text) else ()
+
+
 def report_failure():
     """Tells the launcher that this worker saw the current membership fail (a collective
     raised), so that it publishes the next one even when no process exited (a cut link, a
-    hung peer)."""
+    hung peer), and which ranks the failure timed out on (note_failure()): the launcher stops
+    a member that its peers found unresponsive and that reports nothing itself."""
+    global _unresponsive
     if enabled() and _epoch > 0:
         try:
-            _store().add(keys.failed(_epoch), 1)
+            store = _store()
+            store.set(keys.failed_by(_epoch, _worker_id()), b"1")
+            for rank in _unresponsive:
+                store.add(keys.unresponsive(_epoch, rank), 1)
+            store.add(keys.failed(_epoch), 1)
         except Exception:  # noqa: BLE001 (the launcher is gone: reset's wait says so)
             pass
+    _unresponsive = ()
 
 
 def _retried(e):

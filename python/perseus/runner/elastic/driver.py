@@ -1,6 +1,6 @@
 """perseusrun's elastic mode (docs/elastic.md): it starts workers on the hosts that discovery
 reports, publishes each membership in the rendezvous store under a new epoch number
-(runner/elastic_store.py lists the keys), and replaces a membership when a worker fails, a
+(perseus/rendezvous/elastic.py lists the keys), and replaces a membership when a worker fails, a
 worker reports a failure, or hosts come and go. One thread (perseusrun's main thread) runs the
 loop; the workers' output pumps are the only other threads.
 
@@ -31,6 +31,9 @@ from perseus.runner.wording import Throttle, count
 DISCOVERY_INTERVAL_S = 1.0
 LOOP_INTERVAL_S = 0.05
 KILL_GRACE_S = 3.0
+# How long a member that its peers timed out on may take to report the failure itself (then it
+# is not hung, only behind the one that is) before it is stopped as unresponsive.
+UNRESPONSIVE_GRACE_S = 1.0
 # After the first member finishes, how long the others may take to finish too.
 FINISH_GRACE_S = 60.0
 
@@ -302,6 +305,7 @@ class ElasticDriver:
             return
         if self.store.add(keys.failed(self.epoch), 0) > 0:
             _log("epoch %d: a worker reported a failed collective" % self.epoch)
+            self._stop_unresponsive()
             self.dirty = True
         if now - self.published_at > self.join_timeout:
             for w in self.members:
@@ -311,6 +315,35 @@ class ElasticDriver:
                          % (w.wid, self.epoch, self.join_timeout))
                     self._kill(w)
                     self.published_at = now  # check the others again a timeout later
+
+    def _stop_unresponsive(self):
+        """Members that their peers' collectives timed out on (PERSEUS_TIMEOUT) and that do not
+        report the failure themselves within UNRESPONSIVE_GRACE_S are hung (stopped, blocked):
+        they are killed, so that the next membership forms without them instead of waiting
+        for them in its rendezvous (a failed member's rules then apply: its slot is
+        blacklisted)."""
+        epoch = self.epoch
+        named = [w for rank, w in enumerate(self.members)
+                 if w.alive() and self.store.add(keys.unresponsive(epoch, rank), 0) > 0]
+        deadline = time.monotonic() + UNRESPONSIVE_GRACE_S
+        while named:
+            named = [w for w in named if w.proc.poll() is None
+                     and self.store.get(keys.failed_by(epoch, w.wid)) is None]
+            if not named or time.monotonic() > deadline:
+                break
+            time.sleep(LOOP_INTERVAL_S)
+        for w in named:
+            _log("worker %s (rank %d of epoch %d) did not respond for PERSEUS_TIMEOUT, as its "
+                 "peers reported, and reported nothing itself; stopping it"
+                 % (w.wid, self.members.index(w), epoch))
+            self._kill(w)
+        for w in named:
+            try:
+                w.proc.popen.wait(timeout=KILL_GRACE_S)
+            except Exception:  # noqa: BLE001 (reaped by a later loop then)
+                pass
+        if named:
+            self._reap()
 
     def _drop_removed_hosts(self):
         """Workers on hosts that discovery no longer lists are stopped (not blacklisted)."""

@@ -1,5 +1,5 @@
 """perseusrun in elastic mode: the store, the job environment and the driver's lifetime
-(runner/elastic_driver.py runs the memberships). Everything started is ended on the way out:
+(runner/elastic/driver.py runs the memberships). Everything started is ended on the way out:
 workers, the store, and every shared-memory segment of every epoch."""
 
 import os

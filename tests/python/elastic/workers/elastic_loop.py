@@ -97,6 +97,7 @@ def main():
                 time.sleep(1.0)
                 os._exit(3)
             pair = None
+            elastic_worker.note_failure(e)  # the ranks it timed out on, for the launcher
             elastic_worker.reset()
             synced = False
     record(event="done", rank=basics.rank(), size=basics.size(), step=step)

@@ -1,6 +1,7 @@
-"""The three cases of the early stall diagnosis and the straggler flag, at 3 ranks (see
+"""The cases of the early stall diagnosis and the straggler flag, at 3 ranks (see
 test_stall_diagnosis.py): rank 1 sleeps in Python, rank 1 skips one collective, rank 2 is
-slowed by a busy loop."""
+slowed by a busy loop, and under torch.distributed (the "perseus" backend) rank 1 of a DDP job
+sleeps before its backward, so the others wait in DDP's gradient all_reduce."""
 
 import time
 
@@ -51,12 +52,31 @@ def straggler(res):
     res.report(outcome="ok")
 
 
+def ddp_sleeper(res):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("perseus")  # perseusrun's store: no MASTER_ADDR needed
+    model = DistributedDataParallel(torch.nn.Linear(16, 4))
+    for step in range(3):
+        loss = model(torch.ones(2, 16)).sum()
+        if step == 2 and RANK == 1:
+            time.sleep(SLEEP_S)
+        loss.backward()  # the others wait in DDP's all_reduce of the gradient bucket
+    dist.destroy_process_group()
+    res.report(outcome="ok")
+
+
 def main():
-    args = parse(lambda p: p.add_argument("mode", choices=["sleep", "skip", "straggler"]))
+    modes = {"sleep": sleeper, "skip": skipper, "straggler": straggler}
+    args = parse(lambda p: p.add_argument("mode", choices=list(modes) + ["ddp"]))
     res = Results(args.results)
     torch.set_num_threads(1)
+    if args.mode == "ddp":  # torch.distributed starts the engine itself
+        ddp_sleeper(res)
+        return
     hvd.init()
-    {"sleep": sleeper, "skip": skipper, "straggler": straggler}[args.mode](res)
+    modes[args.mode](res)
     hvd.shutdown()
 
 
