@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import perseus.torch  # noqa: F401  (registers "perseus")
+from perseus.torch.distributed import python_backends_supported
 
 R = dist.ReduceOp
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
@@ -195,6 +196,15 @@ def launch(method="env"):
 
 
 def launch_mixed():
+    if not python_backends_supported():  # a group is one ProcessGroup for every device there
+        try:
+            init("env", backend="cpu:gloo,cuda:perseus")
+        except ValueError as e:
+            assert "mixes perseus with other backends" in str(e), e
+            print("LAUNCH OK rank %s: cpu:gloo,cuda:perseus refused" % os.environ["RANK"],
+                  flush=True)
+            return
+        raise AssertionError("a mixed backend string was accepted on the ProcessGroup route")
     rank, size = init("env", backend="cpu:gloo,cuda:perseus")
     dist.barrier()
     dist.destroy_process_group()
@@ -220,6 +230,13 @@ def groups(method="env"):
     t = torch.ones(1)
     dist.all_reduce(t, group=sub)
     same(t, torch.tensor([float(dist.get_world_size(sub))]), "all_reduce on new_subgroups")
+    if python_backends_supported():  # split_group needs a Backend (see _process_group.py)
+        check_split_group(rank, size)
+    dist.destroy_process_group()
+    print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
+
+
+def check_split_group(rank, size):
     half = size // 2 or 1
     split = dist.split_group(split_ranks=[list(range(half)), list(range(half, size))])
     t = torch.ones(1) * (rank + 1)
@@ -230,8 +247,6 @@ def groups(method="env"):
     objs = [None] * dist.get_world_size(split)
     dist.all_gather_object(objs, rank, group=split)
     assert objs == list(mates), objs
-    dist.destroy_process_group()
-    print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
 
 
 def mesh(method="env"):

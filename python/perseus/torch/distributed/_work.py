@@ -70,7 +70,7 @@ class PerseusWork(Work):
         b = self._backend
         err = dist.DistBackendError(
             "perseus: %s on process group '%s' failed on rank %d (group rank %d of %d): %s"
-            % (self._op, b.group_name, b.global_rank, b.rank(), b.size(), exc))
+            % (self._op, b.group_label, b.global_rank, b.rank(), b.size(), exc))
         self._error = err
         return err
 
