@@ -17,9 +17,10 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend, Work
+from torch._C._distributed_c10d import Backend, ProcessGroup, Work
 
 import perseus.torch  # noqa: F401  (registers "perseus")
+from perseus.torch.distributed import python_backends_supported
 
 
 class _DoneWork(Work):
@@ -27,7 +28,12 @@ class _DoneWork(Work):
         return True
 
 
-class NoopBackend(Backend):
+# The floor takes the route the perseus backend takes on this torch (a ProcessGroup where
+# Python cannot build a Backend; Note [ProcessGroup route]).
+_BASE = Backend if python_backends_supported() else ProcessGroup
+
+
+class NoopBackend(_BASE):
     """Returns a completed Work without communicating: the floor of a Python backend."""
 
     def getBackendName(self):

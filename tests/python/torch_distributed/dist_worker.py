@@ -69,6 +69,10 @@ def check_allreduce(rank, size):
     got = work.get_future().then(lambda f: f.value()[0] * 2).wait()
     same(got, want[R.SUM] * 2, "future .then()")
     assert work.get_future().done()  # Note [is_completed] in _work.py
+    if not python_backends_supported():  # the caller holds the PerseusWork itself there
+        work = dist.all_reduce(value(rank, torch.float32), async_op=True)
+        work.wait()
+        assert work.is_completed() and work.is_success()
 
 
 def check_movement(rank, size):
