@@ -342,6 +342,40 @@ def cuda(method="env"):
     print("CUDA OK rank %d of %d" % (rank, size), flush=True)
 
 
+def cuda_ddp(method="env"):
+    """DDP on CUDA (the device check's world size 1): forward, backward and an optimizer step,
+    plain and with the fp16 comm hook; the gradients equal the unwrapped model's, averaged."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, size = init(method)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    for hook in (None, default_hooks.fp16_compress_hook):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)).to(dev)
+        ref = [p.detach().clone() for p in model.parameters()]
+        ddp = DDP(model, device_ids=[0])
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        x = torch.randn(8, 32, device=dev)  # the same batch on every rank
+        ddp(x).sum().backward()
+        local = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)).to(dev)
+        with torch.no_grad():
+            for p, r in zip(local.parameters(), ref):
+                p.copy_(r)
+        local(x).sum().backward()
+        tol = 1e-2 if hook is not None else 1e-5
+        for p, q in zip(model.parameters(), local.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=tol, atol=tol), (hook, p.grad, q.grad)
+        opt.step()
+        torch.cuda.synchronize()
+    dist.destroy_process_group()
+    print("CUDA DDP OK rank %d of %d" % (rank, size), flush=True)
+
+
 def death(method="env"):
     rank, size = init(method, timeout_s=20)
     t = torch.ones(1)

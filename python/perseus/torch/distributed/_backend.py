@@ -34,6 +34,7 @@ _NAME_CYCLE = 64  # a power of two
 _NAME_MASK = _NAME_CYCLE - 1
 _NATIVE = _t.NATIVE
 _PLAIN_OPS = _reduce.PLAIN
+_PLAIN_BY_HASH = _reduce.PLAIN_BY_HASH
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
@@ -143,7 +144,8 @@ class PerseusOps(DataMovement):
         if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
                 and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
                 and t.is_contiguous()):
-            op = _PLAIN_OPS.get(opts.reduceOp.op)
+            op = (_PLAIN_BY_HASH.get(hash(opts.reduceOp)) if _PLAIN_BY_HASH is not None
+                  else _PLAIN_OPS.get(opts.reduceOp.op))
             if op is not None:
                 key = (t.dtype, t.numel())
                 entry = self._allreduce_names.get(key)

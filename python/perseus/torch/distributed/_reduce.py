@@ -11,6 +11,19 @@ _SUM = 0
 PLAIN = _CORE  # the ops that need no prescale
 
 
+def _hash_is_op_value():
+    """Whether hash(ReduceOp) is its RedOpType's value, as torch binds it."""
+    try:
+        return all(hash(dist.ReduceOp(kind)) == int(kind) for kind in _CORE)
+    except (TypeError, ValueError):
+        return False
+
+
+# PLAIN by hash(ReduceOp), or None where the hash is not the op's value. The blocking allreduce
+# path reads it: `opts.reduceOp.op` builds an enum object and hashes it, about twice the cost.
+PLAIN_BY_HASH = {int(kind): core for kind, core in _CORE.items()} if _hash_is_op_value() else None
+
+
 def _factor(reduce_op):
     """PREMUL_SUM's factor: the `factor` attribute, or, where torch binds none (2.11), the
     second field of the op's pickled state."""
