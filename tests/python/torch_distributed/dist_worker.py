@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import perseus.torch  # noqa: F401  (registers "perseus")
-from perseus.torch.distributed import python_backends_supported
+from perseus.torch.distributed import prefer_process_group, process_group_route
 
 R = dist.ReduceOp
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
@@ -69,7 +69,7 @@ def check_allreduce(rank, size):
     got = work.get_future().then(lambda f: f.value()[0] * 2).wait()
     same(got, want[R.SUM] * 2, "future .then()")
     assert work.get_future().done()  # Note [is_completed] in _work.py
-    if not python_backends_supported():  # the caller holds the PerseusWork itself there
+    if process_group_route():  # the caller holds the PerseusWork itself there
         work = dist.all_reduce(value(rank, torch.float32), async_op=True)
         work.wait()
         assert work.is_completed() and work.is_success()
@@ -200,7 +200,7 @@ def launch(method="env"):
 
 
 def launch_mixed():
-    if not python_backends_supported():  # a group is one ProcessGroup for every device there
+    if process_group_route():  # a group is one ProcessGroup for every device there
         try:
             init("env", backend="cpu:gloo,cuda:perseus")
         except ValueError as e:
@@ -234,7 +234,7 @@ def groups(method="env"):
     t = torch.ones(1)
     dist.all_reduce(t, group=sub)
     same(t, torch.tensor([float(dist.get_world_size(sub))]), "all_reduce on new_subgroups")
-    if python_backends_supported():  # split_group needs a Backend (see _process_group.py)
+    if not process_group_route():  # split_group needs a Backend (see _process_group.py)
         check_split_group(rank, size)
     dist.destroy_process_group()
     print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
@@ -374,6 +374,12 @@ def cuda_ddp(method="env"):
         torch.cuda.synchronize()
     dist.destroy_process_group()
     print("CUDA DDP OK rank %d of %d" % (rank, size), flush=True)
+
+
+def process_group_groups():
+    """Not a check: the perseus groups of the checks after it are ProcessGroup subclasses, the
+    route of torches that cannot build a Python Backend, so that a torch that can tests it."""
+    prefer_process_group()
 
 
 def death(method="env"):

@@ -19,7 +19,8 @@ from perseus.torch.distributed._backend import PerseusBackend
 from perseus.torch.distributed._process_group import PerseusProcessGroup
 from perseus.torch.distributed._work import PerseusWork
 
-__all__ = ["PerseusBackend", "PerseusProcessGroup", "PerseusWork", "BACKEND_NAME"]
+__all__ = ["PerseusBackend", "PerseusProcessGroup", "PerseusWork", "BACKEND_NAME",
+           "python_backends_supported", "process_group_route", "prefer_process_group"]
 
 BACKEND_NAME = "perseus"
 
@@ -49,10 +50,30 @@ def python_backends_supported():
 _PYTHON_BACKENDS = None
 
 
+def prefer_process_group(prefer=True):
+    """Makes the perseus groups created from now on ProcessGroup subclasses on any torch (Note
+    [ProcessGroup route] in _process_group.py): torch.distributed's Python then calls the
+    group's methods directly, without c10d's dispatcher and Work holder, which costs less per
+    call, at the price of that route's limits (no mixed backend strings, no split_group).
+    prefer=False goes back to the default."""
+    global _PREFER_PROCESS_GROUP
+    _PREFER_PROCESS_GROUP = bool(prefer)
+
+
+_PREFER_PROCESS_GROUP = False
+
+
 def _group_class():
-    """The class of a perseus group: a c10d Backend where torch lets Python build one, else a
-    ProcessGroup (Note [ProcessGroup route] in _process_group.py)."""
-    return PerseusBackend if python_backends_supported() else PerseusProcessGroup
+    """The class of a perseus group: a c10d Backend where torch lets Python build one, unless
+    prefer_process_group() was called, else a ProcessGroup."""
+    if _PREFER_PROCESS_GROUP or not python_backends_supported():
+        return PerseusProcessGroup
+    return PerseusBackend
+
+
+def process_group_route():
+    """Whether perseus groups are ProcessGroup subclasses here (see _group_class)."""
+    return _group_class() is PerseusProcessGroup
 
 
 def _create(opts, backend_options=None):

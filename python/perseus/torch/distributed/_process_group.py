@@ -33,16 +33,17 @@ from perseus.torch.distributed._backend import PerseusOps
 def refuse_mixed(backend):
     """A mixed backend string ("cpu:gloo,cuda:perseus") needs perseus as one device's backend,
     which the ProcessGroup route cannot be (Note [ProcessGroup route])."""
-    from perseus.torch.distributed import python_backends_supported
+    from perseus.torch.distributed import process_group_route
     spec = str(backend).lower()
-    if ":" not in spec or python_backends_supported():
+    if ":" not in spec or not process_group_route():
         return
     others = [d for d in spec.split(",") if d.split(":")[-1].strip() != "perseus"]
     if others:
         raise ValueError(
-            "perseus: backend %r mixes perseus with other backends, which needs a torch whose "
-            "c10d Backend can be built from Python (torch %s cannot); use backend='perseus' "
-            "for every device" % (str(backend), torch.__version__))
+            "perseus: backend %r mixes perseus with other backends, which needs perseus groups "
+            "that are c10d Backends (torch %s cannot build them from Python, or "
+            "prefer_process_group() was called); use backend='perseus' for every device"
+            % (str(backend), torch.__version__))
 
 
 class PerseusProcessGroup(PerseusOps, ProcessGroup):
@@ -88,6 +89,7 @@ class PerseusProcessGroup(PerseusOps, ProcessGroup):
 
     def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None):
         raise dist.DistBackendError(
-            "perseus: split_group needs a torch whose c10d Backend can be built from Python "
-            "(torch %s cannot); use new_group(ranks) or new_subgroups, which make the same "
-            "process sets" % torch.__version__)
+            "perseus: split_group needs perseus groups that are c10d Backends (torch %s cannot "
+            "build them from Python, or prefer_process_group() was called); use "
+            "new_group(ranks) or new_subgroups, which make the same process sets"
+            % torch.__version__)
