@@ -6,6 +6,10 @@ and, for the engine's own share, the Horovod API's blocking allreduce_ of the sa
     python bench/torch_distributed/percall.py                     # world size 1, all three
     perseusrun -np 2 python bench/torch_distributed/percall.py    # 2 ranks, all three
 
+Where perseus groups are c10d Backends, rows "noop-pg" and "perseus-pg" measure the
+ProcessGroup route too (perseus.torch.distributed.prefer_process_group), each against the floor
+of its own route.
+
 Each backend runs in its own process group on the same ranks, interleaved over --rounds; the
 fastest and the median round are printed per backend (microseconds per call). On a busy machine
 the fastest round is the one least disturbed by other processes."""
@@ -17,9 +21,10 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend, Work
+from torch._C._distributed_c10d import Backend, ProcessGroup, Work
 
 import perseus.torch  # noqa: F401  (registers "perseus")
+from perseus.torch.distributed import prefer_process_group, process_group_route
 
 
 class _DoneWork(Work):
@@ -27,7 +32,7 @@ class _DoneWork(Work):
         return True
 
 
-class NoopBackend(Backend):
+class _Noop:
     """Returns a completed Work without communicating: the floor of a Python backend."""
 
     def getBackendName(self):
@@ -37,8 +42,20 @@ class NoopBackend(Backend):
         return _DoneWork()
 
 
+class NoopBackend(_Noop, Backend):
+    pass
+
+
+class NoopProcessGroup(_Noop, ProcessGroup):
+    """The floor of the ProcessGroup route (Note [ProcessGroup route])."""
+
+
 def _noop(store, rank, size, timeout):
-    return NoopBackend(rank, size)
+    return (NoopProcessGroup if process_group_route() else NoopBackend)(rank, size)
+
+
+def _noop_pg(store, rank, size, timeout):
+    return NoopProcessGroup(rank, size)
 
 
 def per_call_us(group, calls):
@@ -70,6 +87,7 @@ def main():
     p.add_argument("--rounds", type=int, default=9)
     args = p.parse_args()
     dist.Backend.register_backend("noop", _noop, devices=["cpu"])
+    dist.Backend.register_backend("noop_pg", _noop_pg, devices=["cpu"])
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         with __import__("socket").socket() as s:
@@ -80,18 +98,26 @@ def main():
     groups = {"noop": dist.new_group(ranks, backend="noop"),
               "perseus": dist.group.WORLD,
               "gloo": dist.new_group(ranks, backend="gloo")}
+    if not process_group_route():  # the ProcessGroup route too, with its own floor
+        prefer_process_group()
+        groups["noop-pg"] = dist.new_group(ranks, backend="noop_pg")
+        groups["perseus-pg"] = dist.new_group(ranks, backend="perseus")
+        prefer_process_group(False)
     times = {name: [] for name in list(groups) + ["hvd"]}
     for _ in range(args.rounds):
         for name, group in groups.items():
             times[name].append(per_call_us(group, args.calls))
         times["hvd"].append(hvd_per_call_us(args.calls))
     if dist.get_rank() == 0:
-        floor, floor_median = min(times["noop"]), statistics.median(times["noop"])
+        floors = {"": (min(times["noop"]), statistics.median(times["noop"]))}
+        if "noop-pg" in times:
+            floors["-pg"] = (min(times["noop-pg"]), statistics.median(times["noop-pg"]))
         print("world size %d, torch %s, %d calls x %d rounds: us per call, fastest round "
               "(median round)" % (len(ranks), torch.__version__, args.calls, args.rounds))
         for name, ts in times.items():
             best, median = min(ts), statistics.median(ts)
-            print("  %-8s %7.1f (%7.1f)   +%.1f (+%.1f) over the floor"
+            floor, floor_median = floors["-pg" if name.endswith("-pg") else ""]
+            print("  %-10s %7.1f (%7.1f)   +%.1f (+%.1f) over the floor"
                   % (name, best, median, best - floor, median - floor_median))
     dist.destroy_process_group()
 

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import perseus.torch  # noqa: F401  (registers "perseus")
+from perseus.torch.distributed import prefer_process_group, process_group_route
 
 R = dist.ReduceOp
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
@@ -68,6 +69,10 @@ def check_allreduce(rank, size):
     got = work.get_future().then(lambda f: f.value()[0] * 2).wait()
     same(got, want[R.SUM] * 2, "future .then()")
     assert work.get_future().done()  # Note [is_completed] in _work.py
+    if process_group_route():  # the caller holds the PerseusWork itself there
+        work = dist.all_reduce(value(rank, torch.float32), async_op=True)
+        work.wait()
+        assert work.is_completed() and work.is_success()
 
 
 def check_movement(rank, size):
@@ -195,6 +200,15 @@ def launch(method="env"):
 
 
 def launch_mixed():
+    if process_group_route():  # a group is one ProcessGroup for every device there
+        try:
+            init("env", backend="cpu:gloo,cuda:perseus")
+        except ValueError as e:
+            assert "mixes perseus with other backends" in str(e), e
+            print("LAUNCH OK rank %s: cpu:gloo,cuda:perseus refused" % os.environ["RANK"],
+                  flush=True)
+            return
+        raise AssertionError("a mixed backend string was accepted on the ProcessGroup route")
     rank, size = init("env", backend="cpu:gloo,cuda:perseus")
     dist.barrier()
     dist.destroy_process_group()
@@ -220,6 +234,13 @@ def groups(method="env"):
     t = torch.ones(1)
     dist.all_reduce(t, group=sub)
     same(t, torch.tensor([float(dist.get_world_size(sub))]), "all_reduce on new_subgroups")
+    if not process_group_route():  # split_group needs a Backend (see _process_group.py)
+        check_split_group(rank, size)
+    dist.destroy_process_group()
+    print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
+
+
+def check_split_group(rank, size):
     half = size // 2 or 1
     split = dist.split_group(split_ranks=[list(range(half)), list(range(half, size))])
     t = torch.ones(1) * (rank + 1)
@@ -230,8 +251,6 @@ def groups(method="env"):
     objs = [None] * dist.get_world_size(split)
     dist.all_gather_object(objs, rank, group=split)
     assert objs == list(mates), objs
-    dist.destroy_process_group()
-    print("GROUPS OK rank %d of %d" % (rank, size), flush=True)
 
 
 def mesh(method="env"):
@@ -321,6 +340,46 @@ def cuda(method="env"):
          "CUDA future .then()")
     dist.destroy_process_group()
     print("CUDA OK rank %d of %d" % (rank, size), flush=True)
+
+
+def cuda_ddp(method="env"):
+    """DDP on CUDA (the device check's world size 1): forward, backward and an optimizer step,
+    plain and with the fp16 comm hook; the gradients equal the unwrapped model's, averaged."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, size = init(method)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    for hook in (None, default_hooks.fp16_compress_hook):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)).to(dev)
+        ref = [p.detach().clone() for p in model.parameters()]
+        ddp = DDP(model, device_ids=[0])
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        x = torch.randn(8, 32, device=dev)  # the same batch on every rank
+        ddp(x).sum().backward()
+        local = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)).to(dev)
+        with torch.no_grad():
+            for p, r in zip(local.parameters(), ref):
+                p.copy_(r)
+        local(x).sum().backward()
+        tol = 1e-2 if hook is not None else 1e-5
+        for p, q in zip(model.parameters(), local.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=tol, atol=tol), (hook, p.grad, q.grad)
+        opt.step()
+        torch.cuda.synchronize()
+    dist.destroy_process_group()
+    print("CUDA DDP OK rank %d of %d" % (rank, size), flush=True)
+
+
+def process_group_groups():
+    """Not a check: the perseus groups of the checks after it are ProcessGroup subclasses, the
+    route of torches that cannot build a Python Backend, so that a torch that can tests it."""
+    prefer_process_group()
 
 
 def death(method="env"):

@@ -16,9 +16,11 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from perseus.torch.distributed import _engine, _groups, _rendezvous
 from perseus.torch.distributed._backend import PerseusBackend
+from perseus.torch.distributed._process_group import PerseusProcessGroup
 from perseus.torch.distributed._work import PerseusWork
 
-__all__ = ["PerseusBackend", "PerseusWork", "BACKEND_NAME"]
+__all__ = ["PerseusBackend", "PerseusProcessGroup", "PerseusWork", "BACKEND_NAME",
+           "python_backends_supported", "process_group_route", "prefer_process_group"]
 
 BACKEND_NAME = "perseus"
 
@@ -32,7 +34,7 @@ def _timeout_s(timeout):
 def python_backends_supported():
     """Whether this torch lets a Python class derive from c10d's Backend: torch releases whose
     binding of Backend has no Python constructor refuse to build one ("No constructor
-    defined"), and the backend cannot exist there."""
+    defined"); there each perseus group is a PerseusProcessGroup instead."""
     global _PYTHON_BACKENDS
     if _PYTHON_BACKENDS is None:
         class _Probe(_C10dBackend):
@@ -48,21 +50,41 @@ def python_backends_supported():
 _PYTHON_BACKENDS = None
 
 
+def prefer_process_group(prefer=True):
+    """Makes the perseus groups created from now on ProcessGroup subclasses on any torch (Note
+    [ProcessGroup route] in _process_group.py): torch.distributed's Python then calls the
+    group's methods directly, without c10d's dispatcher and Work holder, which costs less per
+    call, at the price of that route's limits (no mixed backend strings, no split_group).
+    prefer=False goes back to the default."""
+    global _PREFER_PROCESS_GROUP
+    _PREFER_PROCESS_GROUP = bool(prefer)
+
+
+_PREFER_PROCESS_GROUP = False
+
+
+def _group_class():
+    """The class of a perseus group: a c10d Backend where torch lets Python build one, unless
+    prefer_process_group() was called, else a ProcessGroup."""
+    if _PREFER_PROCESS_GROUP or not python_backends_supported():
+        return PerseusProcessGroup
+    return PerseusBackend
+
+
+def process_group_route():
+    """Whether perseus groups are ProcessGroup subclasses here (see _group_class)."""
+    return _group_class() is PerseusProcessGroup
+
+
 def _create(opts, backend_options=None):
     """The creator torch calls for each perseus group this rank belongs to (extended API)."""
-    if not python_backends_supported():
-        raise RuntimeError(
-            "perseus: torch %s cannot run a torch.distributed backend written in Python (its "
-            "c10d Backend has no Python constructor); the perseus backend needs a torch that "
-            "has one (2.15 has it). Upgrade torch, or use the Horovod API (import "
-            "perseus.torch as hvd), which works with this torch" % torch.__version__)
+    group_class = _group_class()
     rank, size = opts.group_rank, opts.group_size
     timeout_s = _timeout_s(opts.timeout)
     ranks = list(opts.global_ranks_in_group)
     if not ranks:  # the default group: the engine's job
         _engine.start(opts.store, rank, size, timeout_s)
-        backend = PerseusBackend(rank, size, range(size), 0, opts.group_id, timeout_s,
-                                 opts.store)
+        backend = group_class(rank, size, range(size), 0, opts.group_id, timeout_s, opts.store)
         backend.is_default_group = True
         return backend
     if ranks != sorted(ranks):
@@ -75,7 +97,7 @@ def _create(opts, backend_options=None):
             "perseus: no process set was made for the group of ranks %s; every rank of the job "
             "must create each perseus group (new_group without use_local_synchronization=True)"
             % (ranks,))
-    return PerseusBackend(rank, size, ranks, ps, opts.group_id, timeout_s, opts.store)
+    return group_class(rank, size, ranks, ps, opts.group_id, timeout_s, opts.store)
 
 
 def _register():

@@ -1,5 +1,9 @@
 """PerseusBackend: torch.distributed's c10d Backend interface over the Perseus engine.
 
+The operations live in PerseusOps, which has no torch base: PerseusBackend puts them on c10d's
+Backend, and on torch releases that cannot build a Python Backend, PerseusProcessGroup puts
+them on c10d's ProcessGroup (_process_group.py).
+
 Each override validates, submits one core call on the group's process set and returns a
 PerseusWork. Ranks inside the backend are the group's ranks, which are the set's ranks (both
 are sorted global ranks; unsorted groups are refused at creation).
@@ -30,18 +34,22 @@ _NAME_CYCLE = 64  # a power of two
 _NAME_MASK = _NAME_CYCLE - 1
 _NATIVE = _t.NATIVE
 _PLAIN_OPS = _reduce.PLAIN
+_PLAIN_BY_HASH = _reduce.PLAIN_BY_HASH
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
 
 
-class PerseusBackend(DataMovement, Backend):
+class PerseusOps(DataMovement):
+    """The perseus group's operations, over the torch base its subclass names (Backend or
+    ProcessGroup), whose constructor takes (rank, size) and which gives rank() and size()."""
+
     def __init__(self, rank, size, global_ranks, process_set, group_name, timeout_s, store):
         super().__init__(rank, size)
         self._ps = process_set
         self._ranks = list(global_ranks)
         self.global_rank = self._ranks[rank]
-        self.group_name = str(group_name)
+        self.group_label = str(group_name)  # torch's group name; ProcessGroup owns .group_name
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
@@ -97,7 +105,7 @@ class PerseusBackend(DataMovement, Backend):
     def _names_of(self, key):
         """[the _NAME_CYCLE names of a signature (kind, dtype, count), the next call's number]."""
         kind, dtype, count = key
-        base = "pt.%s.%s.%s.%d." % (self.group_name, kind, str(dtype)[6:], count)
+        base = "pt.%s.%s.%s.%d." % (self.group_label, kind, str(dtype)[6:], count)
         return [[base + str(i) for i in range(_NAME_CYCLE)], 0]
 
     def _submit(self, name, call):
@@ -136,7 +144,8 @@ class PerseusBackend(DataMovement, Backend):
         if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
                 and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
                 and t.is_contiguous()):
-            op = _PLAIN_OPS.get(opts.reduceOp.op)
+            op = (_PLAIN_BY_HASH.get(hash(opts.reduceOp)) if _PLAIN_BY_HASH is not None
+                  else _PLAIN_OPS.get(opts.reduceOp.op))
             if op is not None:
                 key = (t.dtype, t.numel())
                 entry = self._allreduce_names.get(key)
@@ -156,7 +165,7 @@ class PerseusBackend(DataMovement, Backend):
             return self.allreduce_coalesced(tensors, opts)
         op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                                   "allreduce")
-        _t.check_reducible(t, "allreduce", self.group_name)
+        _t.check_reducible(t, "allreduce", self.group_label)
         return self._allreduce_async(t, op, pre, self._name("allreduce", t), tensors)
 
     def _allreduce_async(self, t, op, pre, name, tensors):
@@ -174,7 +183,7 @@ class PerseusBackend(DataMovement, Backend):
         op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                                   "allreduce_coalesced")
         for t in tensors:
-            _t.check_reducible(t, "allreduce_coalesced", self.group_name)
+            _t.check_reducible(t, "allreduce_coalesced", self.group_label)
         srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
         core = basics.core()
         ps, stream = self._ps, _t.stream_of(srcs[0])
@@ -193,7 +202,7 @@ class PerseusBackend(DataMovement, Backend):
     def broadcast(self, tensors, opts):
         t = tensors[0]
         root = self._root(opts.rootRank, "broadcast")
-        wire, restore = _t.to_wire(t, "broadcast", self.group_name)
+        wire, restore = _t.to_wire(t, "broadcast", self.group_label)
         core = basics.core()
         ps, stream = self._ps, _t.stream_of(wire)
         h = self._submit(self._name("broadcast", wire), lambda n: core.broadcast(
@@ -206,7 +215,7 @@ class PerseusBackend(DataMovement, Backend):
         t = tensors[0]
         root = self._root(opts.rootRank, "reduce")
         op, pre = _reduce.core_op(opts.reduceOp, "reduce")
-        _t.check_reducible(t, "reduce", self.group_name)
+        _t.check_reducible(t, "reduce", self.group_label)
         src = t.contiguous()
         out = torch.empty_like(src)
         core = basics.core()
@@ -262,9 +271,9 @@ class PerseusBackend(DataMovement, Backend):
         timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (
             self.timeout_s)
         global_ranks = [self._ranks[i] for i in mine]
-        group_name = getattr(opts, "group_name", "") or "%s:split:%s" % (self.group_name, mine)
-        return PerseusBackend(mine.index(self.rank()), len(mine), global_ranks,
-                              _groups.known_set(global_ranks), group_name, timeout_s, store)
+        group_name = getattr(opts, "group_name", "") or "%s:split:%s" % (self.group_label, mine)
+        return type(self)(mine.index(self.rank()), len(mine), global_ranks,
+                          _groups.known_set(global_ranks), group_name, timeout_s, store)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -277,3 +286,8 @@ class PerseusBackend(DataMovement, Backend):
 
     def abort(self):
         self.shutdown()
+
+
+class PerseusBackend(PerseusOps, Backend):
+    """The perseus group's backend for each of its devices (torch releases that let Python
+    construct a c10d Backend)."""

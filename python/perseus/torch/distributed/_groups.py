@@ -63,8 +63,11 @@ def _existing_tagged(pg_tag, ranks):
 
 def _before_new_group(ranks, backend, pg_tag, timeout):
     """Runs on every rank that creates a group (members and not), before torch does."""
-    from perseus.torch.distributed import _engine
-    if not ranks or not uses_perseus(backend) or _existing_tagged(pg_tag, ranks):
+    from perseus.torch.distributed import _engine, _process_group
+    if not uses_perseus(backend):
+        return
+    _process_group.refuse_mixed(backend)
+    if not ranks or _existing_tagged(pg_tag, ranks):
         return
     if not basics.is_initialized():  # the default group uses another backend
         store = c10d._get_default_store()

@@ -15,7 +15,7 @@ class DataMovement:
 
     def _allgather_flat(self, kind, inputs):
         """Submits an allgather of each input flattened; returns (handle, restores, wires)."""
-        wires = [_t.to_wire(x.reshape(-1), kind, self.group_name) for x in inputs]
+        wires = [_t.to_wire(x.reshape(-1), kind, self.group_label) for x in inputs]
         core = self._core
         ps, stream = self._ps, _t.stream_of(wires[0][0])
         if len(wires) == 1:
@@ -79,7 +79,7 @@ class DataMovement:
         """rows: tensors of shape (group size, m), each reduced and scattered a row per rank."""
         op, pre = _reduce.core_op(opts.reduceOp, kind)
         for r in rows:
-            _t.check_reducible(r, kind, self.group_name)
+            _t.check_reducible(r, kind, self.group_label)
         core = self._core
         ps, stream = self._ps, _t.stream_of(rows[0])
         if len(rows) == 1:
@@ -137,7 +137,7 @@ class DataMovement:
             n, _t.capsule(wire), splits, ps, stream))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        wire, restore = _t.to_wire(input, "all_to_all_single", self.group_name)
+        wire, restore = _t.to_wire(input, "all_to_all_single", self.group_label)
         splits = [int(s) for s in input_split_sizes] if input_split_sizes else None
         h = self._alltoall("all_to_all_single", wire, splits)
         finish = lambda: output.copy_(restore(_t.library_output(h, 0)).view(output.shape))  # noqa
@@ -147,7 +147,7 @@ class DataMovement:
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         flat = torch.cat([i.reshape(-1) for i in input_tensors])
-        wire, restore = _t.to_wire(flat, "all_to_all", self.group_name)
+        wire, restore = _t.to_wire(flat, "all_to_all", self.group_label)
         h = self._alltoall("all_to_all", wire, [i.numel() for i in input_tensors])
 
         def finish():
@@ -186,7 +186,7 @@ class DataMovement:
         else:
             flat = out.new_empty((0,))
             splits = [0] * self.size()
-        wire, restore = _t.to_wire(flat, "scatter", self.group_name)
+        wire, restore = _t.to_wire(flat, "scatter", self.group_label)
         h = self._alltoall("scatter", wire, splits)
         finish = lambda: out.view(-1).copy_(restore(_t.library_output(h, 0))[:n])  # noqa: E731
         return self._work("scatter", h, output_tensors, finish, out)

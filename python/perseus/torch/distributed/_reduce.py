@@ -11,6 +11,30 @@ _SUM = 0
 PLAIN = _CORE  # the ops that need no prescale
 
 
+def _hash_is_op_value():
+    """Whether hash(ReduceOp) is its RedOpType's value, as torch binds it."""
+    try:
+        return all(hash(dist.ReduceOp(kind)) == int(kind) for kind in _CORE)
+    except (TypeError, ValueError):
+        return False
+
+
+# PLAIN by hash(ReduceOp), or None where the hash is not the op's value. The blocking allreduce
+# path reads it: `opts.reduceOp.op` builds an enum object and hashes it, about twice the cost.
+PLAIN_BY_HASH = {int(kind): core for kind, core in _CORE.items()} if _hash_is_op_value() else None
+
+
+def _factor(reduce_op):
+    """PREMUL_SUM's factor: the `factor` attribute, or, where torch binds none (2.11), the
+    second field of the op's pickled state."""
+    factor = getattr(reduce_op, "factor", None)
+    if factor is None and hasattr(reduce_op, "__getstate__"):
+        state = reduce_op.__getstate__()
+        if isinstance(state, tuple) and len(state) == 2:
+            factor = state[1]
+    return factor
+
+
 def core_op(reduce_op, what):
     """(core op, prescale) for a torch ReduceOp. PREMUL_SUM multiplies by its factor first
     (torch._make_nccl_premul_sum: a number, or a one-element tensor)."""
@@ -19,7 +43,7 @@ def core_op(reduce_op, what):
     if core is not None:
         return core, 1.0
     if kind == _R.PREMUL_SUM:
-        factor = getattr(reduce_op, "factor", None)
+        factor = _factor(reduce_op)
         if factor is None:
             raise InvalidArgumentError(
                 "perseus: %s with PREMUL_SUM: this torch does not expose the op's factor to "

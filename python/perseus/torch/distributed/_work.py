@@ -5,7 +5,8 @@ Note [is_completed]: torch hands the caller of a Python backend's collective its
 of the Work (PyWorkHolder), which forwards wait() and get_future() to the Python object but
 answers is_completed() from its C++ base, which nothing completes. So the Work a torch.distributed
 call returns says is_completed() False until torch changes that; work.get_future().done() is
-the poll that works. PerseusWork.is_completed() itself is right for code that holds it.
+the poll that works. PerseusWork.is_completed() itself is right for code that holds it, which
+the caller does on the ProcessGroup route (Note [ProcessGroup route] in _process_group.py).
 
 Note [Work completion]: the output a caller sees may need a step after the engine finished
 (a copy back into a non-contiguous tensor, the library's allgather output copied into the
@@ -70,7 +71,7 @@ class PerseusWork(Work):
         b = self._backend
         err = dist.DistBackendError(
             "perseus: %s on process group '%s' failed on rank %d (group rank %d of %d): %s"
-            % (self._op, b.group_name, b.global_rank, b.rank(), b.size(), exc))
+            % (self._op, b.group_label, b.global_rank, b.rank(), b.size(), exc))
         self._error = err
         return err
 
