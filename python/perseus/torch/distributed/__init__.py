@@ -10,13 +10,13 @@ are process sets of it. See docs/torch-distributed.md."""
 
 import datetime
 
-import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from perseus.torch.distributed import _engine, _groups, _rendezvous
 from perseus.torch.distributed._backend import PerseusBackend
 from perseus.torch.distributed._process_group import PerseusProcessGroup
+from perseus.torch.distributed._route import (  # noqa: F401
+    prefer_process_group, process_group_route, python_backends_supported)
 from perseus.torch.distributed._work import PerseusWork
 
 __all__ = ["PerseusBackend", "PerseusProcessGroup", "PerseusWork", "BACKEND_NAME",
@@ -31,49 +31,10 @@ def _timeout_s(timeout):
     return 1800.0
 
 
-def python_backends_supported():
-    """Whether this torch lets a Python class derive from c10d's Backend: torch releases whose
-    binding of Backend has no Python constructor refuse to build one ("No constructor
-    defined"); there each perseus group is a PerseusProcessGroup instead."""
-    global _PYTHON_BACKENDS
-    if _PYTHON_BACKENDS is None:
-        class _Probe(_C10dBackend):
-            pass
-        try:
-            _Probe(0, 1)
-            _PYTHON_BACKENDS = True
-        except TypeError:
-            _PYTHON_BACKENDS = False
-    return _PYTHON_BACKENDS
-
-
-_PYTHON_BACKENDS = None
-
-
-def prefer_process_group(prefer=True):
-    """Makes the perseus groups created from now on ProcessGroup subclasses on any torch (Note
-    [ProcessGroup route] in _process_group.py): torch.distributed's Python then calls the
-    group's methods directly, without c10d's dispatcher and Work holder, which costs less per
-    call, at the price of that route's limits (no mixed backend strings, no split_group).
-    prefer=False goes back to the default."""
-    global _PREFER_PROCESS_GROUP
-    _PREFER_PROCESS_GROUP = bool(prefer)
-
-
-_PREFER_PROCESS_GROUP = False
-
-
 def _group_class():
     """The class of a perseus group: a c10d Backend where torch lets Python build one, unless
     prefer_process_group() was called, else a ProcessGroup."""
-    if _PREFER_PROCESS_GROUP or not python_backends_supported():
-        return PerseusProcessGroup
-    return PerseusBackend
-
-
-def process_group_route():
-    """Whether perseus groups are ProcessGroup subclasses here (see _group_class)."""
-    return _group_class() is PerseusProcessGroup
+    return PerseusProcessGroup if process_group_route() else PerseusBackend
 
 
 def _create(opts, backend_options=None):

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from perseus.common import basics
+from perseus.torch.distributed import _route
 
 _lock = threading.Lock()
 _sets = {}  # tuple of sorted global ranks -> process set id
@@ -63,10 +64,10 @@ def _existing_tagged(pg_tag, ranks):
 
 def _before_new_group(ranks, backend, pg_tag, timeout):
     """Runs on every rank that creates a group (members and not), before torch does."""
-    from perseus.torch.distributed import _engine, _process_group
+    from perseus.torch.distributed import _engine
     if not uses_perseus(backend):
         return
-    _process_group.refuse_mixed(backend)
+    _route.refuse_mixed(backend)
     if not ranks or _existing_tagged(pg_tag, ranks):
         return
     if not basics.is_initialized():  # the default group uses another backend

@@ -21,29 +21,13 @@ backend; that is the route torch's own Python group (ProcessLocalGroup) takes. T
   has none, and fails naming the missing backend. Functional collectives do not take that
   path: they reach the forwarded ops.
 A group is one object for every device, so a mixed string ("cpu:gloo,cuda:perseus") cannot be
-served: init_process_group refuses it (refuse_mixed)."""
+served: init_process_group refuses it (_route.refuse_mixed)."""
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from perseus.torch.distributed._backend import PerseusOps
-
-
-def refuse_mixed(backend):
-    """A mixed backend string ("cpu:gloo,cuda:perseus") needs perseus as one device's backend,
-    which the ProcessGroup route cannot be (Note [ProcessGroup route])."""
-    from perseus.torch.distributed import process_group_route
-    spec = str(backend).lower()
-    if ":" not in spec or not process_group_route():
-        return
-    others = [d for d in spec.split(",") if d.split(":")[-1].strip() != "perseus"]
-    if others:
-        raise ValueError(
-            "perseus: backend %r mixes perseus with other backends, which needs perseus groups "
-            "that are c10d Backends (torch %s cannot build them from Python, or "
-            "prefer_process_group() was called); use backend='perseus' for every device"
-            % (str(backend), torch.__version__))
 
 
 class PerseusProcessGroup(PerseusOps, ProcessGroup):
