@@ -1,9 +1,11 @@
 """An unchanged horovodrun line (Horovod 0.28.1, Gloo mode) runs as one Perseus job: the ranks
 meet through horovodrun's own HTTP rendezvous server (Note [horovodrun rendezvous]). horovodrun
 is Horovod's real runner from its source distribution (horovodrun_unbuilt.py says what it
-skips); its elastic mode is refused with the perseusrun line (test_launchers_local.py)."""
+skips); its MPI mode runs mpirun, joined as such; its elastic mode is refused with the
+perseusrun line (test_launchers_local.py)."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -35,6 +37,15 @@ def test_horovodrun_gloo_mode_forms_one_job():
     check_job(out, [2])
     # horovodrun's own HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS are no user's request.
     assert "has no effect" not in out, out
+
+
+def test_horovodrun_mpi_mode_forms_one_job():
+    """horovodrun --mpi runs Open MPI's mpirun, whose ranks Perseus joins as under mpirun."""
+    require(shutil.which("mpirun"), "Open MPI's mpirun")
+    r, out = _horovodrun(["--mpi", "-np", "2", "-H", "localhost:2",
+                          "--mpi-args=--allow-run-as-root --oversubscribe", PY, WORKER])
+    assert r.returncode == 0, out
+    check_job(out, [2])
 
 
 def test_init_after_shutdown_rejoins_under_horovodrun():
