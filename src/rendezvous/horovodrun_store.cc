@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -96,8 +97,8 @@ int HorovodKvClient::request(const std::string& verb, const std::string& path,
                                 " with something other than HTTP: '" + reply.substr(0, 80) + "'");
   }
   const size_t end_of_head = reply.find("\r\n\r\n");
-  if (body != nullptr) body->assign(end_of_head == std::string::npos ? std::string()
-                                                                        : reply.substr(end_of_head + 4));
+  if (body != nullptr)
+    body->assign(end_of_head == std::string::npos ? std::string() : reply.substr(end_of_head + 4));
   return status;
 }
 
@@ -132,8 +133,8 @@ StoreConnection horovodrunStore(const LaunchInfo& info, const Params& params) {
   const Topology& t = info.topology;
   if (t.rank == 0) {
     const bool all_local = info.has_local && t.local_size == t.size;
-    const std::string host = transport::tcp::chooseListenHost(params.iface, info.store_host,
-                                                              info.http_port, all_local);
+    const std::string host =
+        transport::tcp::chooseListenHost(params.iface, info.store_host, info.http_port, all_local);
     int port = static_cast<int>(params.port);
     StoreConnection out = startLocalServer(host, params, &port);
     kv->put(kScope, key, publishedStore(host, port, out.secret_hex));
