@@ -57,7 +57,22 @@ source scripts/python-env.sh
 $PYTHON -m pip install -q --disable-pip-version-check \
   'numpy<1.24' 'mxnet==1.9.1' 'torch' 'setuptools>=77' \
   'pybind11>=2.11' 'scikit-build-core>=0.8' 'pytest>=7' 'pytest-timeout' 'matplotlib' 'cloudpickle' 'pyyaml' \
-  'lizard' 'import-linter>=2.17'
+  'lizard' 'import-linter>=2.17' 'psutil'
+
+# horovodrun 0.28.1's runner for tests/python/launchers/test_horovodrun.py: the horovod/ package
+# of its source distribution (3.5 MB), unbuilt (building a framework extension takes about 30
+# minutes; horovodrun_unbuilt.py says what that skips). Its runner needs cloudpickle, psutil and
+# pyyaml, installed above.
+HOROVOD_SRC=${PERSEUS_HOROVOD_SRC:-/opt/horovod-0.28.1}
+if [ ! -f "$HOROVOD_SRC/horovod/runner/launch.py" ]; then
+  sdist=$(mktemp -d)
+  $PYTHON -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    'horovod==0.28.1' -d "$sdist"
+  $SUDO mkdir -p "$HOROVOD_SRC"
+  $SUDO tar xzf "$sdist/horovod-0.28.1.tar.gz" -C "$HOROVOD_SRC" --strip-components=1 \
+    horovod-0.28.1/horovod
+  rm -rf "$sdist"
+fi
 
 # Intel MPI's Hydra for the launcher tests (tests/python/launchers): PyPI's impi-rt (a 129 MB
 # wheel) under a prefix of its own, so that its mpirun/mpiexec do not shadow Open MPI's; the

@@ -24,21 +24,24 @@
 //  4. torchrun, or anything else that sets torch.distributed's variables (a Kubeflow
 //     PyTorchJob): RANK/WORLD_SIZE, LOCAL_RANK/LOCAL_WORLD_SIZE, MASTER_ADDR/MASTER_PORT.
 //     Rank 0 serves the store on MASTER_ADDR, one port above torch's own (MASTER_PORT).
-//  5. Slurm's srun: SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID,
+//  5. horovodrun 0.28 in Gloo mode: HOROVOD_RANK/SIZE/LOCAL_*/CROSS_*/HOSTNAME and
+//     HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, its HTTP key-value server, through which rank 0 hands
+//     out the store (Note [horovodrun rendezvous]). Its MPI mode runs mpirun, so 2. or 3.
+//     applies; its elastic mode (HOROVOD_ELASTIC) is refused with the perseusrun line.
+//  6. Slurm's srun: SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID,
 //     SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST. Rank 0 serves the store on the step's
 //     first node (where srun's block placement puts task 0).
-// The order matters where launchers nest: mpiexec, mpirun and torchrun started inside a Slurm
-// allocation or by srun see SLURM_* too, but those describe the launcher's own step. A batch
+// The order matters where launchers nest: mpiexec, mpirun, torchrun and horovodrun started
+// inside a Slurm allocation or by srun see SLURM_* too, but those describe the launcher's own
+// step. A batch
 // script (no step of its own) is one process. torchrun and srun hand out no secret, so those
 // jobs need PERSEUS_SECRET or PERSEUS_SECRET_FILE (job_secret.h).
 // A process that some launcher says is one of several but that Perseus cannot join (a PMIx
 // rank with no job size, Hydra without PMI_FD, torchrun variables without MASTER_ADDR) is an
-// InvalidArgumentError naming the launcher and the variables seen, never a size-1 job. So is
-// horovodrun's Gloo mode (HOROVOD_RANK/HOROVOD_SIZE and its own HTTP rendezvous): the message
-// gives the perseusrun line that runs the same command. Variables that announce several
-// processes but are legitimately seen by one (a Slurm batch script's SLURM_NTASKS, bare
-// PMI_RANK/PMI_SIZE) leave a single rank with one warning (LaunchInfo::warning). No launcher
-// variable at all: a single rank.
+// InvalidArgumentError naming the launcher and the variables seen, never a size-1 job. Variables
+// that announce several processes but are legitimately seen by one (a Slurm batch script's
+// SLURM_NTASKS, bare PMI_RANK/PMI_SIZE) leave a single rank with one warning (LaunchInfo::warning).
+// No launcher variable at all: a single rank.
 
 namespace perseus::rendezvous {
 namespace {
@@ -87,6 +90,7 @@ const char* const kLauncherVariables[] = {"PERSEUS_RANK",
                                           "HOROVOD_RANK",
                                           "HOROVOD_SIZE",
                                           "HOROVOD_CONTROLLER",
+                                          "HOROVOD_ELASTIC",
                                           "HOROVOD_GLOO_RENDEZVOUS_ADDR",
                                           "HOROVOD_GLOO_RENDEZVOUS_PORT"};
 
@@ -153,6 +157,17 @@ class Reader {
     info->local_size_var = size_var;
   }
 
+  void readCross(LaunchInfo* info, const char* rank_var, const char* size_var) const {
+    Topology& t = info->topology;
+    info->has_cross = readPair(rank_var, size_var, &t.cross_rank, &t.cross_size);
+    if (!info->has_cross) return;
+    if (t.cross_size > t.size) {
+      fail(PERSEUS_STR(size_var << "=" << t.cross_size << " exceeds the job size " << t.size));
+    }
+    info->cross_rank_var = rank_var;
+    info->cross_size_var = size_var;
+  }
+
  private:
   const EnvLookup& lookup_;
   std::string seen_;
@@ -163,6 +178,25 @@ std::string localHostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
+}
+
+// This process's command line ("python3 train.py --lr 0.1"), for a launch line to suggest.
+std::string thisCommand() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out;
+  std::string arg;
+  std::istringstream args(raw);
+  while (std::getline(args, arg, '\0')) {
+    std::string quoted = arg;
+    if (arg.empty() || arg.find_first_of(" \t\n'\"$`\\;&|<>()*?") != std::string::npos) {
+      quoted = "'";  // POSIX shell quoting: a ' inside becomes '\''
+      for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      quoted += "'";
+    }
+    out += (out.empty() ? "" : " ") + quoted;
+  }
+  return out.empty() ? "<your command>" : out;
 }
 
 bool readOpenMpi(const Reader& env, LaunchInfo* info) {
@@ -232,6 +266,39 @@ bool readTorchrun(const Reader& env, LaunchInfo* info) {
   return true;
 }
 
+// horovodrun 0.28 in Gloo mode (horovod/runner/gloo_run.py): the placement in HOROVOD_*, and
+// the address of its HTTP rendezvous server, through which rank 0 hands out the store.
+bool readHorovodrun(const Reader& env, LaunchInfo* info) {
+  Topology& t = info->topology;
+  if (!env.readPair("HOROVOD_RANK", "HOROVOD_SIZE", &t.rank, &t.size)) return false;
+  env.readLocal(info, "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE");
+  env.readCross(info, "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE");
+  if (const char* host = env.get("HOROVOD_HOSTNAME")) t.hostname = host;
+  if (t.size == 1) return true;
+  const std::string perseusrun_line =
+      PERSEUS_STR("perseusrun -np " << t.size << " " << thisCommand());
+  if (env.get("HOROVOD_ELASTIC") != nullptr) {
+    env.fail(
+        "horovodrun's elastic mode (HOROVOD_ELASTIC=1) assigns ranks through its own "
+        "driver, which Perseus cannot follow; perseusrun takes the same flags "
+        "(--min-np, --max-np, --host-discovery-script), so start the elastic job as: " +
+        perseusrun_line);
+  }
+  const char* addr = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  const char* port = env.get("HOROVOD_GLOO_RENDEZVOUS_PORT");
+  if (addr == nullptr || port == nullptr) {
+    env.fail(
+        "HOROVOD_SIZE > 1 but HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT are not both set, so the "
+        "ranks cannot find each other (horovodrun sets them in Gloo mode); perseusrun "
+        "takes horovodrun's flags, so run the same job as: " +
+        perseusrun_line);
+  }
+  info->store_host = addr;
+  info->http_port = env.parseInt("HOROVOD_GLOO_RENDEZVOUS_PORT", port, 1, 65535);
+  info->launch_id = PERSEUS_STR("horovodrun/" << addr << ":" << info->http_port);
+  return true;
+}
+
 // A step (srun) has SLURM_STEP_NUM_TASKS; a batch script or an salloc shell does not.
 bool readSlurm(const Reader& env, LaunchInfo* info) {
   const char* procid = env.get("SLURM_PROCID");
@@ -291,43 +358,13 @@ bool readSlurm(const Reader& env, LaunchInfo* info) {
   return true;
 }
 
-// This process's command line ("python3 train.py --lr 0.1"), for a launch line to suggest.
-std::string thisCommand() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::string out;
-  std::string arg;
-  std::istringstream args(raw);
-  while (std::getline(args, arg, '\0')) {
-    std::string quoted = arg;
-    if (arg.empty() || arg.find_first_of(" \t\n'\"$`\\;&|<>()*?") != std::string::npos) {
-      quoted = "'";  // POSIX shell quoting: a ' inside becomes '\''
-      for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-      quoted += "'";
-    }
-    out += (out.empty() ? "" : " ") + quoted;
-  }
-  return out.empty() ? "<your command>" : out;
-}
-
 int announcedSize(const Reader& env, const char* name) {
   const char* v = env.get(name);
   return v == nullptr ? 0 : static_cast<int>(std::strtol(v, nullptr, 10));
 }
 
-// No launcher Perseus can join: horovodrun's Gloo mode is refused (its ranks would each train
-// alone), other hints of several processes are a warning.
+// No launcher Perseus can join, but hints of several processes: a warning.
 void checkAlone(const Reader& env, LaunchInfo* info) {
-  const int horovod_size = announcedSize(env, "HOROVOD_SIZE");
-  if (horovod_size > 1 && env.get("HOROVOD_RANK") != nullptr) {
-    env.fail(PERSEUS_STR(
-        "this process was started by horovodrun (HOROVOD_RANK/HOROVOD_SIZE, Gloo rendezvous), "
-        "which Perseus cannot join, so each of the "
-        << horovod_size
-        << " processes would train alone as rank 0 of 1. perseusrun takes horovodrun's "
-           "flags; run the same job as: perseusrun -np "
-        << horovod_size << " " << thisCommand()));
-  }
   const int slurm_tasks = announcedSize(env, "SLURM_NTASKS");
   if (slurm_tasks > 1 && env.get("SLURM_PROCID") != nullptr) {
     info->warning = PERSEUS_STR(
@@ -362,6 +399,8 @@ const char* launcherName(Launcher launcher) {
       return "MPICH's (or Intel MPI's) mpiexec";
     case Launcher::kTorchrun:
       return "torchrun";
+    case Launcher::kHorovodrun:
+      return "horovodrun";
     case Launcher::kSlurm:
       return "Slurm's srun";
   }
@@ -386,19 +425,13 @@ LaunchInfo readLaunchInfo(const EnvLookup& lookup) {
       return false;
     }
     e.readLocal(i, "PERSEUS_LOCAL_RANK", "PERSEUS_LOCAL_SIZE");
-    i->has_cross = e.readPair("PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE", &i->topology.cross_rank,
-                              &i->topology.cross_size);
-    if (i->has_cross && i->topology.cross_size > i->topology.size) {
-      e.fail(PERSEUS_STR("PERSEUS_CROSS_SIZE=" << i->topology.cross_size << " exceeds the job size "
-                                               << i->topology.size));
-    }
+    e.readCross(i, "PERSEUS_CROSS_RANK", "PERSEUS_CROSS_SIZE");
     return true;
   };
-  const Candidate candidates[] = {{Launcher::kPerseus, readPerseus},
-                                  {Launcher::kOpenMpi, readOpenMpi},
-                                  {Launcher::kHydra, readHydra},
-                                  {Launcher::kTorchrun, readTorchrun},
-                                  {Launcher::kSlurm, readSlurm}};
+  const Candidate candidates[] = {
+      {Launcher::kPerseus, readPerseus},       {Launcher::kOpenMpi, readOpenMpi},
+      {Launcher::kHydra, readHydra},           {Launcher::kTorchrun, readTorchrun},
+      {Launcher::kHorovodrun, readHorovodrun}, {Launcher::kSlurm, readSlurm}};
   for (const auto& c : candidates) {
     env.setLauncher(c.launcher);
     LaunchInfo attempt = info;
@@ -484,8 +517,8 @@ void reconcilePlacement(const LaunchInfo& info, Topology* t) {
     check(info.local_rank_var, given.local_rank, t->local_rank);
   }
   if (info.has_cross) {
-    check("PERSEUS_CROSS_SIZE", given.cross_size, t->cross_size);
-    check("PERSEUS_CROSS_RANK", given.cross_rank, t->cross_rank);
+    check(info.cross_size_var, given.cross_size, t->cross_size);
+    check(info.cross_rank_var, given.cross_rank, t->cross_rank);
   }
 }
 

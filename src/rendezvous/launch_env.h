@@ -10,10 +10,10 @@
 
 namespace perseus::rendezvous {
 
-enum class Launcher { kSingle, kPerseus, kOpenMpi, kHydra, kTorchrun, kSlurm };
+enum class Launcher { kSingle, kPerseus, kOpenMpi, kHydra, kTorchrun, kHorovodrun, kSlurm };
 
-// "perseusrun", "Open MPI's mpirun", "MPICH's (or Intel MPI's) mpiexec", "torchrun", "Slurm's
-// srun".
+// "perseusrun", "Open MPI's mpirun", "MPICH's (or Intel MPI's) mpiexec", "torchrun",
+// "horovodrun", "Slurm's srun".
 const char* launcherName(Launcher launcher);
 
 struct LaunchInfo {
@@ -23,6 +23,7 @@ struct LaunchInfo {
   bool has_local = false;
   bool has_cross = false;
   std::string local_rank_var, local_size_var;  // the variables has_local came from
+  std::string cross_rank_var, cross_size_var;  // the variables has_cross came from
   std::string controller_host;                 // empty: no controller given
   int controller_port = 0;
   std::string secret_hex;
@@ -35,6 +36,9 @@ struct LaunchInfo {
   std::string store_host;
   int derived_port = 0;
   std::string launch_id;
+  // horovodrun (Gloo mode) only: its HTTP rendezvous server is at store_host:http_port, and
+  // rank 0 hands out its own store through it (Note [horovodrun rendezvous]).
+  int http_port = 0;
   // The launcher's variables as this process saw them ("NAME=value, ..."), for messages.
   std::string seen;
   // Set when variables announce several processes that no launcher Perseus joins started

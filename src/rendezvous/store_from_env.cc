@@ -15,6 +15,7 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "rendezvous/horovodrun_store.h"
 #include "rendezvous/job_secret.h"
 #include "rendezvous/open_mpi_runtime.h"
 #include "rendezvous/pmi_client.h"
@@ -83,10 +84,10 @@ std::string discoveryPath(const std::string& job_id) {
   return "/tmp/perseus-ompi-" + safe + ".store";
 }
 
-// Starts a store served by this process at `*port` (0: any free port; *port gets the port).
-// The secret is random unless given.
+}  // namespace
+
 StoreConnection startLocalServer(const std::string& host, const Params& params, int* port,
-                                 const std::string& secret_hex = std::string()) {
+                                 const std::string& secret_hex) {
   StoreConnection out;
   out.secret_hex = secret_hex.empty() ? transport::tcp::Secret::random().hex() : secret_hex;
   auto server = TcpStoreServer::start(host, *port, out.secret_hex);
@@ -95,6 +96,8 @@ StoreConnection startLocalServer(const std::string& host, const Params& params, 
   out.store = std::make_unique<ServerBackedStore>(std::move(server), std::move(client));
   return out;
 }
+
+namespace {
 
 void writeDiscoveryFile(const std::string& path, int port, const std::string& secret_hex) {
   std::string tmp = path + ".tmp" + std::to_string(::getpid());
@@ -187,13 +190,12 @@ void checkPmiSocket(const LaunchInfo& info) {
                     << info.seen << ")"));
 }
 
-// How rank 0 hands its store to the other ranks through the launcher's own channel (a PMI
-// value, an MPI broadcast): "host,port,secret" (PMI values hold no spaces).
+}  // namespace
+
 std::string publishedStore(const std::string& host, int port, const std::string& secret_hex) {
   return host + "," + std::to_string(port) + "," + secret_hex;
 }
 
-// A rank other than 0: connects to the store that rank 0 published through `via`.
 StoreConnection connectPublished(std::string value, const char* via, const Params& params) {
   const std::string published = value;
   for (char& c : value) c = c == ',' ? ' ' : c;
@@ -208,6 +210,8 @@ StoreConnection connectPublished(std::string value, const char* via, const Param
   out.store = std::make_unique<TcpStoreClient>(host, port, out.secret_hex, startTimeout(params));
   return out;
 }
+
+namespace {
 
 StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
   checkPmiSocket(info);
@@ -353,6 +357,7 @@ StoreConnection connectStore(const LaunchInfo& info, const Params& params) {
     return out;
   }
   if (info.launcher == Launcher::kHydra) return hydraStore(info, params);
+  if (info.launcher == Launcher::kHorovodrun) return horovodrunStore(info, params);
   if (info.launcher == Launcher::kTorchrun || info.launcher == Launcher::kSlurm) {
     return storeOnRankZeroHost(info, params);
   }

@@ -1,6 +1,7 @@
 // Reaches the rendezvous store that the launcher provides (see Note [Store discovery]).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,17 @@ struct StoreConnection {
 // How many consecutive ports from a derived store port rank 0 may take (Note [Derived store
 // port]).
 constexpr int kDerivedPortCandidates = 8;
+
+// Starts a store served by this process at `*port` (0: any free port; *port gets the port).
+// The secret is random unless given.
+StoreConnection startLocalServer(const std::string& host, const Params& params, int* port,
+                                 const std::string& secret_hex = std::string());
+
+// How rank 0 hands its store to the other ranks through the launcher's own channel (a PMI
+// value, an MPI broadcast, horovodrun's HTTP store): "host,port,secret" (no spaces).
+std::string publishedStore(const std::string& host, int port, const std::string& secret_hex);
+// A rank other than 0: connects to the store that rank 0 published through `via`.
+StoreConnection connectPublished(std::string value, const char* via, const Params& params);
 
 // Throws InvalidArgumentError (no way to find a store), TimeoutError (not found in time).
 StoreConnection connectStore(const LaunchInfo& info, const Params& params);

@@ -135,6 +135,48 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_TRUE(contains(failure(half), "RANK/WORLD_SIZE")) << failure(half);
 }
 
+// What horovodrun 0.28 (Gloo mode) gives rank 3 of -np 4 -H a:2,b:2 (gloo_run.py).
+Env horovodrunRank3() {
+  return {{"HOROVOD_RANK", "3"},
+          {"HOROVOD_SIZE", "4"},
+          {"HOROVOD_LOCAL_RANK", "1"},
+          {"HOROVOD_LOCAL_SIZE", "2"},
+          {"HOROVOD_CROSS_RANK", "1"},
+          {"HOROVOD_CROSS_SIZE", "2"},
+          {"HOROVOD_HOSTNAME", "b"},
+          {"HOROVOD_CONTROLLER", "gloo"},
+          {"HOROVOD_CPU_OPERATIONS", "gloo"},
+          {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
+          {"HOROVOD_GLOO_RENDEZVOUS_PORT", "8559"},
+          {"SLURM_PROCID", "0"},
+          {"SLURM_STEP_NUM_TASKS", "1"}};  // horovodrun inside a one-task srun step
+}
+
+TEST(LaunchEnv, Horovodrun) {
+  LaunchInfo info = read(horovodrunRank3());
+  EXPECT_EQ(info.launcher, Launcher::kHorovodrun);
+  EXPECT_EQ(info.topology.rank, 3);
+  EXPECT_EQ(info.topology.size, 4);
+  EXPECT_EQ(info.topology.local_rank, 1);
+  EXPECT_EQ(info.topology.cross_rank, 1);
+  EXPECT_EQ(info.cross_size_var, "HOROVOD_CROSS_SIZE");
+  EXPECT_EQ(info.topology.hostname, "b");  // horovodrun's name, as its placement uses
+  EXPECT_EQ(info.store_host, "10.0.0.1");
+  EXPECT_EQ(info.http_port, 8559);
+  EXPECT_EQ(info.derived_port, 0);
+
+  Env elastic = horovodrunRank3();
+  elastic["HOROVOD_ELASTIC"] = "1";
+  std::string msg = failure(elastic);
+  EXPECT_TRUE(contains(msg, "elastic mode")) << msg;
+  EXPECT_TRUE(contains(msg, "perseusrun -np 4 ")) << msg;
+  Env bare = horovodrunRank3();
+  bare.erase("HOROVOD_GLOO_RENDEZVOUS_PORT");
+  msg = failure(bare);
+  EXPECT_TRUE(contains(msg, "HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT")) << msg;
+  EXPECT_TRUE(contains(msg, "perseusrun -np 4 ")) << msg;
+}
+
 TEST(LaunchEnv, Slurm) {
   LaunchInfo info = read(srunTask2());
   EXPECT_EQ(info.launcher, Launcher::kSlurm);

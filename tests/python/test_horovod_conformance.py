@@ -132,6 +132,20 @@ def test_horovod_variables_translate_and_unknown_perseus_ones_name_the_closest()
     assert unknown == [("PERSEUS_FUSION_THRESHOLDD", "PERSEUS_FUSION_THRESHOLD")]
 
 
+def test_horovodrun_own_gloo_settings_are_not_a_request():
+    """horovodrun sets HOROVOD_CONTROLLER/CPU_OPERATIONS=gloo for every worker: under it they
+    neither force TCP within a host nor get reported; set by a user, they still do."""
+    from perseus.common import horovod_env
+    gloo = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_IFACE": "lo"}
+    updates, ignored = horovod_env.translate(dict(
+        gloo, HOROVOD_RANK="0", HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1"))
+    assert updates == {"PERSEUS_IFACE": "lo"} and ignored == [], (updates, ignored)
+    updates, ignored = horovod_env.translate(gloo)
+    assert updates["PERSEUS_CPU_OPERATIONS"] == "tcp"
+    assert [name for name, _ in ignored] == ["HOROVOD_CONTROLLER"]
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_torch_behaves_as_horovod(np):
     out = run_worker(np, "torch_conformance.py").stdout

@@ -88,9 +88,6 @@ NO_EFFECT = {
     "HOROVOD_LOG_HIDE_TIME": "the core's log lines carry no timestamp to hide",
     "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "Adasum is not supported",
     "HOROVOD_DISABLE_NVTX_RANGES": "Perseus emits no NVTX ranges",
-    "HOROVOD_GLOO_RENDEZVOUS_ADDR": "rendezvous uses PERSEUS_CONTROLLER_ADDR (set by perseusrun)",
-    "HOROVOD_GLOO_RENDEZVOUS_PORT": "rendezvous uses PERSEUS_CONTROLLER_PORT (set by "
-                                    "perseusrun)",
     # AIACC-Training variables of its demo scripts.
     "PERSEUS_ALLREDUCE_MODE": "the allreduce algorithm is picked per message by a cost model "
                               "(PERSEUS_ALLREDUCE_ALGO forces one)",
@@ -99,10 +96,22 @@ NO_EFFECT = {
     "PERSEUS_ALLREDUCE_FUSION": "the fusion buffer is PERSEUS_FUSION_THRESHOLD (bytes)",
 }
 
-# Set by horovodrun or perseusrun for the ranks, read by programs; never a tuning knob.
+# Set by horovodrun or perseusrun for the ranks, read by programs (and by the core, which
+# joins a horovodrun job through its rendezvous server: src/rendezvous/horovodrun_store.cc);
+# never a tuning knob.
 TOPOLOGY = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
             "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
             "HOROVOD_ELASTIC")  # 1 for the workers of an elastic job, as horovodrun sets it
+
+# horovodrun (Gloo mode) sets these for every worker to select its own Gloo controller and CPU
+# operations, whatever the user asked: under it they describe the launcher, not a choice, and
+# are neither translated (Gloo's CPU operations would force TCP within a host) nor reported.
+LAUNCHER_SET = ("HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS")
+
+
+def started_by_horovodrun(environ):
+    return bool(environ.get("HOROVOD_RANK") and environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"))
 
 # PERSEUS_* read outside the core's parameter table (launcher, bootstrap, tests).
 OTHER_PERSEUS = ("PERSEUS_RANK", "PERSEUS_SIZE", "PERSEUS_LOCAL_RANK", "PERSEUS_LOCAL_SIZE",
@@ -120,15 +129,16 @@ def translate(environ):
     """The PERSEUS_* values the HOROVOD_* variables in `environ` stand for (unset PERSEUS_*
     ones only), and the list of (variable, reason) that have no effect."""
     updates, ignored = {}, []
+    skip = LAUNCHER_SET if started_by_horovodrun(environ) else ()
     for hvd_name, (perseus_name, convert, _) in TRANSLATED.items():
         value = environ.get(hvd_name)
-        if not value or environ.get(perseus_name) or perseus_name in updates:
+        if not value or hvd_name in skip or environ.get(perseus_name) or perseus_name in updates:
             continue
         value = convert(value) if convert else value
         if value is not None:
             updates[perseus_name] = value
     for hvd_name, reason in NO_EFFECT.items():
-        if environ.get(hvd_name):
+        if environ.get(hvd_name) and hvd_name not in skip:
             ignored.append((hvd_name, reason))
     return updates, ignored
 

@@ -184,17 +184,24 @@ def test_open_mpi_stays_the_default():
     assert "Open MPI" in version, version
 
 
+# What horovodrun 0.28 (Gloo mode) gives each worker (horovod/runner/gloo_run.py).
+HOROVODRUN_GLOO = {
+    "HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2",
+    "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1", "HOROVOD_HOSTNAME": "localhost",
+    "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": "29400"}
+
+
 @pytest.mark.parametrize("env, launcher, seen", [
     ({"RANK": "0", "WORLD_SIZE": "2"}, "torchrun", "WORLD_SIZE=2"),
     ({"PMIX_RANK": "0", "PMIX_NAMESPACE": "prte@1"}, "PMIx", "PMIX_RANK=0"),
     ({"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
      "mpiexec", "PMI_SIZE=2"),
-    # What horovodrun 0.28 (Gloo mode) gives each worker: its HTTP rendezvous is not joined.
-    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0",
-      "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
-      "HOROVOD_HOSTNAME": "localhost", "HOROVOD_CONTROLLER": "gloo",
-      "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
-      "HOROVOD_GLOO_RENDEZVOUS_PORT": "29400"}, "horovodrun", "perseusrun -np 2 "),
+    # What horovodrun 0.28's elastic mode gives each worker: ranks come from its driver.
+    (dict(HOROVODRUN_GLOO, HOROVOD_ELASTIC="1"), "horovodrun", "perseusrun -np 2 "),
+    # horovodrun's placement without its rendezvous server (a hand-made environment).
+    ({k: v for k, v in HOROVODRUN_GLOO.items() if "RENDEZVOUS" not in k}, "horovodrun",
+     "perseusrun -np 2 "),
 ])
 def test_job_that_cannot_form_raises(env, launcher, seen):
     # perseus.torch for torchrun's variables (the user's import); the cheaper _core otherwise.
