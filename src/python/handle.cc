@@ -37,18 +37,6 @@ struct OutputContext {
   PyObject* owner;
 };
 
-// A wait that outlasted a slice: notes where the Python caller waits (the first frame
-// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
-// recorded per call. GIL held; a failure here only loses the site.
-void noteCallSite(perseus_handle id) {
-  try {
-    std::string site =
-        py::module_::import("perseus.common.call_site").attr("caller_site")().cast<std::string>();
-    if (!site.empty()) perseus_handle_note_call_site(id, site.c_str());
-  } catch (const std::exception&) {
-  }
-}
-
 void deleteOutput(DLManagedTensor* self) {
   auto* ctx = static_cast<OutputContext*>(self->manager_ctx);
   // Consumers may call the deleter from any thread.
@@ -93,6 +81,15 @@ DLDataType toDlDtype(int32_t dtype) {
 }
 
 }  // namespace
+
+void noteCallSite(perseus_handle id) {
+  try {
+    std::string site =
+        py::module_::import("perseus.common.call_site").attr("caller_site")().cast<std::string>();
+    if (!site.empty()) perseus_handle_note_call_site(id, site.c_str());
+  } catch (const std::exception&) {
+  }
+}
 
 HandleState::~HandleState() { perseus_release(id); }
 

@@ -44,6 +44,18 @@ def main():
            torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64), name="bad.dtype_")
     e = expect(MismatchError, hvd.broadcast_, torch.ones(2), rank, name="bad.root_")
     assert "bad.root_" in str(e), str(e)
+    # The allgather of a small CPU tensor (one call into the core, the result copied out) too,
+    # also once its name has a posted slot.
+    e = expect(MismatchError, hvd.allgather, torch.ones(2, 2 + rank), name="bad.gather_")
+    assert "bad.gather_" in str(e), str(e)
+    e = expect(MismatchError, hvd.allgather,
+               torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64),
+               name="bad.gather_dtype")
+    assert "bad.gather_dtype" in str(e), str(e)
+    for _ in range(3):
+        hvd.allgather(torch.ones(2, 3), name="gather.posted")
+    e = expect(MismatchError, hvd.allgather, torch.ones(2, 3 + rank), name="gather.posted")
+    assert "gather.posted" in str(e), str(e)
 
     # Duplicate name in flight: ValueError at submission, like Horovod. The first op must still
     # be in flight when the second comes: rank 0 joins it only after the barrier (and the
