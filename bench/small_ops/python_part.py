@@ -18,7 +18,8 @@ from perseus.torch import _tensors as _t
 from perseus.torch import mpi_ops as _ops
 
 CALLS = {
-    "allreduce core": "core.allreduce_inplace('pp.ar', t.data_ptr(), code, t.shape, 0, 1.0, 1.0, 0)",
+    "allreduce core": "core.allreduce_inplace('pp.ar', t.data_ptr(), code, t.shape, 0, 1.0, 1.0, "
+                      "0)",
     "allreduce whole": "hvd.allreduce_(t, name='pp.ar', op=hvd.Sum)",
     "broadcast core": "core.broadcast_inplace('pp.bc', t.data_ptr(), code, t.shape, 0, 0)",
     "broadcast whole": "hvd.broadcast_(t, 0, name='pp.bc')",

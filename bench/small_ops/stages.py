@@ -17,7 +17,6 @@ one that did not. The ratios carry over between machines; the absolute figures d
 import argparse
 import statistics
 import sys
-import time
 
 try:  # before Perseus and torch: MPI must be initialised first (docs/cluster.md)
     from mpi4py import MPI
@@ -28,6 +27,7 @@ import torch  # noqa: E402
 import perseus.torch as hvd  # noqa: E402
 from perseus.torch import _tensors as _t  # noqa: E402
 from perseus.torch import mpi_ops as _ops  # noqa: E402
+from worker import sample  # noqa: E402  (the same sampling as run.py's)
 
 
 def parse_args():
@@ -44,7 +44,8 @@ def allreduce_stages(t, tag, comm):
     args = (name, t.data_ptr(), _t.dense_cpu_code(t), t.shape, 0, 1.0, 1.0, 0)
     a = t.numpy()
     stages = {
-        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape, _ops._DIRECT_OPS.get(hvd.Sum)),
+        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape,
+                           _ops._DIRECT_OPS.get(hvd.Sum)),
         "core": lambda: core.allreduce_inplace(*args),
         "whole": lambda: hvd.allreduce_(t, name=name, op=hvd.Sum),
         "handle": lambda: hvd.synchronize(hvd.allreduce_async_(t, name=name, op=hvd.Sum)),
@@ -86,22 +87,6 @@ def allgather_stages(t, tag, comm):
     if comm is not None:
         stages["mpi4py"] = lambda: comm.Allgather(a, out)
     return stages
-
-
-def slowest(seconds):
-    t = torch.tensor([seconds], dtype=torch.float64)
-    hvd.allreduce_(t, name="stages.slowest", op=hvd.Max)
-    return float(t[0])
-
-
-def sample(fn, k):
-    for _ in range(3):
-        fn()
-    hvd.barrier()
-    start = time.perf_counter()
-    for _ in range(k):
-        fn()
-    return slowest((time.perf_counter() - start) / k)
 
 
 def main():

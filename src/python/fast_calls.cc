@@ -16,6 +16,7 @@
 #include "errors.h"
 #include "handle.h"
 #include "perseus/c_api.h"
+#include "tensor_arg.h"
 
 namespace perseus_py {
 namespace {
@@ -124,23 +125,6 @@ PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return finish(status, "perseus_broadcast_blocking");
 }
 
-// Bytes per element of a perseus_dtype (0 for an unknown code, which the core rejects first).
-size_t elementSize(int32_t dtype) {
-  switch (dtype) {
-    case PERSEUS_INT32:
-    case PERSEUS_FLOAT32:
-      return 4;
-    case PERSEUS_INT64:
-    case PERSEUS_FLOAT64:
-      return 8;
-    case PERSEUS_FLOAT16:
-    case PERSEUS_BFLOAT16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 // Releases a library handle on every way out.
 struct ReleaseHandle {
   perseus_handle id;
@@ -177,7 +161,7 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_obje
   if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
   PyObject* shape = PyTuple_New(out.ndim);
   if (shape == nullptr) return nullptr;
-  size_t bytes = elementSize(out.dtype);
+  auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
   for (int32_t i = 0; i < out.ndim; ++i) {
     PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.shape[i]));
     bytes *= static_cast<size_t>(out.shape[i]);
