@@ -53,8 +53,10 @@ def main():
             mod.zero_grad()
             y = fn(x)
             y.backward(g)
-            got.append((y.detach(), x.grad.clone(), mod.weight.grad.clone(), mod.bias.grad.clone()))
-        for what, a, b in zip(("output", "input grad", "weight grad", "bias grad"), *got):
+            got.append((y.detach(), x.grad.clone(), mod.weight.grad.clone(), mod.bias.grad.clone(),
+                        mod.running_mean.clone(), mod.running_var.clone()))
+        for what, a, b in zip(("output", "input grad", "weight grad", "bias grad", "running mean",
+                               "running var"), *got):
             err = (a - b).abs().max().item() / max(1.0, b.abs().max().item())
             if err > 1e-3:
                 common.fail("forced SyncBatchNorm's %s differs from BatchNorm2d's by %g" % (what, err))
@@ -87,6 +89,18 @@ def interleaved_us(fns, device, reps, warmup=5):
     return [statistics.median(t) for t in ts]
 
 
+def check_same(perseus_step, torch_step, x, dtype):
+    """Both forced paths give the same input gradient (and so the same output) on the input."""
+    grads = []
+    for step in (perseus_step, torch_step):
+        step()
+        grads.append(x.grad.float())
+    err = (grads[0] - grads[1]).abs().max().item() / max(1.0, grads[1].abs().max().item())
+    if err > (2e-2 if dtype == torch.bfloat16 else 1e-3):
+        common.fail("forced SyncBatchNorm's input grad differs from torch's (%s) by %g"
+                    % (dtype, err))
+
+
 def versus_torch(args, dev):
     """Both forced synchronized paths, fwd+bwd, on the issue's input (N=8, C=256, 56x56)."""
     dist = common.torch_dist_init(args, 0, 1, 29517)
@@ -112,7 +126,9 @@ def versus_torch(args, dev):
         torch_step = run(lambda: _torch_bn.SyncBatchNorm.apply(
             x, theirs.weight, theirs.bias, theirs.running_mean, theirs.running_var, theirs.eps,
             0.1, group, 1))
-        if args.cpu:  # torch's sync path has CUDA kernels only: rehearse ours alone
+        if not args.cpu:  # torch's sync path has CUDA kernels only
+            check_same(perseus_step, torch_step, x, dtype)
+        if args.cpu:  # rehearse ours alone
             t_perseus, = interleaved_us([perseus_step], dev, 5)
             common.result("d_sync_bn_vs_torch", dtype=str(dtype).replace("torch.", ""),
                           shape="x".join(map(str, shape)), perseus_us=t_perseus,

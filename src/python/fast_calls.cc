@@ -1,6 +1,7 @@
-// Blocking in-place allreduce and broadcast for the framework layers' fast path: the caller
-// passes a dense, contiguous tensor as (address, dtype, shape[, CUDA device, stream]) and keeps
-// it alive for the call, so no DLPack capsule, TensorArg or Handle is built. A CUDA call returns
+// Blocking in-place allreduce and broadcast, and a blocking CPU allgather, for the framework
+// layers' fast path: the caller passes a dense, contiguous tensor as (address, dtype,
+// shape[, CUDA device, stream]) and keeps it alive for the call, so no DLPack capsule,
+// TensorArg or Python Handle is built. A CUDA call returns
 // once the collective's GPU work is done (its handle completes only then, Note [GPU
 // completion]), so later work on any stream is ordered after it without a stream wait. These are
 // plain CPython FASTCALL functions: pybind11's overload dispatch, keyword matching and argument
@@ -10,9 +11,12 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "errors.h"
+#include "handle.h"
 #include "perseus/c_api.h"
+#include "tensor_arg.h"
 
 namespace perseus_py {
 namespace {
@@ -121,6 +125,98 @@ PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return finish(status, "perseus_broadcast_blocking");
 }
 
+// Releases a library handle on every way out.
+struct ReleaseHandle {
+  perseus_handle id;
+  ~ReleaseHandle() { perseus_release(id); }
+};
+
+constexpr double kWaitSliceS = 0.25;
+
+// Goes on waiting, as Handle.wait() does, for a handle that did not complete within a first
+// slice: in slices, so that Ctrl-C interrupts a long wait, and noting the call site for the
+// stall diagnosis (only late ops pay for it). Returns false with a Python exception set.
+bool waitLate(perseus_handle id) {
+  noteCallSite(id);
+  for (;;) {
+    if (PyErr_CheckSignals() != 0) return false;
+    perseus_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = perseus_wait(id, kWaitSliceS);
+    Py_END_ALLOW_THREADS;
+    if (s == PERSEUS_OK) return true;
+    if (s != PERSEUS_ERR_IN_PROGRESS) {
+      setStatusError(s, statusMessage(s, "perseus_wait"));
+      return false;
+    }
+  }
+}
+
+// The library-owned output as a new framework tensor: allocate(shape, dtype_object) returns
+// (tensor, address), and the output is copied there. For small outputs a copy costs less than
+// handing the library's memory over through a DLPack capsule.
+PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_object) {
+  perseus_tensor out{};
+  const perseus_status s = perseus_handle_output(id, 0, &out);
+  if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
+  PyObject* shape = PyTuple_New(out.ndim);
+  if (shape == nullptr) return nullptr;
+  auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
+  for (int32_t i = 0; i < out.ndim; ++i) {
+    PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.shape[i]));
+    bytes *= static_cast<size_t>(out.shape[i]);
+  }
+  PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, dtype_object, nullptr);
+  Py_DECREF(shape);
+  if (made == nullptr) return nullptr;
+  if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+    Py_DECREF(made);
+    PyErr_SetString(PyExc_TypeError, "allocate must return (tensor, address)");
+    return nullptr;
+  }
+  void* dst = PyLong_AsVoidPtr(PyTuple_GET_ITEM(made, 1));
+  if (dst == nullptr && PyErr_Occurred()) {
+    Py_DECREF(made);
+    return nullptr;
+  }
+  if (bytes != 0) std::memcpy(dst, out.data, bytes);
+  PyObject* tensor = PyTuple_GET_ITEM(made, 0);
+  Py_INCREF(tensor);
+  Py_DECREF(made);
+  return tensor;
+}
+
+// allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
+// allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
+// allocate(shape, dtype_object) -> (tensor, address) made for the result. The output's shape
+// comes from the core, so ranks may differ in the first dimension as on the handle path.
+PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7) {
+    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (name == nullptr) return nullptr;
+  FlatTensor t;
+  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
+  const long process_set = PyLong_AsLong(args[4]);
+  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  perseus_handle id{};
+  perseus_status submitted, waited = PERSEUS_OK;
+  Py_BEGIN_ALLOW_THREADS;
+  submitted = perseus_allgather(name, &t.t, static_cast<int32_t>(process_set), &id);
+  if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
+  Py_END_ALLOW_THREADS;
+  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather");
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) {
+    if (!waitLate(id)) return nullptr;
+  } else if (waited != PERSEUS_OK) {
+    return finish(waited, "perseus_wait");
+  }
+  return copyOutput(id, args[5], args[6]);
+}
+
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
 PyCFunction asCFunction() {
   // METH_FASTCALL functions are stored as PyCFunction; the cast through void(*)() is the
@@ -136,6 +232,10 @@ PyMethodDef kFastCalls[] = {
     {"broadcast_inplace", asCFunction<broadcastInplace>(), METH_FASTCALL,
      "broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream]): a "
      "blocking in-place broadcast of a contiguous tensor the caller keeps alive."},
+    {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
+     "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
+     "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "
+     "dtype_object) -> (tensor, address) made for the result."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

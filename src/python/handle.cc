@@ -73,18 +73,6 @@ std::string callerSite() {
   return "";
 }
 
-// A wait that outlasted a slice: notes where the Python caller waits (the first frame
-// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
-// recorded per call. GIL held; a failure here only loses the site.
-void noteCallSite(perseus_handle id) {
-  try {
-    std::string site = callerSite();
-    if (!site.empty()) perseus_handle_note_call_site(id, site.c_str());
-  } catch (const std::exception&) {
-    PyErr_Clear();
-  }
-}
-
 void deleteOutput(DLManagedTensor* self) {
   auto* ctx = static_cast<OutputContext*>(self->manager_ctx);
   // Consumers may call the deleter from any thread.
@@ -129,6 +117,18 @@ DLDataType toDlDtype(int32_t dtype) {
 }
 
 }  // namespace
+
+// A wait that outlasted a slice: notes where the Python caller waits (the first frame
+// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
+// recorded per call. GIL held; a failure here only loses the site.
+void noteCallSite(perseus_handle id) {
+  try {
+    std::string site = callerSite();
+    if (!site.empty()) perseus_handle_note_call_site(id, site.c_str());
+  } catch (const std::exception&) {
+    PyErr_Clear();
+  }
+}
 
 HandleState::~HandleState() { perseus_release(id); }
 

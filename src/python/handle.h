@@ -31,6 +31,11 @@ struct HandleState {
   std::string error;
 };
 
+// A wait that outlasted a slice: notes where the Python caller waits (the first frame
+// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
+// recorded per call. GIL held; a failure here only loses the site.
+void noteCallSite(perseus_handle id);
+
 class Handle {
  public:
   explicit Handle(std::shared_ptr<HandleState> state) : state_(std::move(state)) {}

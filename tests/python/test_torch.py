@@ -36,6 +36,11 @@ def test_sync_batch_norm_matches_batch_norm(np):
     assert run_worker(np, "torch_sync_bn.py").stdout.count("PASS sync_bn") == 3 * np
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device check runs it)")
+def test_sync_batch_norm_matches_batch_norm_on_cuda():
+    assert run_worker(2, "torch_sync_bn.py", "cuda").stdout.count("PASS sync_bn") == 3 * 2
+
+
 def test_engine_stats_show_cached_negotiation():
     env = dict(os.environ, PERSEUS_POSTED_ALLREDUCE="0")
     assert run_worker(2, "torch_engine_stats.py", env=env).stdout.count("PASS engine_stats") == 2

@@ -46,6 +46,13 @@ def dense_cuda_args(tensor):
     return None
 
 
+def empty_with_address(shape, dtype):
+    """A new CPU tensor and its address, for results the core copies out (allgather_into).
+    The sizes go as separate ints: torch parses them faster than a tuple (about 0.5 us)."""
+    t = torch.empty(*shape, dtype=dtype) if shape else torch.empty(shape, dtype=dtype)
+    return t, t.data_ptr()
+
+
 def check_reducible(tensor, op_kind, name):
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError("%s '%s': expected a torch.Tensor, got %s"

@@ -3,6 +3,7 @@
 import torch
 
 import perseus.torch as hvd
+from perseus.common.basics import core as perseus_core
 from perseus.common.exceptions import (DuplicateNameError, MismatchError, PerseusInternalError,
                                        UnsupportedError)
 
@@ -44,6 +45,25 @@ def main():
            torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64), name="bad.dtype_")
     e = expect(MismatchError, hvd.broadcast_, torch.ones(2), rank, name="bad.root_")
     assert "bad.root_" in str(e), str(e)
+    # The allgather of a small CPU tensor (one call into the core, the result copied out) too,
+    # also once its name has a posted slot.
+    e = expect(MismatchError, hvd.allgather, torch.ones(2, 2 + rank), name="bad.gather_")
+    assert "bad.gather_" in str(e), str(e)
+    e = expect(MismatchError, hvd.allgather,
+               torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64),
+               name="bad.gather_dtype")
+    assert "bad.gather_dtype" in str(e), str(e)
+    for _ in range(3):
+        hvd.allgather(torch.ones(2, 3), name="gather.posted")
+    e = expect(MismatchError, hvd.allgather, torch.ones(2, 3 + rank), name="gather.posted")
+    assert "gather.posted" in str(e), str(e)
+    # The extension call behind it checks its own arguments; a result it cannot place fails
+    # after the collective completed (every rank took part), and the job goes on.
+    core = perseus_core()
+    expect(TypeError, core.allgather_into, "bad.args")
+    t = torch.ones(2)
+    expect(TypeError, core.allgather_into, "bad.alloc", t.data_ptr(), 6, t.shape, 0,
+           lambda shape, dtype: None, t.dtype)
 
     # Duplicate name in flight: ValueError at submission, like Horovod. The first op must still
     # be in flight when the second comes: rank 0 joins it only after the barrier (and the

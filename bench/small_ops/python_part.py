@@ -1,0 +1,53 @@
+"""The Python part of a small collective, at world size 1: each perseus.torch call as a user
+makes it ("whole") against the bare extension call with precomputed arguments ("core"), timed
+with the thread's CPU clock (time.thread_time), which other processes taking the core do not
+move. whole - core is what the Python layer costs per call.
+
+    python -m perseus.runner -np 1 python bench/small_ops/python_part.py
+
+Prints the fastest of the repetitions for each call, in microseconds."""
+
+import argparse
+import time
+import timeit
+
+import torch
+
+import perseus.torch as hvd
+from perseus.torch import _tensors as _t
+from perseus.torch import mpi_ops as _ops
+
+CALLS = {
+    "allreduce core": "core.allreduce_inplace('pp.ar', t.data_ptr(), code, t.shape, 0, 1.0, 1.0, "
+                      "0)",
+    "allreduce whole": "hvd.allreduce_(t, name='pp.ar', op=hvd.Sum)",
+    "broadcast core": "core.broadcast_inplace('pp.bc', t.data_ptr(), code, t.shape, 0, 0)",
+    "broadcast whole": "hvd.broadcast_(t, 0, name='pp.bc')",
+    "allgather core": "core.allgather_into('pp.ag', t.data_ptr(), code, t.shape, 0, "
+                      "_t.empty_with_address, t.dtype)",
+    "allgather whole": "hvd.allgather(t, name='pp.ag')",
+    "allgather handle": "hvd.synchronize(hvd.allgather_async(t, name='pp.ag'))",
+}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--number", type=int, default=3000)
+    args = p.parse_args()
+    hvd.init()
+    t = torch.ones(1)
+    env = dict(hvd=hvd, t=t, core=_ops._direct(), code=_t.dense_cpu_code(t), _t=_t)
+    best = {}
+    for _ in range(args.reps):  # interleaved: every call sees the same machine
+        for label, stmt in CALLS.items():
+            timer = timeit.Timer(stmt, globals=env, timer=time.thread_time)
+            us = timer.timeit(args.number) / args.number * 1e6
+            best[label] = min(us, best.get(label, us))
+    for label in CALLS:
+        print("%-17s %.2f us" % (label, best[label]))
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

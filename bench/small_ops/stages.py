@@ -1,0 +1,119 @@
+"""Where a small collective's time goes from Python: each stage of the perseus.torch call timed
+alone, interleaved with the whole call and with mpi4py in the same processes (2 ranks).
+
+    mpirun --bind-to none -np 2 python bench/small_ops/stages.py          # or perseusrun
+
+Stages, per op (float32, in place where the op is):
+  python      the Python part alone: checks, data_ptr(), shape, name (no collective)
+  core        the extension call with precomputed arguments: binding, C API, engine, wait
+  whole       hvd.allreduce_ / hvd.broadcast_ / hvd.allgather as a user calls them
+  handle      the asynchronous path: capsule, handle, wait, output (allgather's old path)
+  mpi4py      the peer, same sizes
+Prints one line per (op, bytes, stage): the fastest and the median repetition of the slowest
+rank's per-op time, and the fastest's ratio to mpi4py's. Short samples, many repetitions and
+the fastest: on a loaded host most samples catch a rank off its core, and the fastest is the
+one that did not. The ratios carry over between machines; the absolute figures do not."""
+
+import argparse
+import statistics
+import sys
+
+try:  # before Perseus and torch: MPI must be initialised first (docs/cluster.md)
+    from mpi4py import MPI
+except ImportError:
+    MPI = None
+import torch  # noqa: E402
+
+import perseus.torch as hvd  # noqa: E402
+from perseus.torch import _tensors as _t  # noqa: E402
+from perseus.torch import mpi_ops as _ops  # noqa: E402
+from worker import sample  # noqa: E402  (the same sampling as run.py's)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="4,64,1024,4096")
+    p.add_argument("--reps", type=int, default=31)
+    p.add_argument("--k", type=int, default=300, help="ops per sample")
+    return p.parse_args()
+
+
+def allreduce_stages(t, tag, comm):
+    core = _ops._direct()
+    name = "st.ar." + tag
+    args = (name, t.data_ptr(), _t.dense_cpu_code(t), t.shape, 0, 1.0, 1.0, 0)
+    a = t.numpy()
+    stages = {
+        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape,
+                           _ops._DIRECT_OPS.get(hvd.Sum)),
+        "core": lambda: core.allreduce_inplace(*args),
+        "whole": lambda: hvd.allreduce_(t, name=name, op=hvd.Sum),
+        "handle": lambda: hvd.synchronize(hvd.allreduce_async_(t, name=name, op=hvd.Sum)),
+    }
+    if comm is not None:
+        stages["mpi4py"] = lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+    return stages
+
+
+def broadcast_stages(t, tag, comm):
+    core = _ops._direct()
+    name = "st.bc." + tag
+    args = (name, t.data_ptr(), _t.dense_cpu_code(t), t.shape, 0, 0)
+    a = t.numpy()
+    stages = {
+        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape),
+        "core": lambda: core.broadcast_inplace(*args),
+        "whole": lambda: hvd.broadcast_(t, 0, name=name),
+        "handle": lambda: hvd.synchronize(hvd.broadcast_async_(t, 0, name=name)),
+    }
+    if comm is not None:
+        stages["mpi4py"] = lambda: comm.Bcast(a, root=0)
+    return stages
+
+
+def allgather_stages(t, tag, comm):
+    core = _ops._direct()
+    name = "st.ag." + tag
+    code = _t.dense_cpu_code(t)
+    a = t.numpy()
+    out = torch.empty(t.numel() * hvd.size()).numpy()
+    stages = {
+        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape, t.nbytes),
+        "core": lambda: core.allgather_into(name, t.data_ptr(), code, t.shape, 0,
+                                            _t.empty_with_address, t.dtype),
+        "whole": lambda: hvd.allgather(t, name=name),
+        "handle": lambda: hvd.synchronize(hvd.allgather_async(t, name=name)),
+    }
+    if comm is not None:
+        stages["mpi4py"] = lambda: comm.Allgather(a, out)
+    return stages
+
+
+def main():
+    args = parse_args()
+    hvd.init()
+    comm = MPI.COMM_WORLD if MPI is not None else None
+    builders = {"allreduce": allreduce_stages, "broadcast": broadcast_stages,
+                "allgather": allgather_stages}
+    results = {}
+    for nbytes in (int(s) for s in args.sizes.split(",")):
+        t = torch.full((max(1, nbytes // 4),), float(hvd.rank() + 1))
+        for op, build in builders.items():
+            stages = build(t, str(nbytes), comm)
+            for rep in range(args.reps):
+                order = list(stages.items())
+                shift = rep % len(order)
+                for stage, fn in order[shift:] + order[:shift]:
+                    results.setdefault((op, nbytes, stage), []).append(sample(fn, args.k))
+    if hvd.rank() == 0:
+        print("op bytes stage min_us median_us min_vs_mpi4py")
+        for (op, nbytes, stage), s in results.items():
+            peer = results.get((op, nbytes, "mpi4py"))
+            ratio = "%.2f" % (min(s) / min(peer)) if peer else "-"
+            print("%s %d %s %.2f %.2f %s" % (op, nbytes, stage, min(s) * 1e6,
+                                              statistics.median(s) * 1e6, ratio), flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
