@@ -21,8 +21,10 @@
 #            CUDA tensors, every dtype and the error paths (tests/python/test_runtime_isolation.py,
 #            which also checks the libraries' exports), then tests/python/test_torch.py (CUDA join
 #            included) and tests/python/test_horovod_conformance.py.
-#   td       the torch.distributed backend: its CUDA tests, and the per-call cost of
-#            dist.all_reduce at world size 1 against a no-op Python backend and NCCL.
+#   td       the torch.distributed backend (on either route: a c10d Backend, or a ProcessGroup
+#            where torch cannot build a Python Backend): its CUDA tests with a DDP step, and the
+#            per-call cost of dist.all_reduce at world size 1 against a no-op Python group and
+#            NCCL.
 #   quiet    a clean exit after GPU collectives logs no warning (no communicator abort).
 #   a        the C++ GPU tests and the GPU benchmarks (bench/gpu/*_bench.cc), built there by
 #            the same toolchain (CMake, GoogleTest from .devdeps).
@@ -159,7 +161,7 @@ run_step "first test_elastic_gpu.py on the install (reset rebuilds GPU state)" 3
   $PY -m pytest -q -p no:cacheprovider --timeout=260 "$ROOT/tests/python/elastic/test_elastic_gpu.py"
 
 # ---- td: the torch.distributed backend "perseus" on the install ---------------------------------------
-run_step "td test_backend_cuda.py (CUDA ops, Work.wait on the stream)" 200 \
+run_step "td test_backend_cuda.py (CUDA ops, Work.wait on the stream, DDP step)" 240 \
   $PY -m pytest -q -p no:cacheprovider --timeout=180 "$ROOT/tests/python/torch_distributed/test_backend_cuda.py"
 run_step "td per-call dist.all_reduce 4 B, world size 1: noop floor, perseus, nccl" 120 \
   $PY "$ROOT/bench/gpu/dist_percall.py" "${CPU[@]}"

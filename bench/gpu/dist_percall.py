@@ -17,9 +17,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend, Work
+from torch._C._distributed_c10d import Backend, ProcessGroup, Work
 
 import perseus.torch  # noqa: F401  (registers "perseus")
+from perseus.torch.distributed import process_group_route
+
 from common import device_for, parse, sync
 
 
@@ -28,12 +30,26 @@ class _DoneWork(Work):
         return True
 
 
-class NoopBackend(Backend):
+class _Noop:
+    """Returns a completed Work without communicating: the floor of a Python backend."""
+
     def getBackendName(self):
         return "noop"
 
     def allreduce(self, tensors, opts):
         return _DoneWork()
+
+
+class NoopBackend(_Noop, Backend):
+    pass
+
+
+class NoopProcessGroup(_Noop, ProcessGroup):
+    """The floor where perseus groups are ProcessGroups (Note [ProcessGroup route])."""
+
+
+def _noop(store, rank, size, timeout):
+    return (NoopProcessGroup if process_group_route() else NoopBackend)(rank, size)
 
 
 def per_call_us(group, tensor, calls):
@@ -51,16 +67,10 @@ def main():
     args = parse(__doc__.splitlines()[0], lambda p: (
         p.add_argument("--calls", type=int, default=2000),
         p.add_argument("--rounds", type=int, default=7)))
-    from perseus.torch.distributed import python_backends_supported
-    if not python_backends_supported():
-        print("RESULT dist_percall skipped: torch %s cannot run a Python c10d backend"
-              % torch.__version__, flush=True)
-        return
     device = device_for(args)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.Backend.register_backend("noop", lambda store, rank, size, timeout: NoopBackend(rank, size),
-                                  devices=["cpu", "cuda"])
+    dist.Backend.register_backend("noop", _noop, devices=["cpu", "cuda"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -76,10 +86,12 @@ def main():
         for name, group in groups.items():
             times[name].append(per_call_us(group, tensor, args.calls))
     floor = statistics.median(times["noop"])
+    route = "ProcessGroup" if process_group_route() else "Backend"
     for name, ts in times.items():
         median = statistics.median(ts)
-        print("RESULT dist_percall backend=%s device=%s us_per_call=%.2f fastest=%.2f "
-              "over_floor=%.2f" % (name, device.type, median, min(ts), median - floor), flush=True)
+        print("RESULT dist_percall backend=%s route=%s device=%s us_per_call=%.2f fastest=%.2f "
+              "over_floor=%.2f" % (name, route, device.type, median, min(ts), median - floor),
+              flush=True)
     dist.destroy_process_group()
 
 

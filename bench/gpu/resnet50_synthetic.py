@@ -67,13 +67,7 @@ def run_ddp(args):
     import socket
     import torch.distributed as dist
     backend = args.mode[len("ddp-"):]
-    if backend == "perseus":
-        from perseus.torch.distributed import python_backends_supported
-        if not python_backends_supported():
-            print("RESULT resnet50 mode=%s skipped: torch %s cannot run a Python c10d backend"
-                  % (args.mode, torch.__version__), flush=True)
-            return
-    elif args.cpu:
+    if backend != "perseus" and args.cpu:
         backend = "gloo"
     dev = torch.device("cpu" if args.cpu else "cuda", 0)
     if dev.type == "cuda":
