@@ -67,7 +67,9 @@ def run_ddp(args):
     import socket
     import torch.distributed as dist
     backend = args.mode[len("ddp-"):]
-    if backend != "perseus" and args.cpu:
+    if backend == "perseus":
+        import perseus.torch.distributed  # noqa: F401  (registers the backend)
+    elif args.cpu:
         backend = "gloo"
     dev = torch.device("cpu" if args.cpu else "cuda", 0)
     if dev.type == "cuda":

@@ -38,16 +38,18 @@ def test_gpu_job_grows_when_discovery_adds_a_slot(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:2\n")
     job = ElasticJob(tmp_path, ["-np", "2", "--min-np", "2", "--max-np", "3",
-                                "--host-discovery-script", "cat %s" % hosts], steps=60,
+                                "--host-discovery-script", "cat %s" % hosts], steps=250,
                      worker=HERE / "workers" / "elastic_torch_gpu.py", timeout=200)
     try:
         job.start()
         job.wait_steps(2, 10, timeout=120)
+        # The members train on while the newcomer starts and warms up (it joins once ready),
+        # so the job must outlast a CUDA worker's start-up: 240 more steps of 0.1 s.
         hosts.write_text("localhost:3\n")
         code = job.wait().returncode
         assert code == 0, job.output()
         done = final(job.records())
         for w in ("localhost:0", "localhost:1", "localhost:2"):
-            assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 60, (w, done)
+            assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 250, (w, done)
     finally:
         job.finish()
