@@ -195,15 +195,15 @@ std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
     e->handle = Handle::create(e->request.name);
     auto handle = e->handle;
     switch (submissions_.submit(e, true, &stop)) {
-      case Submissions::Outcome::kQueued:
+      case Submissions::Admission::kQueued:
         wakeEngine();
         return handle;
-      case Submissions::Outcome::kDuplicate:
+      case Submissions::Admission::kDuplicate:
         throw duplicateName(e->request.op, e->request.name, e->request.process_set);
-      case Submissions::Outcome::kClaimed:
+      case Submissions::Admission::kClaimed:
         PERSEUS_CHECK(false, "a submission asked to be queued was only claimed");
         break;
-      case Submissions::Outcome::kStopped:
+      case Submissions::Admission::kStopped:
         break;
     }
   }
@@ -217,10 +217,10 @@ std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
 void Engine::requeue(std::unique_ptr<Entry> e) {
   Submissions::Stop stop;
   switch (submissions_.queue(e, true, &stop)) {
-    case Submissions::Outcome::kQueued:
+    case Submissions::Admission::kQueued:
       wakeEngine();
       return;
-    case Submissions::Outcome::kDuplicate:
+    case Submissions::Admission::kDuplicate:
       stop.code = StatusCode::kDuplicateName;
       stop.message = duplicateName(e->request.op, e->request.name, e->request.process_set).what();
       break;

@@ -7,31 +7,31 @@ void Submissions::pushLocked(std::unique_ptr<Entry>& e) {
   queued_.store(true);
 }
 
-Submissions::Outcome Submissions::submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop) {
+Submissions::Admission Submissions::submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_.stopped()) {
     *stop = stop_;
-    return Outcome::kStopped;
+    return Admission::kStopped;
   }
   if (!in_flight_.insert({e->request.process_set, e->request.name}).second)
-    return Outcome::kDuplicate;
-  if (!queue) return Outcome::kClaimed;
+    return Admission::kDuplicate;
+  if (!queue) return Admission::kClaimed;
   pushLocked(e);
-  return Outcome::kQueued;
+  return Admission::kQueued;
 }
 
-Submissions::Outcome Submissions::queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop) {
+Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop) {
   std::lock_guard<std::mutex> lock(mu_);
   Key key{e->request.process_set, e->request.name};
   if (stop_.stopped()) {
     *stop = stop_;
     if (!claim) in_flight_.erase(key);
-    return Outcome::kStopped;
+    return Admission::kStopped;
   }
   // Another thread submitted the name while the post fell back: the later one fails.
-  if (claim && !in_flight_.insert(std::move(key)).second) return Outcome::kDuplicate;
+  if (claim && !in_flight_.insert(std::move(key)).second) return Admission::kDuplicate;
   pushLocked(e);
-  return Outcome::kQueued;
+  return Admission::kQueued;
 }
 
 void Submissions::release(int32_t set, const std::string& name) {

@@ -30,7 +30,7 @@ class Submissions {
     bool stopped() const { return code != StatusCode::kOk; }
   };
 
-  enum class Outcome {
+  enum class Admission {
     kQueued,     // claimed and queued: the entry is the queue's now
     kClaimed,    // claimed only (submit with queue=false): the caller queues it or releases
     kDuplicate,  // the name is in flight: nothing was done
@@ -38,11 +38,11 @@ class Submissions {
   };
 
   // Claims e's (set, name), and queues e when `queue`.
-  Outcome submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop);
+  Admission submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop);
   // Queues e, whose name the caller holds claimed, or, with `claim`, claims it first (a post
   // falling back: its name was in flight in its slot, not here). On kStopped an existing claim
   // is released; on kDuplicate or kStopped e stays with the caller.
-  Outcome queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop);
+  Admission queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop);
 
   void release(int32_t set, const std::string& name);
   // The names of `n` completed entries of `set`, under one lock.

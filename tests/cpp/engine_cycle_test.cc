@@ -67,7 +67,7 @@ class Rank {
     e->handle = Handle::create(name);
     std::shared_ptr<Handle> handle = e->handle;
     Submissions::Stop stop;
-    if (submissions_.submit(e, true, &stop) != Submissions::Outcome::kQueued) {
+    if (submissions_.submit(e, true, &stop) != Submissions::Admission::kQueued) {
       throw std::runtime_error("'" + name + "' was not queued");
     }
     return handle;

@@ -16,19 +16,19 @@ std::unique_ptr<Entry> entry(const std::string& name, int32_t set = 0) {
   return e;
 }
 
-using Outcome = Submissions::Outcome;
+using Admission = Submissions::Admission;
 
 TEST(Submissions, ANameInFlightIsADuplicateUntilReleased) {
   Submissions s;
   Submissions::Stop stop;
   auto a = entry("grad"), b = entry("grad"), other_set = entry("grad", 1);
-  EXPECT_EQ(s.submit(a, true, &stop), Outcome::kQueued);
+  EXPECT_EQ(s.submit(a, true, &stop), Admission::kQueued);
   EXPECT_EQ(a, nullptr);  // the queue's now
-  EXPECT_EQ(s.submit(b, true, &stop), Outcome::kDuplicate);
-  ASSERT_NE(b, nullptr);                                          // untouched
-  EXPECT_EQ(s.submit(other_set, true, &stop), Outcome::kQueued);  // names are per set
+  EXPECT_EQ(s.submit(b, true, &stop), Admission::kDuplicate);
+  ASSERT_NE(b, nullptr);                                            // untouched
+  EXPECT_EQ(s.submit(other_set, true, &stop), Admission::kQueued);  // names are per set
   s.release(0, "grad");
-  EXPECT_EQ(s.submit(b, true, &stop), Outcome::kQueued);
+  EXPECT_EQ(s.submit(b, true, &stop), Admission::kQueued);
 }
 
 TEST(Submissions, DrainReturnsTheQueueInOrder) {
@@ -37,7 +37,7 @@ TEST(Submissions, DrainReturnsTheQueueInOrder) {
   EXPECT_FALSE(s.hasQueued());
   for (const char* n : {"a", "b", "c"}) {
     auto e = entry(n);
-    ASSERT_EQ(s.submit(e, true, &stop), Outcome::kQueued);
+    ASSERT_EQ(s.submit(e, true, &stop), Admission::kQueued);
   }
   EXPECT_TRUE(s.hasQueued());
   auto batch = s.drain();
@@ -52,12 +52,12 @@ TEST(Submissions, AClaimAloneIsQueuedLaterOrReleased) {
   Submissions s;
   Submissions::Stop stop;
   auto e = entry("x");
-  ASSERT_EQ(s.submit(e, false, &stop), Outcome::kClaimed);
+  ASSERT_EQ(s.submit(e, false, &stop), Admission::kClaimed);
   ASSERT_NE(e, nullptr);
   EXPECT_FALSE(s.hasQueued());
   auto again = entry("x");
-  EXPECT_EQ(s.submit(again, true, &stop), Outcome::kDuplicate);
-  EXPECT_EQ(s.queue(e, false, &stop), Outcome::kQueued);
+  EXPECT_EQ(s.submit(again, true, &stop), Admission::kDuplicate);
+  EXPECT_EQ(s.queue(e, false, &stop), Admission::kQueued);
   EXPECT_TRUE(s.hasQueued());
 }
 
@@ -65,9 +65,9 @@ TEST(Submissions, AFallingBackPostClaimsItsNameAndTheLaterSubmissionLoses) {
   Submissions s;
   Submissions::Stop stop;
   auto other = entry("p");
-  ASSERT_EQ(s.submit(other, true, &stop), Outcome::kQueued);
+  ASSERT_EQ(s.submit(other, true, &stop), Admission::kQueued);
   auto post = entry("p");
-  EXPECT_EQ(s.queue(post, true, &stop), Outcome::kDuplicate);
+  EXPECT_EQ(s.queue(post, true, &stop), Admission::kDuplicate);
   ASSERT_NE(post, nullptr);
 }
 
@@ -75,8 +75,8 @@ TEST(Submissions, StopKeepsTheFirstCauseReturnsTheQueueAndRefusesMore) {
   Submissions s;
   Submissions::Stop stop;
   auto q = entry("queued"), claimed = entry("claimed");
-  ASSERT_EQ(s.submit(q, true, &stop), Outcome::kQueued);
-  ASSERT_EQ(s.submit(claimed, false, &stop), Outcome::kClaimed);
+  ASSERT_EQ(s.submit(q, true, &stop), Admission::kQueued);
+  ASSERT_EQ(s.submit(claimed, false, &stop), Admission::kClaimed);
   auto queued = s.stop(StatusCode::kPeerLost, "rank 1 lost");
   s.stop(StatusCode::kShutDown, "later");
   ASSERT_EQ(queued.size(), 1u);
@@ -84,9 +84,9 @@ TEST(Submissions, StopKeepsTheFirstCauseReturnsTheQueueAndRefusesMore) {
   EXPECT_EQ(s.stopCause().code, StatusCode::kPeerLost);
   EXPECT_EQ(s.stopCause().message, "rank 1 lost");
   auto late = entry("late");
-  EXPECT_EQ(s.submit(late, true, &stop), Outcome::kStopped);
+  EXPECT_EQ(s.submit(late, true, &stop), Admission::kStopped);
   EXPECT_EQ(stop.message, "rank 1 lost");
-  EXPECT_EQ(s.queue(claimed, false, &stop), Outcome::kStopped);
+  EXPECT_EQ(s.queue(claimed, false, &stop), Admission::kStopped);
   EXPECT_NE(claimed, nullptr);  // the caller fails it
   EXPECT_FALSE(s.hasQueued());
 }
@@ -100,7 +100,7 @@ TEST(Submissions, ThreadsClaimEachNameOnce) {
       for (int i = 0; i < 200; ++i) {
         Submissions::Stop stop;
         auto e = entry("n" + std::to_string(i));
-        (s.submit(e, true, &stop) == Outcome::kQueued ? queued : duplicates)++;
+        (s.submit(e, true, &stop) == Admission::kQueued ? queued : duplicates)++;
       }
     });
   }

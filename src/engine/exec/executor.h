@@ -16,6 +16,7 @@
 #include "backends/gpu_backend.h"
 #include "collectives/communicator.h"
 #include "engine/entry.h"
+#include "engine/exec/reduction.h"
 #include "fusion/tensor_groups.h"
 
 namespace perseus::engine {
@@ -25,26 +26,6 @@ using fusion::FusionItem;
 
 class Timeline;
 
-// What every executor reduces with: Average becomes Sum with 1/size folded into the postscale.
-struct Reduction {
-  ReduceOp op;
-  double prescale, postscale;
-};
-inline Reduction reductionOf(const Response& r, int size) {
-  Reduction red{r.reduce_op, r.prescale, r.postscale};
-  if (red.op == ReduceOp::kAverage) {
-    red.op = ReduceOp::kSum;
-    red.postscale /= size;
-  }
-  return red;
-}
-
-// Rows of block `r` when `rows` are split over `size` ranks (the first rows % size get one more),
-// as reducescatter defines its output.
-inline int64_t blockRows(int64_t rows, int size, int r) {
-  return rows / size + (r < rows % size ? 1 : 0);
-}
-
 // One alltoall's layout on this rank: the splits exchanged with every rank (collective over
 // `comm`), the bytes to send to and receive from each, and the output's shape.
 struct AlltoallPlan {
@@ -53,18 +34,6 @@ struct AlltoallPlan {
   std::vector<int64_t> out_shape;
 };
 AlltoallPlan planAlltoall(collectives::Communicator& comm, const Entry& e, size_t tensor);
-
-// Staging memory of one process set: allocated on first use, grown only, never shrunk, so a
-// steady-state cycle neither allocates nor page-faults.
-class FusionBuffer {
- public:
-  uint8_t* reserve(size_t bytes);
-  size_t capacity() const { return capacity_; }
-
- private:
-  std::unique_ptr<uint8_t[]> data_;
-  size_t capacity_ = 0;
-};
 
 class Executor {
  public:
