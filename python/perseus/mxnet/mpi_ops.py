@@ -10,6 +10,7 @@ Names: every rank must submit the same name for the same collective. Unnamed col
 ``<kind>.noname.<n>``, which matches across ranks only if every rank issues the same unnamed
 collectives in the same order (as in Horovod).
 """
+import copy
 import threading
 
 import mxnet as mx
@@ -68,7 +69,17 @@ def _record_failure(error):
     global _first_failure
     with _failure_lock:
         if _first_failure is None:
-            _first_failure = error
+            _first_failure = _without_frames(error)
+
+
+def _without_frames(error):
+    """A copy of `error` with no traceback or chained exceptions: a failure kept for later must
+    not keep the frames that raised it alive, with the arrays and capsules they hold. Kept to
+    interpreter exit, those would be freed after MXNet's engine has shut down, and crash it."""
+    try:
+        return copy.copy(error)
+    except Exception:  # noqa: BLE001 - an exception type that cannot be rebuilt from its args
+        return error.with_traceback(None)
 
 
 def _on_done(handle, what, done):
