@@ -252,6 +252,8 @@ StoreConnection hydraStore(const LaunchInfo& info, const Params& params) {
 // middle of the handshake (which its store would log as a peer with a different secret).
 constexpr std::chrono::milliseconds kCandidateConnect{250};
 constexpr std::chrono::milliseconds kCandidateHandshake{5000};
+// How long a rank that finds no store yet retries every 2 ms before it backs off.
+constexpr std::chrono::milliseconds kEagerRetries{500};
 
 StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params) {
   const std::string secret = userSecretHex(info, params.secret_file);
@@ -288,6 +290,7 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
   const auto deadline = Clock::now() + startTimeout(params);
   std::string auth_failure;
   auto pause = std::chrono::milliseconds(2);
+  const auto started = Clock::now();
   while (true) {
     for (int k = 0; k < candidates; ++k) {
       const auto left =
@@ -311,9 +314,13 @@ StoreConnection storeOnRankZeroHost(const LaunchInfo& info, const Params& params
       }
     }
     if (Clock::now() >= deadline) break;
-    // Nothing listens yet on any candidate: rank 0 has not opened the store.
+    // Nothing listens yet on any candidate: rank 0 has not opened the store. Ranks start
+    // within milliseconds of each other, so the first tries come every 2 ms (a refused
+    // connect costs microseconds): a doubling pause from the start added up to its last step
+    // (16-32 ms) to a start whose store opened just after a try. Later tries back off, so
+    // that many waiting ranks do not flood the store's host.
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
-    pause = std::min(pause * 2, milliseconds(100));
+    if (Clock::now() - started > kEagerRetries) pause = std::min(pause * 2, milliseconds(100));
   }
   if (!auth_failure.empty()) {
     throw AuthError(PERSEUS_STR(
