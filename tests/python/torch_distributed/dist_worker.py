@@ -338,6 +338,20 @@ def cuda(method="env"):
     fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
     same(fut.then(lambda f: f.value()[0] + 1).wait().cpu(), torch.ones(3) * size + 1,
          "CUDA future .then()")
+    # Like NCCL's, the future completes once the collective is on its stream, not when the GPU
+    # has run it: DDP's reducer waits for it at the end of backward and must not drain the GPU.
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(400_000_000)
+        fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
+        start = time.perf_counter()
+        fut.wait()
+        waited = time.perf_counter() - start
+        busy = not side.query()
+        result = fut.value()[0].sum()
+    side.synchronize()
+    assert result.item() == 3 * size, result.item()
+    assert busy and waited < 0.05, (
+        "the CUDA future waited %.3f s for the GPU (stream still busy after: %s)" % (waited, busy))
     dist.destroy_process_group()
     print("CUDA OK rank %d of %d" % (rank, size), flush=True)
 
