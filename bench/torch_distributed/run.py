@@ -3,6 +3,9 @@
     python bench/torch_distributed/run.py [--rounds 3] [--fsdp-ranks 2,4] [--quick]
                                           [--skip ddp,fsdp] [--build-dir build/rel]
 
+Runs the source tree with --build-dir's extension, or the installed package where that
+directory does not exist.
+
   - ddp:  DDP training samples/s at --ranks ranks on bench/training's model (ddp.py);
   - fsdp: FSDP2 step time on a 50M-parameter MLP at each of --fsdp-ranks (fsdp.py).
 Each bench runs its backends in --rounds interleaved rounds, the order rotating from round to
@@ -43,6 +46,8 @@ def main():
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()[0]
     r = Runner(os.path.abspath(args.build_dir), args.ranks)
+    if not os.path.isdir(args.build_dir):
+        r.py_env = {}  # no build tree here: the installed package (pip install .)
     rows = []
     if "ddp" not in skip:
         steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if args.quick else []
