@@ -26,7 +26,7 @@ from perseus.common import basics
 from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
                                        PerseusInternalError)
 from perseus.torch import _tensors as _t
-from perseus.torch.distributed import _groups, _p2p, _reduce
+from perseus.torch.distributed import _groups, _p2p, _reduce, _shrink
 from perseus.torch.distributed._movement import DataMovement
 from perseus.torch.distributed._work import PerseusWork, done_work
 
@@ -73,6 +73,10 @@ class PerseusOps(DataMovement):
     @property
     def supports_splitting(self):
         return True
+
+    @property
+    def supports_shrinking(self):
+        return True  # the default group's only (Note [Shrinking] in _shrink.py)
 
     @property
     def options(self):
@@ -274,6 +278,10 @@ class PerseusOps(DataMovement):
         group_name = getattr(opts, "group_name", "") or "%s:split:%s" % (self.group_label, mine)
         return type(self)(mine.index(self.rank()), len(mine), global_ranks,
                           _groups.known_set(global_ranks), group_name, timeout_s, store)
+
+    def shrink(self, excluded, flags=0, opts=None):
+        """shrink_group, on the remaining ranks: a new backend for them (Note [Shrinking])."""
+        return _shrink.shrink(self, excluded, flags, opts)
 
     # -- lifetime ---------------------------------------------------------------------------
 

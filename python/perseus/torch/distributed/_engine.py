@@ -69,15 +69,15 @@ def _store_host(store):
     return socket.gethostname()
 
 
-def _rendezvous_through(store, rank, size, timeout_s, n):
+def _rendezvous_through(store, rank, size, timeout_s, n, host=None):
     """PERSEUS_* variables that join this process to rank 0's store server (Note [Engine
-    rendezvous])."""
+    rendezvous]); `host`: the address others reach rank 0 by, if not torch's (_store_host)."""
     global _server
     key = _KEY % n
     if rank == 0:
         secret = secrets.token_hex(32)
         _server = basics.core().StoreServer("0.0.0.0", 0, secret)
-        store.set(key, "%s %d %s" % (_store_host(store), _server.port, secret))
+        store.set(key, "%s %d %s" % (host or _store_host(store), _server.port, secret))
     else:
         store.wait([key])
     host, port, secret = store.get(key).decode().split(" ")
@@ -127,6 +127,39 @@ def start_from_launcher(timeout_s):
         with _environment(env):
             basics.init()
         _owned = True
+
+
+def _launcher_shrink_env(rank, size, n):
+    """The launcher's variables for the n-th job of this process, of `size` ranks: perseusrun
+    gave those of the first. Local and cross ranks are derived from the host names again."""
+    env = {"PERSEUS_RANK": str(rank), "PERSEUS_SIZE": str(size)}
+    env.update({"PERSEUS_%s_%s" % (k, v): "" for k in ("LOCAL", "CROSS") for v in ("RANK", "SIZE")})
+    if os.environ.get("PERSEUS_JOB_ID"):  # names the job's shared memory, which is new
+        env["PERSEUS_JOB_ID"] = "%s-t%d" % (os.environ["PERSEUS_JOB_ID"], n)
+    env.update(_launcher_store_env(n))
+    return env
+
+
+def restart(store, rank, size, timeout_s, host=None):
+    """Shrink (Note [Shrinking] in _shrink.py): stops this process's engine at once, without
+    the barrier of stop() (the ranks left out may be dead, or may never call it), and forms a
+    new job of `size` ranks, this one `rank`, through the store the first job used: torch's (a
+    key of its own; `host`: rank 0's address if torch's store does not name it) or
+    perseusrun's (a prefix of its own)."""
+    global _owned, _server
+    basics.shutdown()
+    if _server is not None:
+        _server.stop()
+        _server = None
+    n = next(_starts)
+    env = _timeout_env(timeout_s)
+    if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
+        env.update(_launcher_shrink_env(rank, size, n))
+    else:
+        env.update(_rendezvous_through(store, rank, size, timeout_s, n, host))
+    with _environment(env):
+        basics.init()
+    _owned = True
 
 
 def stop(timeout_s):
