@@ -25,6 +25,7 @@ _KEY = "perseus/engine/%d"
 _starts = itertools.count()
 _server = None   # rank 0's store server while the engine it served runs
 _owned = False   # whether torch.distributed started the engine (and so stops it)
+_job = 0         # which of this process's jobs the engine runs (shrink_group forms new ones)
 
 
 @contextlib.contextmanager
@@ -97,10 +98,10 @@ def _launcher_store_env(n):
 def start(store, rank, size, timeout_s):
     """Forms the job of `size` ranks (this one `rank`) unless the engine runs already; checks
     that the engine's job is torch's world."""
-    global _owned
+    global _owned, _job
     c = basics.core()
     if not c.is_initialized():
-        n = next(_starts)
+        n = _job = next(_starts)
         env = _timeout_env(timeout_s)
         if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
             env.update(_launcher_store_env(n))
@@ -120,10 +121,11 @@ def start(store, rank, size, timeout_s):
 
 def start_from_launcher(timeout_s):
     """Forms the job through Perseus's launcher detection (init_method="perseus://")."""
-    global _owned
+    global _owned, _job
     if not basics.is_initialized():
         env = _timeout_env(timeout_s)
-        env.update(_launcher_store_env(next(_starts)))
+        _job = next(_starts)
+        env.update(_launcher_store_env(_job))
         with _environment(env):
             basics.init()
         _owned = True
@@ -146,12 +148,12 @@ def restart(store, rank, size, timeout_s, host=None):
     new job of `size` ranks, this one `rank`, through the store the first job used: torch's (a
     key of its own; `host`: rank 0's address if torch's store does not name it) or
     perseusrun's (a prefix of its own)."""
-    global _owned, _server
+    global _owned, _server, _job
     basics.shutdown()
     if _server is not None:
         _server.stop()
         _server = None
-    n = next(_starts)
+    n = _job = next(_starts)
     env = _timeout_env(timeout_s)
     if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
         env.update(_launcher_shrink_env(rank, size, n))
@@ -160,6 +162,11 @@ def restart(store, rank, size, timeout_s, host=None):
     with _environment(env):
         basics.init()
     _owned = True
+
+
+def job():
+    """The job the engine runs now: a default group stops the engine only if it is its own."""
+    return _job
 
 
 def stop(timeout_s):

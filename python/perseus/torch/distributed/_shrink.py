@@ -18,12 +18,21 @@ fail ("rank N called shutdown()") and must not use the group again.
   shrink_group. torch destroys every other group when the default group shrinks; make
   subgroups again with new_group after it.
 - Under perseusrun's elastic mode the launcher re-forms the job on its own (hvd.elastic.run),
-  so shrink_group is refused there."""
+  so shrink_group is refused there.
+- torch registers the new backend as Gloo's, for one device (the group's bound device, else
+  the CPU); code that trusts that type (DDP's logger) would treat it as a ProcessGroupGloo and
+  crash. install() registers it as the custom backend it is, for each device the old group
+  had perseus for."""
 
 import datetime
+import functools
+import inspect
 import socket
 
+import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch._C._distributed_c10d import ProcessGroup
 
 from perseus.common.elastic import worker as elastic_worker
 from perseus.torch.distributed import _engine, _groups
@@ -65,8 +74,6 @@ def shrink(backend, excluded, flags, opts=None):
             % (backend.rank(), sorted(gone)))
     rank, size = remaining.index(backend.rank()), len(remaining)
     timeout_s = _timeout_s(opts, backend.timeout_s)
-    # The old group's shutdown, which torch calls next, must not stop the new engine.
-    backend.is_default_group = False
     _groups.forget()
     # torch's store names the old rank 0's host; a new rank 0 that was not it names its own.
     host = None if remaining[0] == 0 else socket.gethostname()
@@ -82,3 +89,38 @@ def shrink(backend, excluded, flags, opts=None):
                         timeout_s, backend._store)
     new.is_default_group = True
     return new
+
+
+def _perseus_devices(backend_config):
+    """The devices of a backend string ("cpu:perseus,cuda:perseus") that perseus serves."""
+    devices = []
+    for part in str(backend_config).split(","):
+        device, _, name = part.rpartition(":")
+        if device and name.strip().lower() == "perseus":
+            devices.append(device.strip())
+    return devices
+
+
+def install():
+    """Wraps torch's _create_shrunk_process_group once (Note [Shrinking])."""
+    original = getattr(c10d, "_create_shrunk_process_group", None)
+    if original is None or getattr(original, "_perseus_wrapped", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def create(*args, **kwargs):
+        pg = original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs).arguments
+        backend = bound.get("new_backend")
+        if getattr(backend, "getBackendName", lambda: "")() != "perseus":
+            return pg
+        custom = ProcessGroup.BackendType.CUSTOM
+        config = (bound.get("metadata") or {}).get("backend_config", "")
+        for device in _perseus_devices(config) or ["cpu"]:
+            pg._register_backend(torch.device(device), custom, backend)
+        pg._set_default_backend(custom)
+        return pg
+
+    create._perseus_wrapped = True
+    c10d._create_shrunk_process_group = create
