@@ -400,24 +400,25 @@ def death(method="env"):
 
 
 def shrink_excluded(method="env"):
-    """The last rank stays alive but takes no part: the others shrink the default group
-    without it. A subgroup cannot shrink (Note [Shrinking] in _shrink.py)."""
+    """Rank 1 stays alive but takes no part: the others shrink the default group without it,
+    rank 2 becoming rank 1. A subgroup cannot shrink (Note [Shrinking] in _shrink.py)."""
     rank, size = init(method, timeout_s=20)
-    sub = dist.new_group(list(range(size - 1)))
-    if rank == size - 1:
-        time.sleep(5)  # alive past the others' shrink; its group is no longer used
+    survivors = [r for r in range(size) if r != 1]
+    sub = dist.new_group(survivors)
+    if rank == 1:
+        time.sleep(3)  # alive past the others' shrink; its group is no longer used
         os._exit(0)
     try:
-        dist.shrink_group([1 - rank], group=sub)
+        dist.shrink_group([1 - dist.get_group_rank(sub, rank)], group=sub)
         raise AssertionError("a subgroup shrank")
     except dist.DistBackendError as e:
         assert "subgroup" in str(e), e
     start = time.monotonic()
-    dist.shrink_group([size - 1])
-    assert (dist.get_rank(), dist.get_world_size()) == (rank, size - 1)
+    dist.shrink_group([1])
+    assert (dist.get_rank(), dist.get_world_size()) == (survivors.index(rank), size - 1)
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    same(t, torch.tensor([float(sum(range(1, size)))]), "all_reduce after shrink_group")
+    same(t, torch.tensor([float(sum(r + 1 for r in survivors))]), "all_reduce after shrink")
     print("SHRINK OK after %.1f s" % (time.monotonic() - start), flush=True)
     dist.destroy_process_group()
 

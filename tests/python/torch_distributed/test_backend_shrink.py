@@ -1,7 +1,8 @@
 """dist.shrink_group on the perseus backend (Note [Shrinking] in _shrink.py), 3 ranks started by
 hand (tcp://: torch's store lives in rank 0, which stays): DDP training in which rank 2 dies,
 the survivors shrink the group and go on from their last in-memory commit
-(examples/elastic_ddp.py); and a rank that stays alive but is left out."""
+(examples/elastic_ddp.py); and a rank that stays alive but is left out, by hand and under
+perseusrun."""
 import json
 import re
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 import pytest
 
 from consumer_support import EXAMPLES
-from distsupport import PY, free_port, job_env, processes
+from distsupport import PY, free_port, job_env, perseusrun, processes
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(150)
@@ -65,7 +66,12 @@ def test_ddp_survivors_shrink_and_continue_from_the_last_commit():
     assert first[(2, COMMIT_EVERY + 1)] == first[(3, COMMIT_EVERY + 1)]
 
 
-def test_a_live_rank_left_out():
-    r, out = processes(3, "shrink_excluded@tcp://127.0.0.1:%d" % free_port(), timeout=60)
+@pytest.mark.parametrize("launch", ["tcp", "perseusrun"])
+def test_a_live_rank_left_out(launch):
+    """Through torch's store (tcp://), and through perseusrun's store (its own prefix)."""
+    if launch == "tcp":
+        r, out = processes(3, "shrink_excluded@tcp://127.0.0.1:%d" % free_port(), timeout=60)
+    else:
+        r, out = perseusrun(3, "shrink_excluded", timeout=60)
     assert r.returncode == 0, out[-6000:]
     assert out.count("SHRINK OK") == 2, out[-6000:]
