@@ -24,6 +24,11 @@ def _shrink_supported():
     return hasattr(dist, "shrink_group") and python_backends_supported()
 
 
+def _cuda_devices(n):
+    import torch
+    return torch.cuda.is_available() and torch.cuda.device_count() >= n
+
+
 @pytest.fixture(autouse=True)
 def _needs_shrink_group():
     if not _shrink_supported():
@@ -75,3 +80,10 @@ def test_a_live_rank_left_out(launch):
         r, out = perseusrun(3, "shrink_excluded", timeout=60)
     assert r.returncode == 0, out[-6000:]
     assert out.count("SHRINK OK") == 2, out[-6000:]
+
+
+@pytest.mark.skipif(not _cuda_devices(3), reason="needs 3 CUDA devices")
+def test_a_live_rank_left_out_on_cuda():
+    r, out = perseusrun(3, "shrink_excluded_cuda", timeout=120)
+    assert r.returncode == 0, out[-6000:]
+    assert out.count("SHRINK OK on cuda") == 2, out[-6000:]

@@ -137,8 +137,9 @@ def _launcher_shrink_env(rank, size, n):
     env = {"PERSEUS_RANK": str(rank), "PERSEUS_SIZE": str(size)}
     env.update({"PERSEUS_%s_%s" % (k, v): "" for k in ("LOCAL", "CROSS") for v in ("RANK", "SIZE")})
     if os.environ.get("PERSEUS_JOB_ID"):  # names the job's shared memory, which is new
-        env["PERSEUS_JOB_ID"] = "%s-t%d" % (os.environ["PERSEUS_JOB_ID"], n)
-    env.update(_launcher_store_env(n))
+        env["PERSEUS_JOB_ID"] = "%s-s%d" % (os.environ["PERSEUS_JOB_ID"], n)
+    # Keys of its own, whichever way the first job formed (hvd.init() takes no prefix).
+    env["PERSEUS_STORE_PREFIX"] = "%sshrink%d/" % (os.environ.get("PERSEUS_STORE_PREFIX", ""), n)
     return env
 
 
