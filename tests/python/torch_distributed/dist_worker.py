@@ -413,6 +413,43 @@ def death(method="env"):
     raise AssertionError("no error after a rank died")
 
 
+def shrink_excluded(method="env"):
+    """Rank 1 stays alive but takes no part: the others shrink the default group without it,
+    rank 2 becoming rank 1. A subgroup cannot shrink (Note [Shrinking] in _shrink.py)."""
+    rank, size = init(method, timeout_s=20)
+    _shrink_without_rank_1(rank, size, torch.device("cpu"))
+
+
+def shrink_excluded_cuda():
+    """shrink_excluded on CUDA tensors, one GPU per rank, the group bound to it (torch gives
+    a shrunk group a backend for its bound device)."""
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("perseus", timeout=datetime.timedelta(seconds=20), device_id=dev)
+    _shrink_without_rank_1(dist.get_rank(), dist.get_world_size(), dev)
+
+
+def _shrink_without_rank_1(rank, size, dev):
+    survivors = [r for r in range(size) if r != 1]
+    sub = dist.new_group(survivors)
+    if rank == 1:
+        time.sleep(3)  # alive past the others' shrink; its group is no longer used
+        os._exit(0)
+    try:
+        dist.shrink_group([1 - dist.get_group_rank(sub, rank)], group=sub)
+        raise AssertionError("a subgroup shrank")
+    except dist.DistBackendError as e:
+        assert "subgroup" in str(e), e
+    start = time.monotonic()
+    dist.shrink_group([1])
+    assert (dist.get_rank(), dist.get_world_size()) == (survivors.index(rank), size - 1)
+    t = torch.tensor([float(rank + 1)], device=dev)
+    dist.all_reduce(t)
+    same(t.cpu(), torch.tensor([float(sum(r + 1 for r in survivors))]), "all_reduce after shrink")
+    print("SHRINK OK on %s after %.1f s" % (dev.type, time.monotonic() - start), flush=True)
+    dist.destroy_process_group()
+
+
 def mismatch(method="env"):
     rank, size = init(method, timeout_s=5)
     start = time.monotonic()
