@@ -87,6 +87,16 @@ def check_movement(rank, size):
         out = torch.zeros(size * 4, dtype=dtype)
         dist.all_gather_into_tensor(out, value(rank, dtype))
         same(out, torch.cat([value(r, dtype) for r in range(size)]), "all_gather_into_tensor")
+    # Gathered by the engine straight into the output (Note [Allgather into]): a repeated small
+    # one (the post lane's), a large one, and a 2-D one.
+    for n in (4, 4, 4, 4, 1 << 18):
+        out = torch.full((size * n,), -1.0)
+        dist.all_gather_into_tensor(out, torch.arange(n, dtype=torch.float32) + 1000 * rank)
+        same(out, torch.cat([torch.arange(n, dtype=torch.float32) + 1000 * r
+                             for r in range(size)]), "all_gather_into_tensor of %d" % n)
+    out = torch.zeros(size * 2, 3, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.full((2, 3), rank, dtype=torch.int64))
+    same(out, torch.arange(size).repeat_interleave(6).view(size * 2, 3), "2-D all_gather_into")
     t = value(rank, torch.float32)
     dist.reduce(t, dst=0, op=R.MAX)
     if rank == 0:
@@ -448,6 +458,23 @@ def _shrink_without_rank_1(rank, size, dev):
     same(t.cpu(), torch.tensor([float(sum(r + 1 for r in survivors))]), "all_reduce after shrink")
     print("SHRINK OK on %s after %.1f s" % (dev.type, time.monotonic() - start), flush=True)
     dist.destroy_process_group()
+
+
+def gather_sizes(method="env"):
+    """all_gather_into_tensor where rank 1 gives a longer input than rank 0 (each with an output
+    of the group size times its own input): both get an error naming the op, none waits."""
+    rank, size = init(method, timeout_s=20)
+    n = 4 + rank
+    try:
+        dist.all_gather_into_tensor(torch.zeros(size * n), torch.ones(n))
+    except dist.DistBackendError as e:
+        print("GATHER SIZES ERROR: %s" % e, flush=True)
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the job goes on
+        assert t.item() == size, t
+        dist.destroy_process_group()
+        return
+    raise AssertionError("no error for inputs of different sizes")
 
 
 def mismatch(method="env"):
