@@ -176,6 +176,13 @@ PERSEUS_API perseus_status perseus_alltoall(const char* name, const perseus_tens
 PERSEUS_API perseus_status perseus_reducescatter(const char* name, const perseus_tensor* input,
                                                  int32_t op, double prescale, double postscale,
                                                  int32_t process_set, perseus_handle* handle);
+/* A reduce-scatter into the caller's `output` (CPU tensors): the input's first dimension is the
+ * process set's size times the output's, the rest equal; this rank's block goes there. The
+ * handle has no output. */
+PERSEUS_API perseus_status perseus_reducescatter_into(const char* name, const perseus_tensor* input,
+                                                      const perseus_tensor* output, int32_t op,
+                                                      double prescale, double postscale,
+                                                      int32_t process_set, perseus_handle* handle);
 PERSEUS_API perseus_status perseus_grouped_reducescatter(const char* name, int32_t count,
                                                          const perseus_tensor* inputs, int32_t op,
                                                          double prescale, double postscale,

@@ -146,6 +146,24 @@ void broadcast(const char* name, const perseus_tensor* input, const perseus_tens
   if (!blocking) *handle = capi::publish(h);
 }
 
+// `big` must be `small` with its first dimension the process set's size times as long: the
+// output of an allgather into a buffer, the input of a reduce-scatter into one.
+void checkSetTimes(const TensorView& small, const TensorView& big, int32_t set,
+                   std::string_view name, const char* what) {
+  auto info = capi::requireEngine()->processSet(set);
+  if (!info) throw InvalidArgumentError(PERSEUS_STR("process set " << set << " does not exist"));
+  const auto size = static_cast<int64_t>(info->members.size());
+  std::vector<int64_t> want = shapeOf(small);
+  if (!want.empty()) want[0] *= size;
+  if (big.dtype != small.dtype || want.empty() || shapeOf(big) != want) {
+    throw InvalidArgumentError(
+        PERSEUS_STR("'" << name << "': " << what << " needs " << dataTypeName(small.dtype) << " "
+                        << engine::shapeString(shapeOf(small)) << " per rank and "
+                        << engine::shapeString(want) << " for the set's " << size << " ranks, not "
+                        << dataTypeName(big.dtype) << " " << engine::shapeString(shapeOf(big))));
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -189,23 +207,26 @@ perseus_status perseus_allgather_into(const char* name, const perseus_tensor* in
   return guarded([&] {
     std::string_view n = checkName(name, "perseus_allgather_into");
     checkHandle(handle);
-    auto e = capi::requireEngine();
     const TensorView in = toView(input, n, "input");
-    const TensorView out = toView(output, n, "output");
-    auto set = e->processSet(process_set);
-    if (!set)
-      throw InvalidArgumentError(PERSEUS_STR("process set " << process_set << " does not exist"));
-    const auto size = static_cast<int64_t>(set->members.size());
-    std::vector<int64_t> want = shapeOf(in);
-    if (!want.empty()) want[0] *= size;
-    if (out.dtype != in.dtype || want.empty() || shapeOf(out) != want) {
-      throw InvalidArgumentError(
-          PERSEUS_STR("'" << n << "': an allgather into a buffer needs an output of "
-                          << dataTypeName(in.dtype) << " " << engine::shapeString(want)
-                          << " (the set's " << size << " ranks' inputs in a row), not "
-                          << dataTypeName(out.dtype) << " " << engine::shapeString(shapeOf(out))));
-    }
-    *handle = capi::publish(e->allgatherInto(n, in, output->data, process_set));
+    checkSetTimes(in, toView(output, n, "output"), process_set, n, "an allgather into a buffer");
+    *handle = capi::publish(capi::requireEngine()->allgatherInto(n, in, output->data, process_set));
+  });
+}
+
+perseus_status perseus_reducescatter_into(const char* name, const perseus_tensor* input,
+                                          const perseus_tensor* output, int32_t op, double prescale,
+                                          double postscale, int32_t process_set,
+                                          perseus_handle* handle) {
+  return guarded([&] {
+    std::string_view n = checkName(name, "perseus_reducescatter_into");
+    checkHandle(handle);
+    TensorView in = toView(input, n, "input");
+    checkSetTimes(toView(output, n, "output"), in, process_set, n,
+                  "a reduce-scatter into a buffer");
+    void* out = output->data;
+    *handle = capi::publish(
+        capi::requireEngine()->reducescatter(n, Span<TensorView>(&in, 1), toOp(op, n), prescale,
+                                             postscale, process_set, false, Span<void*>(&out, 1)));
   });
 }
 

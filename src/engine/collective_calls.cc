@@ -100,7 +100,7 @@ std::shared_ptr<Handle> Engine::alltoall(std::string_view name, const TensorView
 
 std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<TensorView> in,
                                               ReduceOp op, double prescale, double postscale,
-                                              int32_t set, bool blocking) {
+                                              int32_t set, bool blocking, Span<void*> out) {
   if (in.empty()) {
     throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': no tensors"));
   }
@@ -109,8 +109,13 @@ std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<Tensor
                                                          << "': op=Adasum is an allreduce op, as "
                                                             "in Horovod; use op=Sum or Average"));
   }
-  return submit(
-      reductionCall(OpType::kReducescatter, name, set, in, op, prescale, postscale, blocking));
+  if (!out.empty() && (out.size() != in.size() || in[0].device >= 0)) {
+    throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': into buffers takes "
+                                                             << "CPU tensors, one per input"));
+  }
+  Call c = reductionCall(OpType::kReducescatter, name, set, in, op, prescale, postscale, blocking);
+  c.outputs = out;
+  return submit(c);
 }
 
 std::shared_ptr<Handle> Engine::barrier(int32_t set) {

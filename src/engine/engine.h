@@ -113,9 +113,12 @@ class Engine {
   std::shared_ptr<Handle> alltoall(std::string_view name, const TensorView& in,
                                    Span<int64_t> splits, int32_t set = kGlobalSet,
                                    bool blocking = false);
+  // `out`: the caller's buffer per input, each its block of the rows (CPU; Note [Allgather
+  // into]); empty: the library allocates the outputs in the handle.
   std::shared_ptr<Handle> reducescatter(std::string_view name, Span<TensorView> in, ReduceOp op,
                                         double prescale = 1.0, double postscale = 1.0,
-                                        int32_t set = kGlobalSet, bool blocking = false);
+                                        int32_t set = kGlobalSet, bool blocking = false,
+                                        Span<void*> out = {});
   std::shared_ptr<Handle> barrier(int32_t set = kGlobalSet);
   // Horovod's join on the global set; the handle's intResult() is the last rank to join.
   // `device`: the CUDA ordinal for the zeros this rank contributes to CUDA collectives after it

@@ -168,6 +168,16 @@ py::object reducescatter(const std::string& name, py::handle input, int op, doub
   });
 }
 
+py::object reducescatterIntoTensor(const std::string& name, py::handle input, py::handle output,
+                                   int op, double prescale, double postscale, int process_set) {
+  Args args;
+  const auto io = inputAndOutput(args, input, output, name, 0);
+  return submit(std::move(args), "perseus_reducescatter_into", [&](perseus_handle* h) {
+    return perseus_reducescatter_into(name.c_str(), &io.first, &io.second, op, prescale, postscale,
+                                      process_set, h);
+  });
+}
+
 py::object groupedReducescatter(const std::string& name, const py::list& inputs, int op,
                                 double prescale, double postscale, int process_set,
                                 uintptr_t stream) {
@@ -208,6 +218,11 @@ void registerCollectives(py::module_& m) {
         "output=None broadcasts in place; blocking=True waits and returns None (no handle).");
   m.def("alltoall", &alltoall, arg("name"), arg("input"), arg("splits") = py::none(),
         arg("process_set") = kGlobal, arg("stream") = 0);
+  m.def("reducescatter_into_tensor", &reducescatterIntoTensor, arg("name"), arg("input"),
+        arg("output"), arg("op") = static_cast<int>(PERSEUS_AVERAGE), arg("prescale") = 1.0,
+        arg("postscale") = 1.0, arg("process_set") = kGlobal,
+        "CPU: reduces `input` over the set and writes this rank's block of rows into `output`, "
+        "whose first dimension is the input's over the set's size; the handle has no output.");
   m.def("reducescatter", &reducescatter, arg("name"), arg("input"),
         arg("op") = static_cast<int>(PERSEUS_AVERAGE), arg("prescale") = 1.0,
         arg("postscale") = 1.0, arg("process_set") = kGlobal, arg("stream") = 0);

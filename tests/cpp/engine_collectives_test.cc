@@ -201,6 +201,34 @@ TEST_P(EngineCollectives, ReducescatterUnevenAndFused) {
   });
 }
 
+// Note [Allgather into]: the engine writes into the caller's buffers; a rank whose allgather
+// input differs fails its own entry without stalling the others.
+TEST_P(EngineCollectives, AllgatherAndReducescatterIntoCallerBuffers) {
+  const int n = GetParam();
+  EngineRanks ranks(n, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    for (int iter = 0; iter < 3; ++iter) {  // the later ones may be posted
+      std::vector<float> in(4, float(r + 1)), out(4 * n, -1.0f);
+      expectOk(e.allgatherInto("agi", arg(in.data(), {2, 2}), out.data()));
+      for (int q = 0; q < n; ++q) ASSERT_FLOAT_EQ(out[q * 4 + 3], float(q + 1));
+      std::vector<float> rows(2 * n, 1.0f), block(2, -1.0f);
+      void* block_ptr = block.data();
+      expectOk(e.reducescatter("rsi", {arg(rows.data(), {2 * n})}, ReduceOp::kSum, 1.0, 1.0, 0,
+                               false, Span<void*>(&block_ptr, 1)));
+      ASSERT_FLOAT_EQ(block[1], float(n));
+    }
+    std::vector<float> in(r == 0 ? 1 : 2, 1.0f), out(in.size() * n, 0.0f);
+    auto h = e.allgatherInto("agi.sizes", arg(in.data(), {int64_t(in.size())}), out.data());
+    h->wait(-1);
+    if (n > 1) {
+      ASSERT_EQ(h->status(), StatusCode::kInvalidArgument);
+      ASSERT_NE(h->message().find("same shape"), std::string::npos) << h->message();
+    }
+    std::vector<float> after(2, 1.0f);
+    expectOk(e.allreduce("after", {arg(after.data(), {2})}, {after.data()}, ReduceOp::kSum));
+  });
+}
+
 TEST_P(EngineCollectives, BarrierAndDifferentSubmissionOrders) {
   const int n = GetParam();
   EngineRanks ranks(n, engineTestParams());

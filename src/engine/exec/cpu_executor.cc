@@ -67,7 +67,8 @@ OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
 }
 
 // Note [Allgather into]: an allgather into the caller's buffer (torch's all_gather_into_tensor)
-// writes the gathered rows where the caller reads them, with no library output to copy from.
+// writes the gathered rows where the caller reads them, with no library output to copy from;
+// so does a reduce-scatter into the caller's block (reduce_scatter_tensor).
 // The submission checked that the buffer holds the set's size times this rank's input, so every
 // rank must give the same rows: one that gave other rows fails this entry, which still takes
 // part (into a scratch buffer), so that no rank waits for it.
@@ -383,6 +384,13 @@ class CpuExecutor final : public Executor {
       PERSEUS_CHECK(e != nullptr, "reducescatter '" << r.name << "' without a local entry");
       Item item{e->inputs[it.tensor], nullptr, m.shape[0], m.rowElements()};
       for (int k = 0; k < n; ++k) counts[k] += blockRows(item.rows, n, k) * item.row_elems;
+      if (!e->outputs.empty() && e->outputs[it.tensor] != nullptr) {
+        // The submission checked that the buffer holds this rank's block (Note [Allgather
+        // into]); a reduction's ranks agree on the shape.
+        item.out = static_cast<uint8_t*>(e->outputs[it.tensor]);
+        items.push_back(item);
+        continue;
+      }
       std::vector<int64_t> shape = m.shape;
       shape[0] = blockRows(item.rows, n, me);
       OwnedTensor& out = ownedOutput(e, it.tensor, r.tensors.size());

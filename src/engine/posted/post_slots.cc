@@ -24,8 +24,12 @@ bool PostSlots::postable(OpType kind, bool cuda, size_t tensors) {
 }
 
 bool PostSlots::fitsCallerOutput(const PostSlot& s, const Call& c, int size) {
-  if (s.kind != OpType::kAllgather || c.outputs.empty() || c.outputs[0] == nullptr) return true;
-  return !s.meta.shape.empty() && s.out_shape[0] == size * s.meta.shape[0];
+  if (c.outputs.empty() || c.outputs[0] == nullptr) return true;
+  if (s.kind == OpType::kAllgather)
+    return !s.meta.shape.empty() && s.out_shape[0] == size * s.meta.shape[0];
+  if (s.kind == OpType::kReducescatter)
+    return !s.meta.shape.empty() && s.out_shape[0] * size == s.meta.shape[0];
+  return true;
 }
 
 bool PostSlots::matches(const PostSlot& s, const Call& c) {

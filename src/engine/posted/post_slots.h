@@ -62,7 +62,8 @@ class PostSlots {
   // negotiated responses alike.
   static bool postable(OpType kind, bool cuda, size_t tensors);
   // An allgather into the caller's buffer, which holds `size` times its input, posts only while
-  // every rank's rows are its own (Note [Allgather into]).
+  // every rank's rows are its own; a reduce-scatter into one, while the rows split evenly (Note
+  // [Allgather into]).
   static bool fitsCallerOutput(const PostSlot& s, const Call& c, int size);
   // Whether call `c` is what slot `s` was negotiated for (the same metadata).
   static bool matches(const PostSlot& s, const Call& c);

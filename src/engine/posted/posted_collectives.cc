@@ -279,8 +279,7 @@ void PostedCollectives::settle(Claim c) {
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
-  const bool into_caller =
-      s.kind == OpType::kAllgather && output != nullptr;  // Note [Allgather into]
+  const bool into_caller = output != nullptr;  // Note [Allgather into]
   if ((s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) && !into_caller) {
     std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);

@@ -123,6 +123,17 @@ def check_reduce_scatter(rank, size):
         out = torch.zeros(2)
         dist.reduce_scatter(out, list(value(rank, torch.float32, 2 * size).chunk(size)), op=op)
         same(out, expect[2 * rank:2 * rank + 2], "reduce_scatter %s" % op)
+    # Reduced by the engine straight into the output (Note [Allgather into]): repeated small
+    # ones (the post lane's), a large one, and a non-contiguous output (the copying path).
+    for n in (3, 3, 3, 3, 1 << 16):
+        out = torch.full((n,), -7.0)
+        dist.reduce_scatter_tensor(out, torch.arange(size * n, dtype=torch.float32) + rank)
+        full = sum(torch.arange(size * n, dtype=torch.float32) + r for r in range(size))
+        same(out, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor of %d" % n)
+    out = torch.zeros(2, 4)[:, 1]
+    dist.reduce_scatter_tensor(out, value(rank, torch.float32, 2 * size))
+    same(out, sum(value(r, torch.float32, 2 * size) for r in range(size))[2 * rank:2 * rank + 2],
+         "reduce_scatter_tensor into a strided output")
     outs = [torch.zeros(2), torch.zeros(1)]
     with dist._coalescing_manager(async_ops=True) as cm:
         dist.reduce_scatter_tensor(outs[0], value(rank, torch.float32, 2 * size))

@@ -12,7 +12,8 @@ from perseus.torch.distributed import _reduce
 
 def _gathers_in_place(output, input, size):
     """Whether the engine can gather straight into `output`: CPU tensors of a dtype the core
-    has, a contiguous output of exactly the group's inputs."""
+    has, a contiguous output of exactly `size` inputs. (A reduce-scatter asks it of its rows
+    and its block.)"""
     return (input.device.type == "cpu" and output.device.type == "cpu"
             and input.dtype in _t.NATIVE and output.dtype == input.dtype
             and output.is_contiguous() and output.numel() == size * input.numel()
@@ -130,11 +131,25 @@ class DataMovement:
 
     def reduce_scatter_single(self, output, input, opts):
         rows = self._rows(input, output, "reduce_scatter_tensor")
+        if _gathers_in_place(rows, output, self.size()) and output.is_contiguous():
+            return self._reducescatter_into(output, rows, opts)
         h = self._reducescatter_rows("reduce_scatter_tensor", [rows], opts)
         finish = lambda: output.view(-1).copy_(_t.library_output(h, 0).view(-1))  # noqa: E731
         return self._work("reduce_scatter_tensor", h, [output], finish, output)
 
     _reduce_scatter_base = reduce_scatter_single
+
+    def _reducescatter_into(self, output, rows, opts):
+        """The engine writes this rank's reduced block into `output` itself (Note [Allgather
+        into]); named as _reducescatter_rows names it, so ranks may take either path."""
+        kind = "reduce_scatter_tensor"
+        op, pre = _reduce.core_op(opts.reduceOp, kind)
+        _t.check_reducible(rows, kind, self.group_label)
+        out = output.detach().view(1, -1)
+        core, ps = self._core, self._ps
+        h = self._submit(self._name(kind, rows), lambda n: core.reducescatter_into_tensor(
+            n, _t.capsule(rows), _t.capsule(out), op, pre, 1.0, ps))
+        return self._work(kind, h, [output], None, output)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         rows = [self._rows(i, o, "reduce_scatter_tensor_coalesced")
