@@ -75,13 +75,12 @@ class FrameFilter {
   const std::string perseus_, torch_, stdlib_;
 };
 
-// threading.main_thread().ident, or -1 when threading was never imported.
-long mainThreadId() {
+// threading.main_thread().ident, or None when threading was never imported.
+py::object mainThreadId() {
   py::object threading =
       py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("threading").ptr()));
-  if (!threading) return -1;
-  py::object ident = threading.attr("main_thread")().attr("ident");
-  return ident.is_none() ? -1 : ident.cast<long>();
+  if (!threading) return py::none();
+  return threading.attr("main_thread")().attr("ident");
 }
 
 // The site of the thread that is inside a call into perseus or torch (waiting in
@@ -94,14 +93,14 @@ std::string waiterSite() {
   if (!current_frames) return "";
   const py::dict frames = current_frames();
   const FrameFilter filter;
-  const long main_id = mainThreadId();
+  const py::object main_id = mainThreadId();
   std::string other;
   for (auto item : frames) {
     bool inside = false;
     std::string site =
         filter.userSite(reinterpret_cast<PyFrameObject*>(item.second.ptr()), &inside);
     if (!inside || site.empty()) continue;
-    if (item.first.cast<long>() == main_id) return site;
+    if (item.first.equal(main_id)) return site;
     if (other.empty()) other = std::move(site);
   }
   return other;
