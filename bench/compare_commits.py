@@ -31,6 +31,7 @@ MEASUREMENTS = (
     ("engine, negotiated", "engine_negotiated"),
     ("engine, posted", "engine_posted"),
     ("Python allreduce_", "python"),
+    ("ResNet-50 step (C API)", "resnet50"),
 )
 
 
@@ -83,7 +84,28 @@ class Revision:
             cmd.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["nice", "ninja", "-C", str(self.build_dir), "-j2",
-                        "engine_latency_bench", "_core"], check=True, stdout=subprocess.DEVNULL)
+                        "engine_latency_bench", "perseus_collectives_bench", "_core"], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def python_env(self):
+        """This revision's package and extension, as perseusrun and the Python bench see them."""
+        return dict(os.environ, PERSEUS_BUILD_DIR=str(self.build_dir),
+                    PYTHONPATH=os.pathsep.join(p for p in (str(self.tree / "python"),
+                                                           os.environ.get("PYTHONPATH")) if p))
+
+    def resnet50_us(self, timeout):
+        """perseus_collectives_bench model-step under this revision's perseusrun at 2 ranks: one
+        ResNet-50 gradient step (161 allreduces, submitted then waited), the median sample."""
+        exe = self.build_dir / "bench" / "perseus_collectives_bench"
+        cmd = [sys.executable, "-m", "perseus.runner", "-np", "2", str(exe), "model-step"]
+        proc = subprocess.run(cmd, env=self.python_env(), timeout=timeout, capture_output=True,
+                              text=True)
+        found = [json.loads(line[line.index("{"):]) for line in proc.stdout.splitlines()
+                 if '"resnet50-step"' in line]
+        if proc.returncode != 0 or not found:
+            raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(cmd), proc.returncode,
+                                                      proc.stdout[-2000:], proc.stderr[-2000:]))
+        return found[0]["time_us"]
 
     def engine_us(self, posted, iterations, timeout):
         """engine_latency_bench's per-op median (µs), the slower of the two ranks."""
@@ -104,9 +126,7 @@ class Revision:
         sys.path.insert(0, str(HERE / "small_ops"))
         import run as small_ops  # noqa: E402  (bench/small_ops/run.py: the launcher)
         sys.path.pop(0)
-        env = dict(os.environ, PERSEUS_BUILD_DIR=str(self.build_dir),
-                   PYTHONPATH=os.pathsep.join(p for p in (str(self.tree / "python"),
-                                                           os.environ.get("PYTHONPATH")) if p),
+        env = dict(self.python_env(),
                    SMALL_OPS_GLOO_INIT="tcp://127.0.0.1:%d" % free_port(),
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         mpirun = small_ops.open_mpi_mpirun()
@@ -140,6 +160,8 @@ def free_port():
 def measure(rev, key, args):
     if key == "python":
         return rev.python_us(args.python_reps, args.timeout)
+    if key == "resnet50":
+        return rev.resnet50_us(args.timeout)
     return rev.engine_us(key == "engine_posted", args.iterations, args.timeout)
 
 
@@ -157,7 +179,9 @@ def report(args, revs, samples, load):
              "- engine: `engine_latency_bench 2 %d 4` (2 forked ranks, perseus_allreduce + "
              "perseus_wait of 4 B; the slower rank's median per op), negotiated with "
              "PERSEUS_POSTED_ALLREDUCE=0; Python: bench/small_ops/worker.py's perseus.torch "
-             "allreduce_ of 4 B on 2 ranks (median of %d samples per run)." %
+             "allreduce_ of 4 B on 2 ranks (median of %d samples per run); ResNet-50 step: "
+             "`perseusrun -np 2 perseus_collectives_bench model-step` (ResNet-50's 161 "
+             "gradients, fp32, allreduced and waited for; the median of 11 steps)." %
              (args.iterations, args.python_reps),
              "- after / before: of the medians over rounds (below 1: after is faster); per round: "
              "the median of each round's ratio, and the range of those ratios (min–max). A "

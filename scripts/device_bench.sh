@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# The CPU benchmarks that need a quiet many-core host, run on the device machine (16 cores)
-# through the user's install: torchrun's start-up spread (issue: torchrun start-up), small
-# collectives from Python against mpi4py and Gloo, and the elastic chaos soak for the time left.
-# GPU figures come from scripts/device_check.sh, not from here.
+# The benchmarks that need a quiet many-core host, run on the device machine (16 cores)
+# through the user's install, in parts (PARTS, space-separated, in this order):
+#   gpu       the torch.distributed backend on the GPU: test_backend_cuda.py, the per-call cost
+#             of dist.all_reduce (bench/gpu/dist_percall.py), ResNet-50 DDP on backend nccl
+#             against backend perseus, alternated (bench/gpu/resnet50_synthetic.py);
+#   td        bench/torch_distributed/run.py: DDP at 2 CPU ranks and FSDP2 at 2 and 4 CPU
+#             ranks, perseus against Gloo; and percall.py at 2 CPU ranks;
+#   smallops  small collectives from Python against mpi4py and Gloo, 2 and 4 ranks;
+#   torchrun  torchrun's start-up spread, 30 starts;
+#   soak      the elastic chaos soak, for the time left.
+# GPU correctness as a whole comes from scripts/device_check.sh, not from here.
 #
 # THE CALL:
 #   here, once: put an mpi4py wheel for the device's Python into .whl/ (pip download mpi4py
 #   --only-binary :all: --python-version 3.12 -d .whl); then
-#   run(command="bash scripts/device_bench.sh", carry=[".whl"], timeout_s=600)
-# What comes back under $OUT: device_bench.log, torchrun_start.md, small_ops.md/.jsonl,
-# chaos_soak.md, soak_raw.tgz and soak<i>.log.
+#   run(command="PARTS='gpu td soak' bash scripts/device_bench.sh", carry=[".whl"], timeout_s=600)
+#   A second call on the still-warm machine skips the install when perseus imports already.
+# What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
+# percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, chaos_soak.md,
+# soak_raw.tgz, soak<i>.log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,20 +42,49 @@ step() {  # step NAME LIMIT CMD...
 }
 
 say "device bench $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-step "install" 200 python3 -m pip install --no-build-isolation --disable-pip-version-check "$ROOT" || exit 1
-ls "$ROOT"/.whl/mpi4py-*.whl >/dev/null 2>&1 && \
+PARTS=${PARTS:-"gpu td smallops soak"}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+if python3 -c "import perseus.torch" 2>/dev/null && [ -z "${REINSTALL:-}" ]; then
+  say "perseus already installed: $(python3 -c 'import perseus, os; print(os.path.dirname(perseus.__file__))')"
+else
+  step "install" 200 python3 -m pip install --no-build-isolation --disable-pip-version-check "$ROOT" || exit 1
+fi
+ls "$ROOT"/.whl/mpi4py-*.whl >/dev/null 2>&1 && ! python3 -c "import mpi4py" 2>/dev/null && \
   step "mpi4py" 60 python3 -m pip install --no-index --disable-pip-version-check "$ROOT"/.whl/mpi4py-*.whl
 unset PERSEUS_BUILD_DIR
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-step "torchrun start-up, 30 starts" 150 \
-  bash -c "python3 bench/launchers/torchrun_start.py --starts 30 | tee '$OUT/torchrun_start.md'"
-step "small ops, 2 and 4 ranks" 170 \
-  python3 bench/small_ops/run.py --np 2 4 --reps 3 --out "$OUT/small_ops.md"
-# The soak gets what is left, less a minute for its clean end and the report.
-minutes=$(python3 -c "print(max(0.0, ($(left) - 60) / 60.0))")
-say "chaos soak: $minutes minutes"
-step "chaos soak" "$(left)" bash bench/chaos/parallel_soak.sh "$minutes" "${SOAK_SEED:-4811}" 3 5 "$OUT" \
-  --gap 0.1 1.0
+if has gpu; then
+  step "gpu test_backend_cuda.py" 120 python3 -m pytest -q -p no:cacheprovider --timeout=100 \
+    "$ROOT/tests/python/torch_distributed/test_backend_cuda.py"
+  step "gpu dist_percall" 60 bash -c "cd /tmp && PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/dist_percall.py' | tee '$OUT/percall_gpu.txt'"
+  for round in 1 2; do
+    for mode in ddp-nccl ddp-perseus; do
+      step "gpu resnet50 $mode round $round" 60 bash -c "cd /tmp && PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/resnet50_synthetic.py' --mode $mode | tee -a '$OUT/resnet50.txt'"
+    done
+  done
+fi
+if has td; then
+  step "td DDP 2 ranks, FSDP2 2 and 4 ranks" 330 \
+    python3 bench/torch_distributed/run.py --rounds 3 --fsdp-ranks 2,4
+  cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
+  step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
+fi
+if has smallops; then
+  step "small ops, 2 and 4 ranks" 200 \
+    python3 bench/small_ops/run.py --np 2 4 --reps 3 --out "$OUT/small_ops.md"
+fi
+if has torchrun; then
+  step "torchrun start-up, 30 starts" 150 \
+    bash -c "python3 bench/launchers/torchrun_start.py --starts 30 | tee '$OUT/torchrun_start.md'"
+fi
+if has soak; then
+  # The soak gets what is left, less a minute for its clean end and the report.
+  minutes=$(python3 -c "print(max(0.0, ($(left) - 60) / 60.0))")
+  say "chaos soak: $minutes minutes"
+  step "chaos soak" "$(left)" bash bench/chaos/parallel_soak.sh "$minutes" "${SOAK_SEED:-4811}" 3 5 "$OUT" \
+    --gap 0.1 1.0
+fi
 cp "$LOG" "$OUT/" 2>/dev/null
 grep "^STEP" "$LOG"

@@ -62,6 +62,9 @@ def worker(rank, args, port):
     torch.set_num_threads(1)
     if args.backend == "perseus":
         import perseus.torch  # noqa: F401  (registers the backend)
+    elif args.backend == "local":
+        import local_backend  # the floor: no communication (local_backend.py)
+        local_backend.register()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     model = build(args.width, args.depth, args.ranks)

@@ -3,8 +3,15 @@
     python bench/torch_distributed/run.py [--rounds 3] [--fsdp-ranks 2,4] [--quick]
                                           [--skip ddp,fsdp] [--build-dir build/rel]
 
-  - ddp:  DDP training samples/s at --ranks ranks on bench/training's model (ddp.py);
+Runs the source tree with --build-dir's extension, or the installed package where that
+directory does not exist.
+
+  - ddp:  DDP training samples/s at --ranks ranks on bench/training's model (ddp.py), and the
+          Horovod API's DistributedOptimizer on the same model and steps (row hvd);
   - fsdp: FSDP2 step time on a 50M-parameter MLP at each of --fsdp-ranks (fsdp.py).
+Both also run on the "local" backend (local_backend.py), which communicates nothing: the floor
+that no backend can beat, measured in the same run, so that each bar reads against what is
+reachable.
 Each bench runs its backends in --rounds interleaved rounds, the order rotating from round to
 round, and keeps the median round per backend: on a shared machine single runs differ by as
 much as the backends do. Writes bench/results/torch_distributed.jsonl and
@@ -21,13 +28,30 @@ sys.path.insert(0, os.path.dirname(HERE))
 from run_all import RESULTS, ROOT, Runner, interleaved, machine_description, median_rows  # noqa
 from make_report import write_report  # noqa: E402
 
-BACKENDS = ("perseus", "gloo")
+# "local" is the floor: the same step with no communication (local_backend.py).
+BACKENDS = ("perseus", "gloo", "local")
 
 
 def bench_runs(script, ranks, extra, label):
     return [("%s %s x%d" % (label, b, ranks), b,
              [sys.executable, os.path.join(HERE, script), "--backend", b, "--ranks", str(ranks)]
              + extra, {"timeout": 1200}) for b in BACKENDS]
+
+
+def hvd_run(ranks, extra):
+    """The Horovod API's DistributedOptimizer on DDP's model and steps (bench/training), the
+    figure the backend is held to not give away."""
+    script = os.path.join(os.path.dirname(HERE), "training", "torch_train_bench.py")
+    return ("ddp hvd x%d" % ranks, "hvd",
+            [sys.executable, "-m", "perseus.runner", "-np", str(ranks), sys.executable, script,
+             "--library", "perseus", "--label", "hvd"] + extra, {"timeout": 1200})
+
+
+def as_ddp_rows(rounds):
+    for rows in rounds:
+        for row in rows:
+            row.setdefault("bench", "ddp")
+    return rounds
 
 
 def main():
@@ -43,10 +67,13 @@ def main():
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()[0]
     r = Runner(os.path.abspath(args.build_dir), args.ranks)
+    if not os.path.isdir(args.build_dir):
+        r.py_env = {}  # no build tree here: the installed package (pip install .)
     rows = []
     if "ddp" not in skip:
         steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if args.quick else []
-        rounds = interleaved(r, bench_runs("ddp.py", args.ranks, steps, "ddp"), args.rounds)
+        runs = bench_runs("ddp.py", args.ranks, steps, "ddp") + [hvd_run(args.ranks, steps)]
+        rounds = as_ddp_rows(interleaved(r, runs, args.rounds))
         rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
     if "fsdp" not in skip:
         steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \

@@ -154,6 +154,12 @@ PERSEUS_API perseus_status perseus_grouped_allreduce(const char* name, int32_t c
  * The output is owned by the handle: perseus_handle_output(handle, 0, ...). */
 PERSEUS_API perseus_status perseus_allgather(const char* name, const perseus_tensor* input,
                                              int32_t process_set, perseus_handle* handle);
+/* An allgather into the caller's `output` (CPU tensors): every rank gives an input of the
+ * same shape, and output holds the process set's size times it (its first dimension that many
+ * times the input's, the rest equal). The handle has no output. */
+PERSEUS_API perseus_status perseus_allgather_into(const char* name, const perseus_tensor* input,
+                                                  const perseus_tensor* output, int32_t process_set,
+                                                  perseus_handle* handle);
 PERSEUS_API perseus_status perseus_grouped_allgather(const char* name, int32_t count,
                                                      const perseus_tensor* inputs,
                                                      int32_t process_set, perseus_handle* handle);

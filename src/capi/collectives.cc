@@ -183,6 +183,32 @@ perseus_status perseus_allgather(const char* name, const perseus_tensor* input, 
   return perseus_grouped_allgather(name, 1, input, process_set, handle);
 }
 
+perseus_status perseus_allgather_into(const char* name, const perseus_tensor* input,
+                                      const perseus_tensor* output, int32_t process_set,
+                                      perseus_handle* handle) {
+  return guarded([&] {
+    std::string_view n = checkName(name, "perseus_allgather_into");
+    checkHandle(handle);
+    auto e = capi::requireEngine();
+    const TensorView in = toView(input, n, "input");
+    const TensorView out = toView(output, n, "output");
+    auto set = e->processSet(process_set);
+    if (!set)
+      throw InvalidArgumentError(PERSEUS_STR("process set " << process_set << " does not exist"));
+    const auto size = static_cast<int64_t>(set->members.size());
+    std::vector<int64_t> want = shapeOf(in);
+    if (!want.empty()) want[0] *= size;
+    if (out.dtype != in.dtype || want.empty() || shapeOf(out) != want) {
+      throw InvalidArgumentError(
+          PERSEUS_STR("'" << n << "': an allgather into a buffer needs an output of "
+                          << dataTypeName(in.dtype) << " " << engine::shapeString(want)
+                          << " (the set's " << size << " ranks' inputs in a row), not "
+                          << dataTypeName(out.dtype) << " " << engine::shapeString(shapeOf(out))));
+    }
+    *handle = capi::publish(e->allgatherInto(n, in, output->data, process_set));
+  });
+}
+
 perseus_status perseus_grouped_allgather(const char* name, int32_t count,
                                          const perseus_tensor* inputs, int32_t process_set,
                                          perseus_handle* handle) {

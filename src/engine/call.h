@@ -70,8 +70,8 @@ struct Call {
   std::string_view name;
   int32_t set = 0;  // the process set's id
   Span<TensorView> inputs;
-  // Allreduce, broadcast: the caller's output per input. Empty for the others, whose outputs
-  // the library allocates in the handle.
+  // Allreduce, broadcast, allgather into a buffer: the caller's output per input. Empty for the
+  // others, whose outputs the library allocates in the handle.
   Span<void*> outputs;
   ReduceOp reduce_op = ReduceOp::kSum;  // allreduce, reducescatter
   double prescale = 1.0, postscale = 1.0;

@@ -68,6 +68,17 @@ std::shared_ptr<Handle> Engine::allgather(std::string_view name, Span<TensorView
   return submit(callOf(OpType::kAllgather, name, set, in, blocking));
 }
 
+std::shared_ptr<Handle> Engine::allgatherInto(std::string_view name, const TensorView& in,
+                                              void* out, int32_t set) {
+  if (out == nullptr || in.device >= 0) {
+    throw InvalidArgumentError(PERSEUS_STR("allgather '" << name << "': into a buffer takes a CPU "
+                                                         << "input and a non-null CPU output"));
+  }
+  Call c = callOf(OpType::kAllgather, name, set, Span<TensorView>(&in, 1), false);
+  c.outputs = Span<void*>(&out, 1);
+  return submit(c);
+}
+
 std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorView& in, void* out,
                                           int32_t root, int32_t set, bool blocking) {
   if (out == nullptr) {

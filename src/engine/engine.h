@@ -104,6 +104,10 @@ class Engine {
                                     int32_t set = kGlobalSet, bool blocking = false);
   std::shared_ptr<Handle> allgather(std::string_view name, Span<TensorView> in,
                                     int32_t set = kGlobalSet, bool blocking = false);
+  // Allgather into the caller's buffer (CPU): every rank gives the same rows and `out` holds
+  // the set's size times the input; the handle has no output (Note [Allgather into]).
+  std::shared_ptr<Handle> allgatherInto(std::string_view name, const TensorView& in, void* out,
+                                        int32_t set = kGlobalSet);
   std::shared_ptr<Handle> broadcast(std::string_view name, const TensorView& in, void* out,
                                     int32_t root, int32_t set = kGlobalSet, bool blocking = false);
   std::shared_ptr<Handle> alltoall(std::string_view name, const TensorView& in,

@@ -115,6 +115,15 @@ py::object allgather(const std::string& name, py::handle input, int process_set,
   });
 }
 
+py::object allgatherIntoTensor(const std::string& name, py::handle input, py::handle output,
+                               int process_set) {
+  Args args;
+  const auto io = inputAndOutput(args, input, output, name, 0);
+  return submit(std::move(args), "perseus_allgather_into", [&](perseus_handle* h) {
+    return perseus_allgather_into(name.c_str(), &io.first, &io.second, process_set, h);
+  });
+}
+
 py::object groupedAllgather(const std::string& name, const py::list& inputs, int process_set,
                             uintptr_t stream) {
   Args args;
@@ -187,6 +196,10 @@ void registerCollectives(py::module_& m) {
         arg("stream") = 0);
   m.def("allgather", &allgather, arg("name"), arg("input"), arg("process_set") = kGlobal,
         arg("stream") = 0);
+  m.def("allgather_into_tensor", &allgatherIntoTensor, arg("name"), arg("input"), arg("output"),
+        arg("process_set") = kGlobal,
+        "CPU: gathers every rank's input (all the same shape) into `output`, which holds the "
+        "set's size times it; the handle has no output.");
   m.def("grouped_allgather", &groupedAllgather, arg("name"), arg("inputs"),
         arg("process_set") = kGlobal, arg("stream") = 0);
   m.def("broadcast", &broadcast, arg("name"), arg("input"), arg("output") = py::none(),

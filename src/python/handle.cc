@@ -283,7 +283,10 @@ void registerHandle(py::module_& m) {
            "(submitted, completed): when the engine took and finished the operation, in "
            "seconds of time.perf_counter()'s clock (CLOCK_MONOTONIC); completed is None until "
            "done.")
-      .def("cuda_stream_wait", &Handle::cudaStreamWait, py::arg("stream"))
+      .def("cuda_stream_wait", &Handle::cudaStreamWait, py::arg("stream"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Makes `stream` wait for the collective; waits on the host (GIL released) until "
+           "the engine has launched it, which negotiation may delay.")
       .def("set_callback", &Handle::setCallback, py::arg("fn"))
       .def_property_readonly("id", &Handle::id)
       .def_property_readonly("done", &Handle::done)

@@ -66,6 +66,26 @@ OwnedTensor& ownedOutput(Entry* e, size_t t, size_t count) {
   return outs[t];
 }
 
+// Note [Allgather into]: an allgather into the caller's buffer (torch's all_gather_into_tensor)
+// writes the gathered rows where the caller reads them, with no library output to copy from.
+// The submission checked that the buffer holds the set's size times this rank's input, so every
+// rank must give the same rows: one that gave other rows fails this entry, which still takes
+// part (into a scratch buffer), so that no rank waits for it.
+template <typename Item>
+uint8_t* intoCallerBuffer(Entry* e, size_t t, const Item& item, int64_t total, int n, int me,
+                          const std::string& name,
+                          std::vector<std::unique_ptr<uint8_t[]>>& scratch) {
+  if (total == static_cast<int64_t>(n) * item.rows[me]) return static_cast<uint8_t*>(e->outputs[t]);
+  e->error = StatusCode::kInvalidArgument;
+  e->error_message =
+      PERSEUS_STR("all_gather_into_tensor '"
+                  << name << "': the ranks gave " << total << " rows in all where " << n
+                  << " ranks of " << item.rows[me]
+                  << " each fill the output; give every rank an input of the same shape");
+  scratch.emplace_back(new uint8_t[std::max<size_t>(1, total * item.row_bytes)]);
+  return scratch.back().get();
+}
+
 // Block r of a first dimension of `rows` split over `size` ranks (first rows % size get +1).
 
 class CpuExecutor final : public Executor {
@@ -223,6 +243,11 @@ class CpuExecutor final : public Executor {
         discard.emplace_back(new uint8_t[std::max<size_t>(1, total * item.row_bytes)]);
         item.out = discard.back().get();
         item.in = item.out;  // zero bytes are read from it; never a null pointer to memcpy
+        items.push_back(item);
+        continue;
+      }
+      if (!e->outputs.empty() && e->outputs[it.tensor] != nullptr) {
+        item.out = intoCallerBuffer(e, it.tensor, item, total, n, me, r.name, discard);
         items.push_back(item);
         continue;
       }

@@ -23,6 +23,11 @@ bool PostSlots::postable(OpType kind, bool cuda, size_t tensors) {
           kind == OpType::kReducescatter);
 }
 
+bool PostSlots::fitsCallerOutput(const PostSlot& s, const Call& c, int size) {
+  if (s.kind != OpType::kAllgather || c.outputs.empty() || c.outputs[0] == nullptr) return true;
+  return !s.meta.shape.empty() && s.out_shape[0] == size * s.meta.shape[0];
+}
+
 bool PostSlots::matches(const PostSlot& s, const Call& c) {
   const TensorView& in = c.inputs[0];
   if (c.op != s.kind || in.dtype != s.meta.dtype || in.ndim != s.meta.shape.size() ||

@@ -61,6 +61,9 @@ class PostSlots {
   // Whether a collective of this kind, device and tensor count can ever be posted: calls and
   // negotiated responses alike.
   static bool postable(OpType kind, bool cuda, size_t tensors);
+  // An allgather into the caller's buffer, which holds `size` times its input, posts only while
+  // every rank's rows are its own (Note [Allgather into]).
+  static bool fitsCallerOutput(const PostSlot& s, const Call& c, int size);
   // Whether call `c` is what slot `s` was negotiated for (the same metadata).
   static bool matches(const PostSlot& s, const Call& c);
   // Whether posts of this kind are reduced (and prescaled when posted).

@@ -67,6 +67,7 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
   // Done means the negotiated run left the engine's in-flight names (handles complete after).
   if (!PostSlots::postable(c.op, cuda, c.inputs.size()) || !PostSlots::matches(s, c) ||
+      !PostSlots::fitsCallerOutput(s, c, board_->size()) ||
       (s.negotiated && !s.negotiated->done())) {
     // Negotiated instead: so are every rank's posts of the name, from the revocation on.
     board_->revoke(index, 0);
@@ -278,7 +279,9 @@ void PostedCollectives::settle(Claim c) {
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
-  if (s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) {
+  const bool into_caller =
+      s.kind == OpType::kAllgather && output != nullptr;  // Note [Allgather into]
+  if ((s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) && !into_caller) {
     std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);
     outs[0].allocate(s.meta.dtype, s.out_shape);

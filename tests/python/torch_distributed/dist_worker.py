@@ -87,6 +87,16 @@ def check_movement(rank, size):
         out = torch.zeros(size * 4, dtype=dtype)
         dist.all_gather_into_tensor(out, value(rank, dtype))
         same(out, torch.cat([value(r, dtype) for r in range(size)]), "all_gather_into_tensor")
+    # Gathered by the engine straight into the output (Note [Allgather into]): a repeated small
+    # one (the post lane's), a large one, and a 2-D one.
+    for n in (4, 4, 4, 4, 1 << 18):
+        out = torch.full((size * n,), -1.0)
+        dist.all_gather_into_tensor(out, torch.arange(n, dtype=torch.float32) + 1000 * rank)
+        same(out, torch.cat([torch.arange(n, dtype=torch.float32) + 1000 * r
+                             for r in range(size)]), "all_gather_into_tensor of %d" % n)
+    out = torch.zeros(size * 2, 3, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.full((2, 3), rank, dtype=torch.int64))
+    same(out, torch.arange(size).repeat_interleave(6).view(size * 2, 3), "2-D all_gather_into")
     t = value(rank, torch.float32)
     dist.reduce(t, dst=0, op=R.MAX)
     if rank == 0:
@@ -338,6 +348,20 @@ def cuda(method="env"):
     fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
     same(fut.then(lambda f: f.value()[0] + 1).wait().cpu(), torch.ones(3) * size + 1,
          "CUDA future .then()")
+    # Like NCCL's, the future completes once the collective is on its stream, not when the GPU
+    # has run it: DDP's reducer waits for it at the end of backward and must not drain the GPU.
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(400_000_000)
+        fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
+        start = time.perf_counter()
+        fut.wait()
+        waited = time.perf_counter() - start
+        busy = not side.query()
+        result = fut.value()[0].sum()
+    side.synchronize()
+    assert result.item() == 3 * size, result.item()
+    assert busy and waited < 0.05, (
+        "the CUDA future waited %.3f s for the GPU (stream still busy after: %s)" % (waited, busy))
     dist.destroy_process_group()
     print("CUDA OK rank %d of %d" % (rank, size), flush=True)
 
@@ -397,6 +421,60 @@ def death(method="env"):
         print("DEATH ERROR after %.1f s: %s" % (time.monotonic() - start, e), flush=True)
         os._exit(0)
     raise AssertionError("no error after a rank died")
+
+
+def shrink_excluded(method="env"):
+    """Rank 1 stays alive but takes no part: the others shrink the default group without it,
+    rank 2 becoming rank 1. A subgroup cannot shrink (Note [Shrinking] in _shrink.py)."""
+    rank, size = init(method, timeout_s=20)
+    _shrink_without_rank_1(rank, size, torch.device("cpu"))
+
+
+def shrink_excluded_cuda():
+    """shrink_excluded on CUDA tensors, one GPU per rank, the group bound to it (torch gives
+    a shrunk group a backend for its bound device)."""
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("perseus", timeout=datetime.timedelta(seconds=20), device_id=dev)
+    _shrink_without_rank_1(dist.get_rank(), dist.get_world_size(), dev)
+
+
+def _shrink_without_rank_1(rank, size, dev):
+    survivors = [r for r in range(size) if r != 1]
+    sub = dist.new_group(survivors)
+    if rank == 1:
+        time.sleep(3)  # alive past the others' shrink; its group is no longer used
+        os._exit(0)
+    try:
+        dist.shrink_group([1 - dist.get_group_rank(sub, rank)], group=sub)
+        raise AssertionError("a subgroup shrank")
+    except dist.DistBackendError as e:
+        assert "subgroup" in str(e), e
+    start = time.monotonic()
+    dist.shrink_group([1])
+    assert (dist.get_rank(), dist.get_world_size()) == (survivors.index(rank), size - 1)
+    t = torch.tensor([float(rank + 1)], device=dev)
+    dist.all_reduce(t)
+    same(t.cpu(), torch.tensor([float(sum(r + 1 for r in survivors))]), "all_reduce after shrink")
+    print("SHRINK OK on %s after %.1f s" % (dev.type, time.monotonic() - start), flush=True)
+    dist.destroy_process_group()
+
+
+def gather_sizes(method="env"):
+    """all_gather_into_tensor where rank 1 gives a longer input than rank 0 (each with an output
+    of the group size times its own input): both get an error naming the op, none waits."""
+    rank, size = init(method, timeout_s=20)
+    n = 4 + rank
+    try:
+        dist.all_gather_into_tensor(torch.zeros(size * n), torch.ones(n))
+    except dist.DistBackendError as e:
+        print("GATHER SIZES ERROR: %s" % e, flush=True)
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the job goes on
+        assert t.item() == size, t
+        dist.destroy_process_group()
+        return
+    raise AssertionError("no error for inputs of different sizes")
 
 
 def mismatch(method="env"):

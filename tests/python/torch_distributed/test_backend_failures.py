@@ -17,6 +17,14 @@ def test_rank_death():
     assert "allreduce" in m.group(2) and "rank 0" in m.group(2), out[-6000:]
 
 
+def test_all_gather_into_tensor_of_different_sizes():
+    r, out = processes(2, "gather_sizes")
+    lines = re.findall(r"GATHER SIZES ERROR: (.*)", out)
+    assert len(lines) == 2, out[-6000:]
+    for message in lines:
+        assert "all_gather_into_tensor" in message and "same shape" in message, out[-6000:]
+
+
 def test_collective_that_never_matches():
     r, out = processes(2, "mismatch")
     lines = re.findall(r"MISMATCH ERROR after ([0-9.]+) s: (.*)", out)

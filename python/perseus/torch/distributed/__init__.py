@@ -12,7 +12,7 @@ import datetime
 
 import torch.distributed as dist
 
-from perseus.torch.distributed import _engine, _groups, _rendezvous
+from perseus.torch.distributed import _engine, _groups, _rendezvous, _shrink
 from perseus.torch.distributed._backend import PerseusBackend
 from perseus.torch.distributed._process_group import PerseusProcessGroup
 from perseus.torch.distributed._route import (  # noqa: F401
@@ -67,6 +67,7 @@ def _register():
                                       devices=["cpu", "cuda"])
     _groups.install()
     _rendezvous.install()
+    _shrink.install()
 
 
 if dist.is_available():

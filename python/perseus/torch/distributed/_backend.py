@@ -26,7 +26,7 @@ from perseus.common import basics
 from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
                                        PerseusInternalError)
 from perseus.torch import _tensors as _t
-from perseus.torch.distributed import _groups, _p2p, _reduce
+from perseus.torch.distributed import _engine, _groups, _p2p, _reduce, _shrink
 from perseus.torch.distributed._movement import DataMovement
 from perseus.torch.distributed._work import PerseusWork, done_work
 
@@ -57,6 +57,7 @@ class PerseusOps(DataMovement):
         self._core = basics.core()
         self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
+        self._job = _engine.job()  # unless the group was shrunk since (Note [Shrinking])
         self._p2p = _p2p.PointToPoint(self)
 
     # -- identity ---------------------------------------------------------------------------
@@ -73,6 +74,10 @@ class PerseusOps(DataMovement):
     @property
     def supports_splitting(self):
         return True
+
+    @property
+    def supports_shrinking(self):
+        return True  # the default group's only (Note [Shrinking] in _shrink.py)
 
     @property
     def options(self):
@@ -275,11 +280,15 @@ class PerseusOps(DataMovement):
         return type(self)(mine.index(self.rank()), len(mine), global_ranks,
                           _groups.known_set(global_ranks), group_name, timeout_s, store)
 
+    def shrink(self, excluded, flags=0, opts=None):
+        """shrink_group, on the remaining ranks: a new backend for them (Note [Shrinking])."""
+        return _shrink.shrink(self, excluded, flags, opts)
+
     # -- lifetime ---------------------------------------------------------------------------
 
     def shutdown(self):
-        if self.is_default_group:
-            from perseus.torch.distributed import _engine, _work
+        if self.is_default_group and self._job == _engine.job():
+            from perseus.torch.distributed import _work
             _groups.forget()
             _engine.stop(self.timeout_s)
             _work.shutdown_pool()

@@ -25,6 +25,7 @@ _KEY = "perseus/engine/%d"
 _starts = itertools.count()
 _server = None   # rank 0's store server while the engine it served runs
 _owned = False   # whether torch.distributed started the engine (and so stops it)
+_job = 0         # which of this process's jobs the engine runs (shrink_group forms new ones)
 
 
 @contextlib.contextmanager
@@ -69,15 +70,15 @@ def _store_host(store):
     return socket.gethostname()
 
 
-def _rendezvous_through(store, rank, size, timeout_s, n):
+def _rendezvous_through(store, rank, size, timeout_s, n, host=None):
     """PERSEUS_* variables that join this process to rank 0's store server (Note [Engine
-    rendezvous])."""
+    rendezvous]); `host`: the address others reach rank 0 by, if not torch's (_store_host)."""
     global _server
     key = _KEY % n
     if rank == 0:
         secret = secrets.token_hex(32)
         _server = basics.core().StoreServer("0.0.0.0", 0, secret)
-        store.set(key, "%s %d %s" % (_store_host(store), _server.port, secret))
+        store.set(key, "%s %d %s" % (host or _store_host(store), _server.port, secret))
     else:
         store.wait([key])
     host, port, secret = store.get(key).decode().split(" ")
@@ -97,10 +98,10 @@ def _launcher_store_env(n):
 def start(store, rank, size, timeout_s):
     """Forms the job of `size` ranks (this one `rank`) unless the engine runs already; checks
     that the engine's job is torch's world."""
-    global _owned
+    global _owned, _job
     c = basics.core()
     if not c.is_initialized():
-        n = next(_starts)
+        n = _job = next(_starts)
         env = _timeout_env(timeout_s)
         if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
             env.update(_launcher_store_env(n))
@@ -120,13 +121,53 @@ def start(store, rank, size, timeout_s):
 
 def start_from_launcher(timeout_s):
     """Forms the job through Perseus's launcher detection (init_method="perseus://")."""
-    global _owned
+    global _owned, _job
     if not basics.is_initialized():
         env = _timeout_env(timeout_s)
-        env.update(_launcher_store_env(next(_starts)))
+        _job = next(_starts)
+        env.update(_launcher_store_env(_job))
         with _environment(env):
             basics.init()
         _owned = True
+
+
+def _launcher_shrink_env(rank, size, n):
+    """The launcher's variables for the n-th job of this process, of `size` ranks: perseusrun
+    gave those of the first. Local and cross ranks are derived from the host names again."""
+    env = {"PERSEUS_RANK": str(rank), "PERSEUS_SIZE": str(size)}
+    env.update({"PERSEUS_%s_%s" % (k, v): "" for k in ("LOCAL", "CROSS") for v in ("RANK", "SIZE")})
+    if os.environ.get("PERSEUS_JOB_ID"):  # names the job's shared memory, which is new
+        env["PERSEUS_JOB_ID"] = "%s-s%d" % (os.environ["PERSEUS_JOB_ID"], n)
+    # Keys of its own, whichever way the first job formed (hvd.init() takes no prefix).
+    env["PERSEUS_STORE_PREFIX"] = "%sshrink%d/" % (os.environ.get("PERSEUS_STORE_PREFIX", ""), n)
+    return env
+
+
+def restart(store, rank, size, timeout_s, host=None):
+    """Shrink (Note [Shrinking] in _shrink.py): stops this process's engine at once, without
+    the barrier of stop() (the ranks left out may be dead, or may never call it), and forms a
+    new job of `size` ranks, this one `rank`, through the store the first job used: torch's (a
+    key of its own; `host`: rank 0's address if torch's store does not name it) or
+    perseusrun's (a prefix of its own)."""
+    global _owned, _server, _job
+    basics.shutdown()
+    if _server is not None:
+        _server.stop()
+        _server = None
+    n = _job = next(_starts)
+    env = _timeout_env(timeout_s)
+    if os.environ.get("PERSEUS_CONTROLLER_ADDR"):
+        env.update(_launcher_shrink_env(rank, size, n))
+    else:
+        env.update(_rendezvous_through(store, rank, size, timeout_s, n, host))
+    with _environment(env):
+        basics.init()
+    _owned = True
+
+
+def job():
+    """The job the engine runs now: a default group stops the engine only if it is its own."""
+    return _job
 
 
 def stop(timeout_s):

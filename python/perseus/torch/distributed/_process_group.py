@@ -77,3 +77,11 @@ class PerseusProcessGroup(PerseusOps, ProcessGroup):
             "build them from Python, or prefer_process_group() was called); use "
             "new_group(ranks) or new_subgroups, which make the same process sets"
             % torch.__version__)
+
+    def shrink(self, excluded, flags=0, opts=None):
+        raise dist.DistBackendError(
+            "perseus: shrink_group needs perseus groups that are c10d Backends (torch %s cannot "
+            "build them from Python, or prefer_process_group() was called); after losing a "
+            "rank, destroy the process group and call init_process_group again on the "
+            "remaining ranks (python/perseus/examples/torch_distributed/elastic_ddp.py)"
+            % torch.__version__)

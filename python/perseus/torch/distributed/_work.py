@@ -14,7 +14,16 @@ caller's tensor). That step, `finish`, runs once, on whichever thread first need
 caller's wait(), or the thread that completes get_future()'s Future. Futures are completed on a
 small pool of threads, never on the engine's callback thread, because DDP comm hooks (PowerSGD)
 wait for other collectives inside their .then() callbacks, and set_result runs those callbacks
-inline: one thread completing every Future would wait for itself."""
+inline: one thread completing every Future would wait for itself.
+
+Note [CUDA futures]: a CUDA op's Future completes once the collective is on its stream, as
+NCCL's does, not when the GPU has run it: the completing thread makes its current stream wait
+on the collective (which waits on the host only until the engine has launched it), and
+Future.set_result records that stream's event, which the consumer's wait() and then() order
+their streams after. DDP's reducer waits for its buckets' futures at the end of backward; a
+Future completed by the GPU's completion would drain the GPU there in every step, and the host
+could not run ahead into the next step. A failure the GPU reports after the launch surfaces in
+the next collective, as with NCCL."""
 
 import concurrent.futures
 import datetime
@@ -149,6 +158,8 @@ class PerseusWork(Work):
             _completion_pool().submit(self._settle)  # a recv: its finish waits for the message
         elif h is None or h.done:
             self._settle()
+        elif self._device is not None:
+            _completion_pool().submit(self._settle)  # Note [CUDA futures]
         else:
             h.set_callback(self._on_engine_done)
         return fut
