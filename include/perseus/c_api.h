@@ -18,6 +18,7 @@
 #ifndef PERSEUS_C_API_H_
 #define PERSEUS_C_API_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -237,6 +238,15 @@ PERSEUS_API perseus_status perseus_handle_times(perseus_handle handle, int64_t* 
  * stalls, the early stall diagnosis (PERSEUS_STALL_DIAGNOSIS) names it. Meant for waits that
  * already took long; costs a lock. */
 PERSEUS_API perseus_status perseus_handle_note_call_site(perseus_handle handle, const char* site);
+/* Where this process's code is (for example "train.py:42 in step"), for the stall diagnosis's
+ * collectives that no wait noted a site for (a wait inside a framework's C++, such as DDP's
+ * reducer). The engine calls finder(site, capacity) on one of its threads, at most once per
+ * diagnosis line and only for a collective that has waited PERSEUS_STALL_DIAGNOSIS already; it
+ * writes a NUL-terminated site and returns nonzero, or returns 0. It must return within a
+ * bounded time (it must not wait for the GIL without a limit). NULL removes it. Process-wide;
+ * may be called before perseus_init(). */
+typedef int (*perseus_call_site_finder)(char* site, size_t capacity);
+PERSEUS_API perseus_status perseus_set_call_site_finder(perseus_call_site_finder finder);
 /* join: the last rank that joined. */
 PERSEUS_API perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank);
 /* CUDA: makes `stream` wait for the collective on the GPU (no host block). */

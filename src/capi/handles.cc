@@ -133,6 +133,10 @@ perseus_status perseus_handle_note_call_site(perseus_handle handle, const char* 
   });
 }
 
+perseus_status perseus_set_call_site_finder(perseus_call_site_finder finder) {
+  return guarded([&] { engine::StallReport::setSiteFinder(finder); });
+}
+
 perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
   return guarded([&] {
     if (rank == nullptr) throw InvalidArgumentError("perseus_handle_join_rank: rank is NULL");

@@ -1,6 +1,7 @@
 #include "engine/stall_report.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iomanip>
 #include <sstream>
 
@@ -8,17 +9,27 @@
 
 namespace perseus::engine {
 
-void StallReport::noteCallSite(const std::string& name, std::string site) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (sites_.size() >= kMaxSites) sites_.clear();
-  sites_[name] = std::move(site);
+namespace {
+
+std::atomic<StallReport::SiteFinder> site_finder{nullptr};
+
+// Where this process's code is, from the registered finder, or "".
+std::string foundSite() {
+  const StallReport::SiteFinder finder = site_finder.load(std::memory_order_acquire);
+  if (finder == nullptr) return "";
+  char site[512] = {};
+  if (finder(site, sizeof site) == 0) return "";
+  site[sizeof site - 1] = '\0';
+  return site;
 }
 
-namespace {
+bool missingHere(const StallNotice& n, int rank) {
+  return std::find(n.missing.begin(), n.missing.end(), rank) != n.missing.end();
+}
 
 // "ALLREDUCE 'g' [4] float32 has waited 2.1 s for rank 1 (host h), which has not submitted it.
 // Rank 0 waits for it at train.py:42."
-std::string describe(const StallNotice& n, int rank, const std::string& site) {
+std::string describe(const StallNotice& n, int rank, const std::string& site, bool noted) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(1) << opTypeName(n.op) << " '" << n.name << "'";
   if (!n.tensors.empty()) os << " " << n.tensors;
@@ -28,11 +39,12 @@ std::string describe(const StallNotice& n, int rank, const std::string& site) {
     os << (i ? ", " : "") << n.missing[i] << " (host " << n.hosts[i] << ")";
   }
   os << ", which " << (n.missing.size() == 1 ? "has" : "have") << " not submitted it. ";
-  const bool missing_here = std::find(n.missing.begin(), n.missing.end(), rank) != n.missing.end();
-  if (missing_here) {
+  if (missingHere(n, rank)) {
     os << "This rank (" << rank << ") is one of them.";
-  } else if (!site.empty()) {
+  } else if (!site.empty() && noted) {
     os << "Rank " << rank << " waits for it at " << site << ".";
+  } else if (!site.empty()) {
+    os << "Rank " << rank << " submitted it; its Python code is at " << site << ".";
   } else {
     os << "Rank " << rank << " submitted it.";
   }
@@ -49,24 +61,45 @@ std::string footer(double threshold_s) {
 
 }  // namespace
 
+void StallReport::setSiteFinder(SiteFinder finder) {
+  site_finder.store(finder, std::memory_order_release);
+}
+
+void StallReport::noteCallSite(const std::string& name, std::string site) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sites_.size() >= kMaxSites) sites_.clear();
+  sites_[name] = std::move(site);
+}
+
 std::string StallReport::format(const StallNotice& n, int rank, double threshold_s,
-                                const std::string& site) {
-  return "Stall diagnosis: " + describe(n, rank, site) + footer(threshold_s);
+                                const std::string& site, bool noted) {
+  return "Stall diagnosis: " + describe(n, rank, site, noted) + footer(threshold_s);
 }
 
 void StallReport::report(const std::vector<StallNotice>& notices) {
   if (notices.empty()) return;
   // One line for the interval's notices: the coordinator puts the likely culprit first (the
   // collective that waits on the fewest ranks).
+  std::vector<std::string> sites(notices.size());
+  bool unknown = false;  // a notice this rank submitted has no noted site
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < notices.size(); ++i) {
+      if (missingHere(notices[i], rank_)) continue;
+      auto it = sites_.find(notices[i].name);
+      if (it != sites_.end()) {
+        sites[i] = it->second;
+      } else {
+        unknown = true;
+      }
+    }
+  }
+  // Asked once per line and outside the lock: the finder may wait a while for the GIL.
+  const std::string found = unknown ? foundSite() : std::string();
   std::string line = "Stall diagnosis: ";
   for (size_t i = 0; i < notices.size(); ++i) {
-    std::string site;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sites_.find(notices[i].name);
-      if (it != sites_.end()) site = it->second;
-    }
-    line += (i ? " Also: " : "") + describe(notices[i], rank_, site);
+    const bool noted = !sites[i].empty();
+    line += (i ? " Also: " : "") + describe(notices[i], rank_, noted ? sites[i] : found, noted);
   }
   line += footer(threshold_s_);
   PERSEUS_LOG(WARNING, kEngine) << line;

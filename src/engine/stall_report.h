@@ -4,11 +4,15 @@
 //
 // The call site is a Python file:line that the framework layer notes for a handle only once
 // its wait has lasted a while (the slow path of Handle.wait, src/python/handle.cc): nothing is
-// recorded per call. Names without a noted site say so.
+// recorded per call. For notices without a noted site (a wait outside Handle.wait, such as DDP's
+// reducer waiting in C++), report() asks the site finder the framework layer registered
+// (setSiteFinder) once per line. Names with neither say so.
 //
-// Contract: noteCallSite() any thread; report() the cycle holder; lastReport() any thread.
+// Contract: noteCallSite() any thread; report() the cycle holder; lastReport() any thread;
+// setSiteFinder() any thread, any time (also before an engine exists).
 #pragma once
 
+#include <cstddef>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -20,6 +24,12 @@ namespace perseus::engine {
 
 class StallReport {
  public:
+  // Writes where this process's code waits (a NUL-terminated "train.py:42 in step") into
+  // site[0..capacity) and returns nonzero, or returns 0. Must return within a bounded time.
+  using SiteFinder = int (*)(char* site, size_t capacity);
+  // The finder of every engine of this process (nullptr: none).
+  static void setSiteFinder(SiteFinder finder);
+
   StallReport(int rank, double threshold_s) : rank_(rank), threshold_s_(threshold_s) {}
 
   // The Python call site ("train.py:42") where this rank waits for the collective `name`.
@@ -29,9 +39,11 @@ class StallReport {
   // The last line this rank logged (empty if none): for tests and diagnostics.
   std::string lastReport() const;
 
-  // The line for one notice, as this rank sees it (`site`: its call site, may be empty).
+  // The line for one notice, as this rank sees it (`site`: its call site, may be empty;
+  // `noted`: the site is where the wait for this collective was, not where a site finder found
+  // this rank's code).
   static std::string format(const StallNotice& n, int rank, double threshold_s,
-                            const std::string& site);
+                            const std::string& site, bool noted = true);
 
  private:
   static constexpr size_t kMaxSites = 256;  // sites of names that never stalled get dropped

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "call_site.h"
 #include "callbacks.h"
 #include "dlpack.h"
 #include "errors.h"
@@ -36,42 +37,6 @@ struct OutputContext {
   std::vector<int64_t> shape;
   PyObject* owner;
 };
-
-// The directory of an already imported package `name` (with a trailing '/'), or "" when it is
-// not imported: a package nobody imported has no frames on the stack. Never imports.
-std::string loadedPackageDir(const char* name) {
-  py::object module = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str(name).ptr()));
-  if (!module || !py::hasattr(module, "__file__") || module.attr("__file__").is_none()) return "";
-  std::string file = module.attr("__file__").cast<std::string>();
-  return file.substr(0, file.find_last_of('/') + 1);
-}
-
-bool startsWith(const std::string& s, const std::string& prefix) {
-  return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
-}
-
-// 'file:line' of the innermost Python frame outside perseus and torch, or "". Walked here
-// rather than in a Python helper so that the first slow wait imports nothing: an import at
-// that moment would load modules (and their memory) in the middle of a job. GIL held.
-std::string callerSite() {
-  const std::string perseus_dir = loadedPackageDir("perseus");
-  const std::string torch_dir = loadedPackageDir("torch");
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  py::object held;                           // owns the frames that PyFrame_GetBack returns
-  while (frame != nullptr) {
-    auto code =
-        py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)));
-    std::string file = code.attr("co_filename").cast<std::string>();
-    bool internal = file.empty() || file[0] == '<' || startsWith(file, perseus_dir) ||
-                    startsWith(file, torch_dir);
-    if (!internal) {
-      return file + ":" + std::to_string(PyFrame_GetLineNumber(frame));
-    }
-    frame = PyFrame_GetBack(frame);  // new reference
-    held = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(frame));
-  }
-  return "";
-}
 
 void deleteOutput(DLManagedTensor* self) {
   auto* ctx = static_cast<OutputContext*>(self->manager_ctx);
@@ -119,8 +84,8 @@ DLDataType toDlDtype(int32_t dtype) {
 }  // namespace
 
 // A wait that outlasted a slice: notes where the Python caller waits (the first frame
-// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
-// recorded per call. GIL held; a failure here only loses the site.
+// outside perseus, torch and the standard library: callerSite) for the stall diagnosis. Only
+// slow waits pay for it; nothing is recorded per call. GIL held; a failure only loses the site.
 void noteCallSite(perseus_handle id) {
   try {
     std::string site = callerSite();

@@ -32,8 +32,8 @@ struct HandleState {
 };
 
 // A wait that outlasted a slice: notes where the Python caller waits (the first frame
-// outside perseus and torch) for the stall diagnosis. Only slow waits pay for it; nothing is
-// recorded per call. GIL held; a failure here only loses the site.
+// outside perseus, torch and the standard library: callerSite) for the stall diagnosis. Only
+// slow waits pay for it; nothing is recorded per call. GIL held; a failure only loses the site.
 void noteCallSite(perseus_handle id);
 
 class Handle {

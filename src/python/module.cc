@@ -2,6 +2,7 @@
 // includes framework headers; tensors arrive as DLPack capsules or buffer-protocol objects.
 #include <pybind11/pybind11.h>
 
+#include "call_site.h"
 #include "errors.h"
 #include "handle.h"
 
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   perseus_py::registerRuntime(m);
   perseus_py::registerCollectives(m);
   perseus_py::registerFastCalls(m);
+  perseus_py::registerSiteFinder();
 }

@@ -1,6 +1,8 @@
 // Coordinator negotiation as pure functions: no network, no engine thread.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "engine/stall_report.h"
 #include "negotiation/coordinator.h"
 #include "negotiation/wire.h"
@@ -240,6 +242,58 @@ TEST(EngineNegotiation, StallReportNamesTheMissingRankItsHostAndTheCallSite) {
   EXPECT_NE(waiter.find("Rank 0 waits for it at train.py:42"), std::string::npos) << waiter;
   const std::string culprit = StallReport::format(back[0], 1, 2.0, "");
   EXPECT_NE(culprit.find("This rank (1) is one of them"), std::string::npos) << culprit;
+}
+
+// A site finder that counts its calls, for StallReport::setSiteFinder.
+int site_finder_calls = 0;
+int findTrainSite(char* site, size_t capacity) {
+  ++site_finder_calls;
+  std::snprintf(site, capacity, "%s", "train.py:57 in step");
+  return 1;
+}
+
+TEST(EngineNegotiation, StallReportAsksTheSiteFinderOnceForNoticesWithoutANotedSite) {
+  StallNotice waited_on;  // rank 0 waits for rank 1 in both
+  waited_on.op = OpType::kAllreduce;
+  waited_on.missing = {1};
+  waited_on.hosts = {"node-b"};
+  waited_on.waited_s = 2.0;
+  StallNotice bucket = waited_on, metric = waited_on, noted = waited_on;
+  bucket.name = "pt.0.allreduce.float32.68.2";
+  metric.name = "pt.0.allreduce.float32.4.1";
+  noted.name = "grad.w";
+  StallReport::setSiteFinder(&findTrainSite);
+  site_finder_calls = 0;
+
+  StallReport waiter(0, 2.0);
+  waiter.noteCallSite("grad.w", "train.py:42 in step");
+  waiter.report({noted});
+  EXPECT_EQ(site_finder_calls, 0);  // the wait noted its own site
+  EXPECT_NE(waiter.lastReport().find("Rank 0 waits for it at train.py:42 in step."),
+            std::string::npos)
+      << waiter.lastReport();
+  waiter.report({bucket, metric, noted});
+  EXPECT_EQ(site_finder_calls, 1);  // once for the line
+  const std::string line = waiter.lastReport();
+  EXPECT_NE(line.find("float32.68.2' has waited 2.0 s for rank 1 (host node-b), which has not "
+                      "submitted it. Rank 0 submitted it; its Python code is at train.py:57 in "
+                      "step. Also: "),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("float32.4.1' has waited 2.0 s for rank 1 (host node-b), which has not "
+                      "submitted it. Rank 0 submitted it; its Python code is at train.py:57"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("Rank 0 waits for it at train.py:42 in step."), std::string::npos) << line;
+
+  StallReport culprit(1, 2.0);  // the late rank has nothing to find
+  culprit.report({bucket});
+  EXPECT_EQ(site_finder_calls, 1);
+  EXPECT_NE(culprit.lastReport().find("This rank (1) is one of them."), std::string::npos);
+  StallReport::setSiteFinder(nullptr);
+  waiter.report({metric});
+  EXPECT_NE(waiter.lastReport().find("Rank 0 submitted it. A rank"), std::string::npos)
+      << waiter.lastReport();
 }
 
 TEST(EngineWire, RoundTrip) {

@@ -1,7 +1,8 @@
 """The cases of the early stall diagnosis and the straggler flag, at 3 ranks (see
 test_stall_diagnosis.py): rank 1 sleeps in Python, rank 1 skips one collective, rank 2 is
 slowed by a busy loop, and under torch.distributed (the "perseus" backend) rank 1 of a DDP job
-sleeps before its backward, so the others wait in DDP's gradient all_reduce."""
+sleeps before its backward, so the others wait in DDP's gradient all_reduce, then before a
+direct dist.all_reduce."""
 
 import time
 
@@ -63,6 +64,11 @@ def ddp_sleeper(res):
         if step == 2 and RANK == 1:
             time.sleep(SLEEP_S)
         loss.backward()  # the others wait in DDP's all_reduce of the gradient bucket
+    metric = torch.ones(4)
+    dist.all_reduce(metric)
+    if RANK == 1:
+        time.sleep(SLEEP_S)
+    dist.all_reduce(metric)  # the others wait here, in the backend's blocking call
     dist.destroy_process_group()
     res.report(outcome="ok")
 
