@@ -33,8 +33,9 @@ from perseus.torch.distributed._work import PerseusWork, done_work
 _NAME_CYCLE = 64  # a power of two
 _NAME_MASK = _NAME_CYCLE - 1
 _NATIVE = _t.NATIVE
-_PLAIN_OPS = _reduce.PLAIN
-_PLAIN_BY_HASH = _reduce.PLAIN_BY_HASH
+_CORE_DTYPE = _t.CORE_DTYPE
+_STRIDED = torch.strided
+_plain_op = _reduce.plain_op
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
@@ -53,7 +54,7 @@ class PerseusOps(DataMovement):
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
-        self._allreduce_names = {}  # (dtype, count) -> _names_of() for the blocking path
+        self._allreduce_names = {}  # (dtype, count) -> _names_of(): _allreduce_name
         self._core = basics.core()
         self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
@@ -136,46 +137,59 @@ class PerseusOps(DataMovement):
 
     # -- allreduce ------------------------------------------------------------------------
 
+    def _allreduce_name(self, t):
+        """The next allreduce name of t's signature; one counter for the blocking and the
+        submitted paths, so that a rank's calls are numbered alike whichever path each takes."""
+        key = (t.dtype, t.numel())
+        entry = self._allreduce_names.get(key)
+        if entry is None:
+            entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
+        n = entry[1]
+        entry[1] = n + 1
+        return entry[0][n & _NAME_MASK]
+
     def allreduce(self, tensors, opts=None):
-        t = tensors[0] if len(tensors) == 1 else None
+        if len(tensors) != 1:
+            return self.allreduce_coalesced(tensors, opts)
+        t = tensors[0]
         # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
-        # gets the engine's blocking call, which needs no handle, and a Work that is complete
-        # already. This path is written out for its cost: it is the per-call floor.
-        if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
-                and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
-                and t.is_contiguous()):
-            op = (_PLAIN_BY_HASH.get(hash(opts.reduceOp)) if _PLAIN_BY_HASH is not None
-                  else _PLAIN_OPS.get(opts.reduceOp.op))
-            if op is not None:
-                key = (t.dtype, t.numel())
-                entry = self._allreduce_names.get(key)
-                if entry is None:
-                    entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
-                n = entry[1]
-                entry[1] = n + 1
-                name = entry[0][n & _NAME_MASK]
+        # gets the engine's blocking call, by address (no capsule, no handle), and a Work that
+        # is complete already. This path is written out for its cost: it is the per-call floor.
+        if (_HAS_ASYNC_OP and opts is not None and not opts.asyncOp and t.is_cpu
+                and t.layout is _STRIDED and t.is_contiguous()):
+            code = _CORE_DTYPE.get(t.dtype)
+            op = _plain_op(opts.reduceOp)
+            if code is not None and op is not None:
+                name = self._allreduce_name(t)
                 try:
-                    self._core.allreduce(name, _capsule(t), None, op, 1.0, 1.0, self._ps, 0, True)
+                    self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0, 1.0,
+                                                 self._ps)
                     return self._completed
                 except DuplicateNameError:  # that name's last use is still in flight
                     return self._allreduce_async(t, op, 1.0, name, tensors)
                 except PerseusInternalError as e:
                     raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
-        if t is None:
-            return self.allreduce_coalesced(tensors, opts)
-        op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                                  "allreduce")
-        _t.check_reducible(t, "allreduce", self.group_label)
-        return self._allreduce_async(t, op, pre, self._name("allreduce", t), tensors)
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op, pre = _plain_op(reduce_op), 1.0
+        if op is None:
+            op, pre = _reduce.core_op(reduce_op, "allreduce")
+        if t.dtype not in _NATIVE or t.is_sparse:
+            _t.check_reducible(t, "allreduce", self.group_label)
+        return self._allreduce_async(t, op, pre, self._allreduce_name(t), tensors)
 
     def _allreduce_async(self, t, op, pre, name, tensors):
+        """Submits; the Work waits (CUDA: the current stream waits on the collective's event)."""
         src = t if t.is_contiguous() else t.contiguous()
-        core = self._core
-        ps, stream = self._ps, _t.stream_of(src)
-        h = self._submit(name, lambda n: core.allreduce(
-            n, _t.capsule(src), None, op, pre, 1.0, ps, stream))
+        cuda = src.is_cuda
+        stream = _t.current_stream_ptr(src.device) if cuda else 0
+        try:
+            h = self._core.allreduce(name, _capsule(src), None, op, pre, 1.0, self._ps, stream)
+        except DuplicateNameError:  # that name's last use is still in flight
+            core, ps = self._core, self._ps
+            h = self._submit(name, lambda n: core.allreduce(
+                n, _capsule(src), None, op, pre, 1.0, ps, stream))
         finish = None if src is t else (lambda: t.copy_(src))
-        return self._work("allreduce", h, tensors, finish, t)
+        return PerseusWork(self, "allreduce", h, tensors, finish, src.device if cuda else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
