@@ -30,6 +30,7 @@ from torch._C._distributed_c10d import AllreduceOptions
 import perseus.torch  # noqa: F401  (registers "perseus")
 from perseus.torch import _tensors as _t
 from perseus.torch.distributed import prefer_process_group, process_group_route
+from perseus.torch.distributed._backend import _current_stream
 from perseus.torch.distributed._reduce import plain_op
 from perseus.torch.distributed._work import PerseusWork
 
@@ -60,7 +61,6 @@ def stages(b, t):
         "s:op": lambda: plain_op(sync.reduceOp),
         "s:tensor": lambda: (t.is_cpu, t.layout, t.is_contiguous(), t.dtype),
         "s:data_ptr+shape": lambda: (t.data_ptr(), t.shape),
-        "s:stream": lambda: _t.stream_of(t),
         "s:name": lambda: b._allreduce_name(t),
         "s:capsule": lambda: _t.capsule(t),
         "s:work": lambda: PerseusWork(b, "allreduce", h, [t], None, dev),
@@ -74,6 +74,9 @@ def stages(b, t):
                                                         1.0, ps, 0, True)
         rows["s:core-inplace"] = lambda: core.allreduce_inplace(
             "split.i", t.data_ptr(), code, t.shape, 0, 1.0, 1.0, ps)
+    else:  # the current stream's pointer, and making it wait on a completed collective
+        rows["s:stream"] = lambda: _current_stream(t)
+        rows["s:stream-wait"] = lambda: h.cuda_stream_wait(_current_stream(t))
     rows["s:core-submit"] = lambda: core.allreduce("split.s", _t.capsule(t), None, 0, 1.0, 1.0,
                                                    ps, _t.stream_of(t)).wait(60)
     return rows

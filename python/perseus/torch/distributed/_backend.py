@@ -39,6 +39,14 @@ _plain_op = _reduce.plain_op
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
+# torch's raw getter of a device's current CUDA stream (as _tensors.current_stream_ptr), by index.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(cuda_tensor):
+    if _raw_stream is not None:
+        return _raw_stream(cuda_tensor.get_device())
+    return _t.current_stream_ptr(cuda_tensor.device)
 
 
 class PerseusOps(DataMovement):
@@ -153,10 +161,12 @@ class PerseusOps(DataMovement):
             return self.allreduce_coalesced(tensors, opts)
         t = tensors[0]
         # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
-        # gets the engine's blocking call, by address (no capsule, no handle), and a Work that
-        # is complete already. This path is written out for its cost: it is the per-call floor.
-        if (_HAS_ASYNC_OP and opts is not None and not opts.asyncOp and t.is_cpu
-                and t.layout is _STRIDED and t.is_contiguous()):
+        # gets a Work that is complete already. A CPU tensor takes the engine's blocking call,
+        # by address (no capsule, no handle); a CUDA tensor is submitted, and the current
+        # stream is made to wait on it here, as the Work's wait() would (no host block for the
+        # GPU work). This path is written out for its cost: it is the per-call floor.
+        blocking = _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
+        if blocking and t.is_cpu and t.layout is _STRIDED and t.is_contiguous():
             code = _CORE_DTYPE.get(t.dtype)
             op = _plain_op(opts.reduceOp)
             if code is not None and op is not None:
@@ -166,7 +176,7 @@ class PerseusOps(DataMovement):
                                                  self._ps)
                     return self._completed
                 except DuplicateNameError:  # that name's last use is still in flight
-                    return self._allreduce_async(t, op, 1.0, name, tensors)
+                    return self._allreduce_async(t, op, 1.0, name, tensors, False)
                 except PerseusInternalError as e:
                     raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -175,21 +185,33 @@ class PerseusOps(DataMovement):
             op, pre = _reduce.core_op(reduce_op, "allreduce")
         if t.dtype not in _NATIVE or t.is_sparse:
             _t.check_reducible(t, "allreduce", self.group_label)
-        return self._allreduce_async(t, op, pre, self._allreduce_name(t), tensors)
+        return self._allreduce_async(t, op, pre, self._allreduce_name(t), tensors, blocking)
 
-    def _allreduce_async(self, t, op, pre, name, tensors):
-        """Submits; the Work waits (CUDA: the current stream waits on the collective's event)."""
+    def _allreduce_async(self, t, op, pre, name, tensors, blocking):
+        """Submits; the Work waits (CUDA: the current stream waits on the collective's event).
+        blocking: the caller waits at once, so a CUDA call's stream waits now (Note [Blocking
+        calls])."""
         src = t if t.is_contiguous() else t.contiguous()
         cuda = src.is_cuda
-        stream = _t.current_stream_ptr(src.device) if cuda else 0
+        stream = _current_stream(src) if cuda else 0
         try:
             h = self._core.allreduce(name, _capsule(src), None, op, pre, 1.0, self._ps, stream)
         except DuplicateNameError:  # that name's last use is still in flight
             core, ps = self._core, self._ps
             h = self._submit(name, lambda n: core.allreduce(
                 n, _capsule(src), None, op, pre, 1.0, ps, stream))
-        finish = None if src is t else (lambda: t.copy_(src))
-        return PerseusWork(self, "allreduce", h, tensors, finish, src.device if cuda else None)
+        if src is not t:
+            return PerseusWork(self, "allreduce", h, tensors, lambda: t.copy_(src), src.device
+                               if cuda else None)
+        if blocking and cuda:
+            try:
+                h.cuda_stream_wait(stream)
+                return self._completed
+            except Exception:  # noqa: BLE001 (the Work's wait() reports it, by the group's rules)
+                work = PerseusWork(self, "allreduce", h, tensors, None, src.device)
+                work.wait()
+                return work
+        return PerseusWork(self, "allreduce", h, tensors, None, src.device if cuda else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:
