@@ -10,7 +10,10 @@ process and interleaved round by round.
 Rows (microseconds per call; fastest round, then the median round):
   floor      dist.all_reduce on a no-op Python backend (returns a completed Work)
   whole      dist.all_reduce on perseus; `whole - floor` is what the backend adds
-  direct     the backend's allreduce([t], opts) and the Work's wait(), called from Python
+  direct     the backend's allreduce([t], opts) and the Work's wait(), called from Python;
+             `floor-direct` is the same for the no-op backend, so that `direct - floor-direct`
+             is the backend's own share and `whole - floor` less that share is what torch's
+             side costs more for perseus than for the no-op backend
   async      the same with async_op=True (the path of DDP's hooks and of every CUDA call)
   s:...      the stages of those paths, each alone (their sum exceeds `direct` by the Python
              calls that join them); `s:loop` is the timing loop's own cost per call.
@@ -117,8 +120,11 @@ def main():
     t = torch.ones(1, device="cuda" if cuda else "cpu")
     world = dist.group.WORLD
     b = world if process_group_route() else world._get_backend(t.device)
+    nb = noop if process_group_route() else noop._get_backend(t.device)
+    sync = _options(False)
     rows = {"floor": lambda: dist.all_reduce(t, group=noop),
-            "whole": lambda: dist.all_reduce(t, group=world)}
+            "whole": lambda: dist.all_reduce(t, group=world),
+            "floor-direct": lambda: nb.allreduce([t], sync).wait()}
     rows.update(stages(b, t))
     for fn in rows.values():  # warm-up, and every rank makes the same calls
         for _ in range(200):
@@ -133,9 +139,13 @@ def main():
               "round (median round)" % (len(ranks), args.device, torch.__version__,
                                         "ProcessGroup" if process_group_route() else "Backend",
                                         args.calls, args.rounds))
-        floor = min(times["floor"])
+        floor, floor_direct = min(times["floor"]), min(times["floor-direct"])
         for name, ts in times.items():
-            extra = ("   whole - floor: +%.1f" % (min(ts) - floor)) if name == "whole" else ""
+            extra = ""
+            if name == "whole":
+                extra = "   whole - floor: +%.2f" % (min(ts) - floor)
+            elif name == "direct":
+                extra = "   direct - floor-direct: +%.2f" % (min(ts) - floor_direct)
             print("  %-16s %7.2f (%7.2f)%s" % (name, min(ts), statistics.median(ts), extra))
     dist.destroy_process_group()
 
