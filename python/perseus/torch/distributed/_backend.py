@@ -16,6 +16,7 @@ step's calls repeat the same names, which lets the engine post them without nego
 [Posted collectives]). A name still in flight when its turn comes again waits for it first."""
 
 import datetime
+import itertools
 import time
 
 import torch
@@ -36,6 +37,7 @@ _NATIVE = _t.NATIVE
 _CORE_DTYPE = _t.CORE_DTYPE
 _STRIDED = torch.strided
 _plain_op = _reduce.plain_op
+_op_key, _plain_by_key = _reduce.op_key, _reduce.PLAIN_BY_KEY.get
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
@@ -47,6 +49,27 @@ def _current_stream(cuda_tensor):
     if _raw_stream is not None:
         return _raw_stream(cuda_tensor.get_device())
     return _t.current_stream_ptr(cuda_tensor.device)
+
+
+def _signature_names(group_label, kind, dtype, count):
+    """The _NAME_CYCLE names of a signature (Note [Collective names])."""
+    base = "pt.%s.%s.%s.%d." % (group_label, kind, str(dtype)[6:], count)
+    return [base + str(i) for i in range(_NAME_CYCLE)]
+
+
+class _NameCycles(dict):
+    """(dtype, count) -> an endless iterator over that allreduce signature's names:
+    `next(cycles[key])` is the next name, in one expression, because the blocking allreduce is
+    the per-call floor."""
+
+    def __init__(self, group_label):
+        super().__init__()
+        self._group_label = group_label
+
+    def __missing__(self, key):
+        cycle = self[key] = itertools.cycle(_signature_names(self._group_label, "allreduce",
+                                                             *key))
+        return cycle
 
 
 class PerseusOps(DataMovement):
@@ -62,7 +85,9 @@ class PerseusOps(DataMovement):
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
-        self._allreduce_names = {}  # (dtype, count) -> _names_of(): _allreduce_name
+        # One name cycle per allreduce signature for the blocking and the submitted paths, so
+        # that a rank's calls are numbered alike whichever path each takes.
+        self._allreduce_names = _NameCycles(self.group_label)
         self._core = basics.core()
         self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
@@ -113,9 +138,7 @@ class PerseusOps(DataMovement):
 
     def _names_of(self, key):
         """[the _NAME_CYCLE names of a signature (kind, dtype, count), the next call's number]."""
-        kind, dtype, count = key
-        base = "pt.%s.%s.%s.%d." % (self.group_label, kind, str(dtype)[6:], count)
-        return [[base + str(i) for i in range(_NAME_CYCLE)], 0]
+        return [_signature_names(self.group_label, *key), 0]
 
     def _submit(self, name, call):
         """call(name) -> core handle; a name still in flight is waited for first."""
@@ -145,17 +168,6 @@ class PerseusOps(DataMovement):
 
     # -- allreduce ------------------------------------------------------------------------
 
-    def _allreduce_name(self, t):
-        """The next allreduce name of t's signature; one counter for the blocking and the
-        submitted paths, so that a rank's calls are numbered alike whichever path each takes."""
-        key = (t.dtype, t.numel())
-        entry = self._allreduce_names.get(key)
-        if entry is None:
-            entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
-        n = entry[1]
-        entry[1] = n + 1
-        return entry[0][n & _NAME_MASK]
-
     def allreduce(self, tensors, opts=None):
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts)
@@ -167,10 +179,11 @@ class PerseusOps(DataMovement):
         # GPU work). This path is written out for its cost: it is the per-call floor.
         blocking = _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
         if blocking and t.is_cpu and t.layout is _STRIDED and t.is_contiguous():
-            code = _CORE_DTYPE.get(t.dtype)
-            op = _plain_op(opts.reduceOp)
+            dtype = t.dtype
+            code = _CORE_DTYPE.get(dtype)
+            op = _plain_by_key(_op_key(opts.reduceOp))
             if code is not None and op is not None:
-                name = self._allreduce_name(t)
+                name = next(self._allreduce_names[(dtype, t.numel())])
                 try:
                     self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0, 1.0,
                                                  self._ps)
@@ -185,7 +198,8 @@ class PerseusOps(DataMovement):
             op, pre = _reduce.core_op(reduce_op, "allreduce")
         if t.dtype not in _NATIVE or t.is_sparse:
             _t.check_reducible(t, "allreduce", self.group_label)
-        return self._allreduce_async(t, op, pre, self._allreduce_name(t), tensors, blocking)
+        name = next(self._allreduce_names[(t.dtype, t.numel())])
+        return self._allreduce_async(t, op, pre, name, tensors, blocking)
 
     def _allreduce_async(self, t, op, pre, name, tensors, blocking):
         """Submits; the Work waits (CUDA: the current stream waits on the collective's event).
