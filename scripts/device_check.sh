@@ -24,7 +24,7 @@
 #   td       the torch.distributed backend (on either route: a c10d Backend, or a ProcessGroup
 #            where torch cannot build a Python Backend): its CUDA tests with a DDP step, and the
 #            per-call cost of dist.all_reduce at world size 1 against a no-op Python group and
-#            NCCL.
+#            NCCL, and its split into stages (bench/torch_distributed/percall_split.py).
 #   quiet    a clean exit after GPU collectives logs no warning (no communicator abort).
 #   a        the C++ GPU tests and the GPU benchmarks (bench/gpu/*_bench.cc), built there by
 #            the same toolchain (CMake, GoogleTest from .devdeps).
@@ -165,6 +165,11 @@ run_step "td test_backend_cuda.py (CUDA ops, Work.wait on the stream, DDP step)"
   $PY -m pytest -q -p no:cacheprovider --timeout=180 "$ROOT/tests/python/torch_distributed/test_backend_cuda.py"
 run_step "td per-call dist.all_reduce 4 B, world size 1: noop floor, perseus, nccl" 120 \
   $PY "$ROOT/bench/gpu/dist_percall.py" "${CPU[@]}"
+if [ $MODE = dry ] || [ "$NGPU" -ge 1 ]; then
+  SPLIT_DEVICE=(--device cuda); [ $MODE = dry ] && SPLIT_DEVICE=()
+  run_step "td per-call split of perseus's dist.all_reduce 4 B, world size 1 (its stages)" 60 \
+    $PY "$ROOT/bench/torch_distributed/percall_split.py" --rounds 5 --calls 1000 "${SPLIT_DEVICE[@]}"
+fi
 
 # ---- quiet: a clean exit logs nothing ----------------------------------------------------------------
 if [ $MODE = dry ] || [ "$NGPU" -ge 1 ]; then

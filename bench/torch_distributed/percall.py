@@ -5,6 +5,7 @@ and, for the engine's own share, the Horovod API's blocking allreduce_ of the sa
 
     python bench/torch_distributed/percall.py                     # world size 1, all three
     perseusrun -np 2 python bench/torch_distributed/percall.py    # 2 ranks, all three
+    python bench/torch_distributed/percall.py --device cuda       # 1 GPU: nccl for gloo
 
 Where perseus groups are c10d Backends, rows "noop-pg" and "perseus-pg" measure the
 ProcessGroup route too (perseus.torch.distributed.prefer_process_group), each against the floor
@@ -12,7 +13,9 @@ of its own route.
 
 Each backend runs in its own process group on the same ranks, interleaved over --rounds; the
 fastest and the median round are printed per backend (microseconds per call). On a busy machine
-the fastest round is the one least disturbed by other processes."""
+the fastest round is the one least disturbed by other processes. On CUDA each timed loop ends
+with torch.cuda.synchronize(), so the GPU work the calls queued counts too.
+bench/torch_distributed/percall_split.py splits the perseus call into its stages."""
 import argparse
 import datetime
 import os
@@ -58,36 +61,40 @@ def _noop_pg(store, rank, size, timeout):
     return NoopProcessGroup(rank, size)
 
 
-def per_call_us(group, calls):
-    t = torch.ones(1)
+def _timed(call, calls, device):
     for _ in range(200):
-        dist.all_reduce(t, group=group)
+        call()
     dist.barrier()
     start = time.perf_counter()
     for _ in range(calls):
-        dist.all_reduce(t, group=group)
+        call()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def hvd_per_call_us(calls):
+def per_call_us(group, calls, device="cpu"):
+    t = torch.ones(1, device=device)
+    return _timed(lambda: dist.all_reduce(t, group=group), calls, device)
+
+
+def hvd_per_call_us(calls, device="cpu"):
     import perseus.torch as hvd
-    t = torch.ones(1)
-    for _ in range(200):
-        hvd.allreduce_(t, name="percall", op=hvd.Sum)
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(calls):
-        hvd.allreduce_(t, name="percall", op=hvd.Sum)
-    return (time.perf_counter() - start) / calls * 1e6
+    t = torch.ones(1, device=device)
+    return _timed(lambda: hvd.allreduce_(t, name="percall", op=hvd.Sum), calls, device)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the tensor lives; cuda compares with nccl instead of gloo")
     args = p.parse_args()
-    dist.Backend.register_backend("noop", _noop, devices=["cpu"])
-    dist.Backend.register_backend("noop_pg", _noop_pg, devices=["cpu"])
+    dist.Backend.register_backend("noop", _noop, devices=["cpu", "cuda"])
+    dist.Backend.register_backend("noop_pg", _noop_pg, devices=["cpu", "cuda"])
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         with __import__("socket").socket() as s:
@@ -97,7 +104,8 @@ def main():
     ranks = list(range(dist.get_world_size()))
     groups = {"noop": dist.new_group(ranks, backend="noop"),
               "perseus": dist.group.WORLD,
-              "gloo": dist.new_group(ranks, backend="gloo")}
+              "gloo" if args.device == "cpu" else "nccl": dist.new_group(
+                  ranks, backend="gloo" if args.device == "cpu" else "nccl")}
     if not process_group_route():  # the ProcessGroup route too, with its own floor
         prefer_process_group()
         groups["noop-pg"] = dist.new_group(ranks, backend="noop_pg")
@@ -106,14 +114,15 @@ def main():
     times = {name: [] for name in list(groups) + ["hvd"]}
     for _ in range(args.rounds):
         for name, group in groups.items():
-            times[name].append(per_call_us(group, args.calls))
-        times["hvd"].append(hvd_per_call_us(args.calls))
+            times[name].append(per_call_us(group, args.calls, args.device))
+        times["hvd"].append(hvd_per_call_us(args.calls, args.device))
     if dist.get_rank() == 0:
         floors = {"": (min(times["noop"]), statistics.median(times["noop"]))}
         if "noop-pg" in times:
             floors["-pg"] = (min(times["noop-pg"]), statistics.median(times["noop-pg"]))
-        print("world size %d, torch %s, %d calls x %d rounds: us per call, fastest round "
-              "(median round)" % (len(ranks), torch.__version__, args.calls, args.rounds))
+        print("world size %d, %s, torch %s, %d calls x %d rounds: us per call, fastest round "
+              "(median round)" % (len(ranks), args.device, torch.__version__, args.calls,
+                                  args.rounds))
         for name, ts in times.items():
             best, median = min(ts), statistics.median(ts)
             floor, floor_median = floors["-pg" if name.endswith("-pg") else ""]

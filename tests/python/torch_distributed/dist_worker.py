@@ -356,6 +356,16 @@ def cuda(method="env"):
     side.synchronize()
     assert total.item() == (1 << 24) * size, total.item()
     assert waited < 0.05, "Work.wait() blocked the host for %.3f s" % waited
+    with torch.cuda.stream(side):  # a blocking call orders the stream, not the host, too
+        big = torch.ones(1 << 24, device=dev)
+        torch.cuda._sleep(200_000_000)
+        start = time.perf_counter()
+        dist.all_reduce(big)
+        waited = time.perf_counter() - start
+        total = big.sum()
+    side.synchronize()
+    assert total.item() == (1 << 24) * size, total.item()
+    assert waited < 0.05, "dist.all_reduce blocked the host for %.3f s" % waited
     fut = dist.all_reduce(torch.ones(3, device=dev), async_op=True).get_future()
     same(fut.then(lambda f: f.value()[0] + 1).wait().cpu(), torch.ones(3) * size + 1,
          "CUDA future .then()")

@@ -16,6 +16,7 @@ step's calls repeat the same names, which lets the engine post them without nego
 [Posted collectives]). A name still in flight when its turn comes again waits for it first."""
 
 import datetime
+import itertools
 import time
 
 import torch
@@ -33,11 +34,42 @@ from perseus.torch.distributed._work import PerseusWork, done_work
 _NAME_CYCLE = 64  # a power of two
 _NAME_MASK = _NAME_CYCLE - 1
 _NATIVE = _t.NATIVE
-_PLAIN_OPS = _reduce.PLAIN
-_PLAIN_BY_HASH = _reduce.PLAIN_BY_HASH
+_CORE_DTYPE = _t.CORE_DTYPE
+_STRIDED = torch.strided
+_plain_op = _reduce.plain_op
+_op_key, _plain_by_key = _reduce.op_key, _reduce.PLAIN_BY_KEY.get
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
+# torch's raw getter of a device's current CUDA stream (as _tensors.current_stream_ptr), by index.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(cuda_tensor):
+    if _raw_stream is not None:
+        return _raw_stream(cuda_tensor.get_device())
+    return _t.current_stream_ptr(cuda_tensor.device)
+
+
+def _signature_names(group_label, kind, dtype, count):
+    """The _NAME_CYCLE names of a signature (Note [Collective names])."""
+    base = "pt.%s.%s.%s.%d." % (group_label, kind, str(dtype)[6:], count)
+    return [base + str(i) for i in range(_NAME_CYCLE)]
+
+
+class _NameCycles(dict):
+    """(dtype, count) -> an endless iterator over that allreduce signature's names:
+    `next(cycles[key])` is the next name, in one expression, because the blocking allreduce is
+    the per-call floor."""
+
+    def __init__(self, group_label):
+        super().__init__()
+        self._group_label = group_label
+
+    def __missing__(self, key):
+        cycle = self[key] = itertools.cycle(_signature_names(self._group_label, "allreduce",
+                                                             *key))
+        return cycle
 
 
 class PerseusOps(DataMovement):
@@ -53,7 +85,9 @@ class PerseusOps(DataMovement):
         self.timeout_s = timeout_s
         self._store = store
         self._names = {}
-        self._allreduce_names = {}  # (dtype, count) -> _names_of() for the blocking path
+        # One name cycle per allreduce signature for the blocking and the submitted paths, so
+        # that a rank's calls are numbered alike whichever path each takes.
+        self._allreduce_names = _NameCycles(self.group_label)
         self._core = basics.core()
         self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
@@ -109,9 +143,7 @@ class PerseusOps(DataMovement):
 
     def _names_of(self, key):
         """[the _NAME_CYCLE names of a signature (kind, dtype, count), the next call's number]."""
-        kind, dtype, count = key
-        base = "pt.%s.%s.%s.%d." % (self.group_label, kind, str(dtype)[6:], count)
-        return [[base + str(i) for i in range(_NAME_CYCLE)], 0]
+        return [_signature_names(self.group_label, *key), 0]
 
     def _submit(self, name, call):
         """call(name) -> core handle; a name still in flight is waited for first."""
@@ -142,45 +174,63 @@ class PerseusOps(DataMovement):
     # -- allreduce ------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        t = tensors[0] if len(tensors) == 1 else None
+        if len(tensors) != 1:
+            return self.allreduce_coalesced(tensors, opts)
+        t = tensors[0]
         # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
-        # gets the engine's blocking call, which needs no handle, and a Work that is complete
-        # already. This path is written out for its cost: it is the per-call floor.
-        if (t is not None and _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
-                and not t.is_sparse and not t.is_cuda and t.dtype in _NATIVE
-                and t.is_contiguous()):
-            op = (_PLAIN_BY_HASH.get(hash(opts.reduceOp)) if _PLAIN_BY_HASH is not None
-                  else _PLAIN_OPS.get(opts.reduceOp.op))
-            if op is not None:
-                key = (t.dtype, t.numel())
-                entry = self._allreduce_names.get(key)
-                if entry is None:
-                    entry = self._allreduce_names[key] = self._names_of(("allreduce",) + key)
-                n = entry[1]
-                entry[1] = n + 1
-                name = entry[0][n & _NAME_MASK]
+        # gets a Work that is complete already. A CPU tensor takes the engine's blocking call,
+        # by address (no capsule, no handle); a CUDA tensor is submitted, and the current
+        # stream is made to wait on it here, as the Work's wait() would (no host block for the
+        # GPU work). This path is written out for its cost: it is the per-call floor.
+        blocking = _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
+        if blocking and t.is_cpu and t.layout is _STRIDED and t.is_contiguous():
+            dtype = t.dtype
+            code = _CORE_DTYPE.get(dtype)
+            op = _plain_by_key(_op_key(opts.reduceOp))
+            if code is not None and op is not None:
+                name = next(self._allreduce_names[(dtype, t.numel())])
                 try:
-                    self._core.allreduce(name, _capsule(t), None, op, 1.0, 1.0, self._ps, 0, True)
+                    self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0, 1.0,
+                                                 self._ps)
                     return self._completed
                 except DuplicateNameError:  # that name's last use is still in flight
-                    return self._allreduce_async(t, op, 1.0, name, tensors)
+                    return self._allreduce_async(t, op, 1.0, name, tensors, False)
                 except PerseusInternalError as e:
                     raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
-        if t is None:
-            return self.allreduce_coalesced(tensors, opts)
-        op, pre = _reduce.core_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                                  "allreduce")
-        _t.check_reducible(t, "allreduce", self.group_label)
-        return self._allreduce_async(t, op, pre, self._name("allreduce", t), tensors)
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op, pre = _plain_op(reduce_op), 1.0
+        if op is None:
+            op, pre = _reduce.core_op(reduce_op, "allreduce")
+        if t.dtype not in _NATIVE or t.is_sparse:
+            _t.check_reducible(t, "allreduce", self.group_label)
+        name = next(self._allreduce_names[(t.dtype, t.numel())])
+        return self._allreduce_async(t, op, pre, name, tensors, blocking)
 
-    def _allreduce_async(self, t, op, pre, name, tensors):
+    def _allreduce_async(self, t, op, pre, name, tensors, blocking):
+        """Submits; the Work waits (CUDA: the current stream waits on the collective's event).
+        blocking: the caller waits at once, so a CUDA call's stream waits now (Note [Blocking
+        calls])."""
         src = t if t.is_contiguous() else t.contiguous()
-        core = self._core
-        ps, stream = self._ps, _t.stream_of(src)
-        h = self._submit(name, lambda n: core.allreduce(
-            n, _t.capsule(src), None, op, pre, 1.0, ps, stream))
-        finish = None if src is t else (lambda: t.copy_(src))
-        return self._work("allreduce", h, tensors, finish, t)
+        cuda = src.is_cuda
+        stream = _current_stream(src) if cuda else 0
+        try:
+            h = self._core.allreduce(name, _capsule(src), None, op, pre, 1.0, self._ps, stream)
+        except DuplicateNameError:  # that name's last use is still in flight
+            core, ps = self._core, self._ps
+            h = self._submit(name, lambda n: core.allreduce(
+                n, _capsule(src), None, op, pre, 1.0, ps, stream))
+        if src is not t:
+            return PerseusWork(self, "allreduce", h, tensors, lambda: t.copy_(src), src.device
+                               if cuda else None)
+        if blocking and cuda:
+            try:
+                h.cuda_stream_wait(stream)
+                return self._completed
+            except Exception:  # noqa: BLE001 (the Work's wait() reports it, by the group's rules)
+                work = PerseusWork(self, "allreduce", h, tensors, None, src.device)
+                work.wait()
+                return work
+        return PerseusWork(self, "allreduce", h, tensors, None, src.device if cuda else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if not tensors:

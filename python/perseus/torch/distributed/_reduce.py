@@ -19,9 +19,21 @@ def _hash_is_op_value():
         return False
 
 
-# PLAIN by hash(ReduceOp), or None where the hash is not the op's value. The blocking allreduce
-# path reads it: `opts.reduceOp.op` builds an enum object and hashes it, about twice the cost.
-PLAIN_BY_HASH = {int(kind): core for kind, core in _CORE.items()} if _hash_is_op_value() else None
+# op_key(ReduceOp or RedOpType) -> a key of PLAIN_BY_KEY. Where torch binds hash(ReduceOp) as its
+# RedOpType's value, the key is the builtin hash: `reduce_op.op` builds an enum object and hashes
+# it, about twice the cost, on the blocking allreduce's path.
+if _hash_is_op_value():
+    op_key = hash
+    PLAIN_BY_KEY = {int(kind): core for kind, core in _CORE.items()}
+else:
+    def op_key(reduce_op):
+        return getattr(reduce_op, "op", reduce_op)
+    PLAIN_BY_KEY = _CORE
+
+
+def plain_op(reduce_op):
+    """The core op of a ReduceOp (or RedOpType) that needs no prescale, else None."""
+    return PLAIN_BY_KEY.get(op_key(reduce_op))
 
 
 def _factor(reduce_op):
