@@ -19,7 +19,8 @@
 # What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
 # percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, chaos_soak.md,
 # soak_raw.tgz, soak<i>.log).
-# Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811).
+# Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
+# RESNET_ROUNDS (default 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -59,7 +60,8 @@ if has gpu; then
   step "gpu test_backend_cuda.py" 120 python3 -m pytest -q -p no:cacheprovider --timeout=100 \
     "$ROOT/tests/python/torch_distributed/test_backend_cuda.py"
   step "gpu dist_percall" 60 bash -c "cd /tmp && PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/dist_percall.py' | tee '$OUT/percall_gpu.txt'"
-  for round in 1 2; do
+  step "gpu percall_split" 60 bash -c "python3 bench/torch_distributed/percall_split.py --device cuda | tee -a '$OUT/percall_gpu.txt'"
+  for round in $(seq 1 "${RESNET_ROUNDS:-2}"); do
     for mode in ddp-nccl ddp-perseus; do
       step "gpu resnet50 $mode round $round" 60 bash -c "cd /tmp && PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/resnet50_synthetic.py' --mode $mode | tee -a '$OUT/resnet50.txt'"
     done
