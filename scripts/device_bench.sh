@@ -4,9 +4,10 @@
 #   gpu       the torch.distributed backend on the GPU: test_backend_cuda.py, the per-call cost
 #             of dist.all_reduce (bench/gpu/dist_percall.py), ResNet-50 DDP on backend nccl
 #             against backend perseus, alternated (bench/gpu/resnet50_synthetic.py);
-#   td        bench/torch_distributed/run.py: DDP at 2 CPU ranks and FSDP2 at 2 and 4 CPU
-#             ranks, perseus against Gloo; and percall.py at 2 CPU ranks;
 #   smallops  small collectives from Python against mpi4py and Gloo, 2 and 4 ranks;
+#   td        bench/torch_distributed/run.py (TD_ARGS, default --rounds 3 --fsdp-ranks 2,4): DDP
+#             at 2 CPU ranks and FSDP2 at 2 and 4, perseus against Gloo and the no-communication
+#             floor; and percall.py at 2 CPU ranks;
 #   torchrun  torchrun's start-up spread, 30 starts;
 #   soak      the elastic chaos soak, for the time left.
 # GPU correctness as a whole comes from scripts/device_check.sh, not from here.
@@ -20,7 +21,7 @@
 # percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, chaos_soak.md,
 # soak_raw.tgz, soak<i>.log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
-# RESNET_ROUNDS (default 2).
+# RESNET_ROUNDS (default 2); TD_ARGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -67,15 +68,15 @@ if has gpu; then
     done
   done
 fi
-if has td; then
-  step "td DDP 2 ranks, FSDP2 2 and 4 ranks" 330 \
-    python3 bench/torch_distributed/run.py --rounds 3 --fsdp-ranks 2,4
-  cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
-  step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
-fi
 if has smallops; then
   step "small ops, 2 and 4 ranks" 200 \
     python3 bench/small_ops/run.py --np 2 4 --reps 3 --out "$OUT/small_ops.md"
+fi
+if has td; then
+  step "td DDP 2 ranks, FSDP2 2 and 4 ranks" 330 \
+    python3 bench/torch_distributed/run.py ${TD_ARGS:---rounds 3 --fsdp-ranks 2,4}
+  cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
+  step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
 fi
 if has torchrun; then
   step "torchrun start-up, 30 starts" 150 \
