@@ -17,16 +17,12 @@
 #include "handle.h"
 #include "perseus/c_api.h"
 #include "tensor_arg.h"
+#include "tensor_view.h"
 
 namespace perseus_py {
 namespace {
 
 // A tensor described by its address, dtype code and shape tuple (torch.Size is a tuple).
-struct FlatTensor {
-  int64_t shape[PERSEUS_MAX_NDIM];
-  perseus_tensor t{};
-};
-
 bool parseTensor(PyObject* address, PyObject* dtype, PyObject* shape, FlatTensor& out) {
   if (!PyTuple_Check(shape)) {
     PyErr_SetString(PyExc_TypeError, "shape must be a tuple (torch.Size) of ints");
@@ -46,12 +42,7 @@ bool parseTensor(PyObject* address, PyObject* dtype, PyObject* shape, FlatTensor
   if (data == nullptr && PyErr_Occurred()) return false;
   const long code = PyLong_AsLong(dtype);
   if (code == -1 && PyErr_Occurred()) return false;
-  if (data == nullptr) {
-    // Frameworks give empty tensors no storage; the core wants a pointer it never reads.
-    static char empty_storage alignas(16)[16];
-    data = empty_storage;
-  }
-  out.t.data = data;
+  out.t.data = dataOrPlaceholder(data);
   out.t.dtype = static_cast<int32_t>(code);
   out.t.ndim = static_cast<int32_t>(ndim);
   out.t.shape = out.shape;
@@ -86,6 +77,26 @@ PyObject* finish(perseus_status status, const char* what) {
   return nullptr;
 }
 
+// The blocking allreduce of `t`, the GIL released around the engine call.
+PyObject* allreduce(const char* name, FlatTensor& t, long op, double prescale, double postscale,
+                    long process_set) {
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_allreduce_blocking(name, &t.t, &t.t, static_cast<int32_t>(op), prescale,
+                                      postscale, static_cast<int32_t>(process_set));
+  Py_END_ALLOW_THREADS;
+  return finish(status, "perseus_allreduce_blocking");
+}
+
+PyObject* broadcast(const char* name, FlatTensor& t, long root, long process_set) {
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_broadcast_blocking(name, &t.t, &t.t, static_cast<int32_t>(root),
+                                      static_cast<int32_t>(process_set));
+  Py_END_ALLOW_THREADS;
+  return finish(status, "perseus_broadcast_blocking");
+}
+
 // allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set
 //                   [, device, stream])
 PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -99,12 +110,7 @@ PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const double postscale = PyFloat_AsDouble(args[6]);
   const long process_set = PyLong_AsLong(args[7]);
   if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
-  perseus_status status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = perseus_allreduce_blocking(name, &t.t, &t.t, static_cast<int32_t>(op), prescale,
-                                      postscale, static_cast<int32_t>(process_set));
-  Py_END_ALLOW_THREADS;
-  return finish(status, "perseus_allreduce_blocking");
+  return allreduce(name, t, op, prescale, postscale, process_set);
 }
 
 // broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream])
@@ -117,12 +123,53 @@ PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const long root = PyLong_AsLong(args[4]);
   const long process_set = PyLong_AsLong(args[5]);
   if (PyErr_Occurred() || !parseDevice(args, 6, nargs, t)) return nullptr;
-  perseus_status status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = perseus_broadcast_blocking(name, &t.t, &t.t, static_cast<int32_t>(root),
-                                      static_cast<int32_t>(process_set));
-  Py_END_ALLOW_THREADS;
-  return finish(status, "perseus_broadcast_blocking");
+  return broadcast(name, t, root, process_set);
+}
+
+// The tensor forms take the framework's tensor object itself (tensor_view.h) and return it, or
+// NotImplemented, having done nothing, for a tensor they cannot view: the caller then takes its
+// own path, which converts the tensor or reports what is wrong with it.
+bool exactCount(const char* fn, Py_ssize_t nargs, Py_ssize_t expected) {
+  if (nargs == expected) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd positional arguments (%zd given)", fn, expected,
+               nargs);
+  return false;
+}
+
+// The tensor itself after a successful call, else the call's exception.
+PyObject* returnTensor(PyObject* result, PyObject* tensor) {
+  if (result == nullptr) return nullptr;
+  Py_DECREF(result);
+  Py_INCREF(tensor);
+  return tensor;
+}
+
+// allreduce_tensor(tensor, name, op, prescale, postscale, process_set)
+PyObject* allreduceTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("allreduce_tensor", nargs, 6)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long op = PyLong_AsLong(args[2]);
+  const double prescale = PyFloat_AsDouble(args[3]);
+  const double postscale = PyFloat_AsDouble(args[4]);
+  const long process_set = PyLong_AsLong(args[5]);
+  if (PyErr_Occurred()) return nullptr;
+  return returnTensor(allreduce(name, t, op, prescale, postscale, process_set), args[0]);
+}
+
+// broadcast_tensor(tensor, name, root, process_set)
+PyObject* broadcastTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("broadcast_tensor", nargs, 4)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long root = PyLong_AsLong(args[2]);
+  const long process_set = PyLong_AsLong(args[3]);
+  if (PyErr_Occurred()) return nullptr;
+  return returnTensor(broadcast(name, t, root, process_set), args[0]);
 }
 
 // Releases a library handle on every way out.
@@ -232,6 +279,15 @@ PyMethodDef kFastCalls[] = {
     {"broadcast_inplace", asCFunction<broadcastInplace>(), METH_FASTCALL,
      "broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream]): a "
      "blocking in-place broadcast of a contiguous tensor the caller keeps alive."},
+    {"allreduce_tensor", asCFunction<allreduceTensor>(), METH_FASTCALL,
+     "allreduce_tensor(tensor, name, op, prescale, postscale, process_set): a blocking "
+     "in-place allreduce of a tensor of a registered type; returns it, or NotImplemented "
+     "without a call for a tensor that is not a contiguous CPU tensor of a native dtype."},
+    {"broadcast_tensor", asCFunction<broadcastTensor>(), METH_FASTCALL,
+     "broadcast_tensor(tensor, name, root, process_set): allreduce_tensor's broadcast."},
+    {"register_tensor_type", asCFunction<registerTensorType>(), METH_FASTCALL,
+     "register_tensor_type(type, capsule): tensors of exactly `type` are read through the "
+     "DLPack C exchange API in `capsule` (type.__dlpack_c_exchange_api__)."},
     {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "
