@@ -199,10 +199,11 @@ bool waitLate(perseus_handle id) {
   }
 }
 
-// The library-owned output as a new framework tensor: allocate(shape, dtype_object) returns
-// (tensor, address), and the output is copied there. For small outputs a copy costs less than
+// The library-owned output as a new framework tensor: allocate(shape, like) returns (tensor,
+// address), and the output is copied there (`like`: what the caller's allocate reads the dtype
+// from). For small outputs a copy costs less than
 // handing the library's memory over through a DLPack capsule.
-PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_object) {
+PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like) {
   perseus_tensor out{};
   const perseus_status s = perseus_handle_output(id, 0, &out);
   if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
@@ -213,7 +214,7 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_obje
     PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.shape[i]));
     bytes *= static_cast<size_t>(out.shape[i]);
   }
-  PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, dtype_object, nullptr);
+  PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
   Py_DECREF(shape);
   if (made == nullptr) return nullptr;
   if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
@@ -237,17 +238,10 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_obje
 // allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
 // allocate(shape, dtype_object) -> (tensor, address) made for the result. The output's shape
 // comes from the core, so ranks may differ in the first dimension as on the handle path.
-PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
-    return nullptr;
-  }
-  const char* name = PyUnicode_AsUTF8(args[0]);
-  if (name == nullptr) return nullptr;
-  FlatTensor t;
-  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
-  const long process_set = PyLong_AsLong(args[4]);
-  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+// The blocking allgather of `t` into a tensor that allocate(shape, like) -> (tensor, address)
+// makes.
+PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject* allocate,
+                    PyObject* like) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -261,7 +255,40 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   } else if (waited != PERSEUS_OK) {
     return finish(waited, "perseus_wait");
   }
-  return copyOutput(id, args[5], args[6]);
+  return copyOutput(id, allocate, like);
+}
+
+PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7) {
+    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (name == nullptr) return nullptr;
+  FlatTensor t;
+  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
+  const long process_set = PyLong_AsLong(args[4]);
+  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  return allgather(name, t, process_set, args[5], args[6]);
+}
+
+// allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
+// of a registered type of at most max_bytes, the result made by allocate(shape, tensor);
+// NotImplemented, with no call, for any other tensor.
+PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const long long max_bytes = PyLong_AsLongLong(args[3]);
+  if (max_bytes == -1 && PyErr_Occurred()) return nullptr;
+  long long bytes = dtypeSize(t.t.dtype);
+  for (int32_t i = 0; i < t.t.ndim; ++i) bytes *= t.shape[i];
+  if (bytes > max_bytes) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long process_set = PyLong_AsLong(args[2]);
+  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  return allgather(name, t, process_set, args[4], args[0]);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
@@ -288,6 +315,10 @@ PyMethodDef kFastCalls[] = {
     {"register_tensor_type", asCFunction<registerTensorType>(), METH_FASTCALL,
      "register_tensor_type(type, capsule): tensors of exactly `type` are read through the "
      "DLPack C exchange API in `capsule` (type.__dlpack_c_exchange_api__)."},
+    {"allgather_tensor", asCFunction<allgatherTensor>(), METH_FASTCALL,
+     "allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a "
+     "tensor of a registered type of at most max_bytes, the result made by allocate(shape, "
+     "tensor); NotImplemented without a call for any other tensor."},
     {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "

@@ -67,8 +67,8 @@ bool viewDenseCpu(PyObject* obj, FlatTensor& out) {
     return false;
   }
   const int32_t dtype = perseusDtype(dl.dtype);
-  if (dl.device.device_type != kDLCPU || dtype < 0 || dl.ndim < 0 ||
-      dl.ndim > PERSEUS_MAX_NDIM || nonContiguousDim(dl) >= 0) {
+  if (dl.device.device_type != kDLCPU || dtype < 0 || dl.ndim < 0 || dl.ndim > PERSEUS_MAX_NDIM ||
+      nonContiguousDim(dl) >= 0) {
     return false;
   }
   std::copy(dl.shape, dl.shape + dl.ndim, out.shape);

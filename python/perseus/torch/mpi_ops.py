@@ -171,12 +171,17 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def allgather_blocking(tensor, name=None, process_set=global_process_set):
     """synchronize(allgather_async(...)) without the handle table. A small contiguous CPU
-    tensor of a native dtype takes one FASTCALL (_core.allgather_into): no capsule, no Python
+    tensor of a native dtype takes one FASTCALL (_core.allgather_tensor for a torch.Tensor,
+    read as allreduce_ reads it, else _core.allgather_into): no capsule, no Python
     handle, the result copied into a new tensor, which costs less than wrapping the library's
     memory below _ALLGATHER_COPY_MAX bytes of input."""
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("allgather", name, ps)
+    out = (_core_module or _direct()).allgather_tensor(tensor, name, ps, _ALLGATHER_COPY_MAX,
+                                                       _empty_like_with_address)
+    if out is not NotImplemented:
+        return out
     code = None
     if (isinstance(tensor, _Tensor) and tensor.is_cpu and tensor.layout is _strided
             and tensor.is_contiguous()):
@@ -302,6 +307,7 @@ _Tensor = torch.Tensor
 _strided = torch.strided
 _CORE_DTYPE = _t.CORE_DTYPE
 _empty_with_address = _t.empty_with_address
+_empty_like_with_address = _t.empty_like_with_address
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
