@@ -75,9 +75,15 @@ struct DLPackExchangeAPIHeader {
 
 struct DLPackExchangeAPI {
   DLPackExchangeAPIHeader header;
-  void* managed_tensor_allocator;
+  // A new tensor of the prototype's dtype, ndim, shape and device in *out; 0, or -1 after
+  // calling set_error(error_ctx, kind, message).
+  int (*managed_tensor_allocator)(DLTensor* prototype, DLManagedTensorVersioned** out,
+                                  void* error_ctx,
+                                  void (*set_error)(void* error_ctx, const char* kind,
+                                                    const char* message));
   void* managed_tensor_from_py_object_no_sync;
-  void* managed_tensor_to_py_object_no_sync;
+  // The framework's tensor object that takes over `tensor`; 0, or -1 with a Python exception.
+  int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned* tensor, void** out);
   // Fills `out` (shape and strides stay valid while the object is unchanged and the GIL held);
   // 0, or -1 with a Python exception set. May be NULL.
   int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);

@@ -203,10 +203,24 @@ bool waitLate(perseus_handle id) {
 // address), and the output is copied there (`like`: what the caller's allocate reads the dtype
 // from). For small outputs a copy costs less than
 // handing the library's memory over through a DLPack capsule.
-PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like) {
+// With `view` (like's viewDenseCpu()), the framework's allocator makes the tensor when its
+// exchange API has one: no Python call.
+PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
+                     const FlatTensor* view) {
   perseus_tensor out{};
   const perseus_status s = perseus_handle_output(id, 0, &out);
   if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
+  if (view != nullptr) {
+    void* dst = nullptr;
+    PyObject* tensor = newTensorLike(like, *view, out.ndim, out.shape, &dst);
+    if (tensor != nullptr) {
+      auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
+      for (int32_t i = 0; i < out.ndim; ++i) bytes *= static_cast<size_t>(out.shape[i]);
+      if (bytes != 0) std::memcpy(dst, out.data, bytes);
+      return tensor;
+    }
+    if (PyErr_Occurred()) return nullptr;
+  }
   PyObject* shape = PyTuple_New(out.ndim);
   if (shape == nullptr) return nullptr;
   auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
@@ -234,14 +248,11 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like) {
   return tensor;
 }
 
-// allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
-// allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
-// allocate(shape, dtype_object) -> (tensor, address) made for the result. The output's shape
-// comes from the core, so ranks may differ in the first dimension as on the handle path.
 // The blocking allgather of `t` into a tensor that allocate(shape, like) -> (tensor, address)
-// makes.
+// makes, or with `view` copyOutput()'s way. The output's shape comes from the core, so ranks may
+// differ in the first dimension as on the handle path.
 PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject* allocate,
-                    PyObject* like) {
+                    PyObject* like, const FlatTensor* view) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -255,9 +266,12 @@ PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject*
   } else if (waited != PERSEUS_OK) {
     return finish(waited, "perseus_wait");
   }
-  return copyOutput(id, allocate, like);
+  return copyOutput(id, allocate, like, view);
 }
 
+// allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
+// allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
+// allocate(shape, dtype_object) -> (tensor, address) made for the result.
 PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 7) {
     PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
@@ -269,12 +283,12 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
   const long process_set = PyLong_AsLong(args[4]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  return allgather(name, t, process_set, args[5], args[6]);
+  return allgather(name, t, process_set, args[5], args[6], nullptr);
 }
 
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
-// of a registered type of at most max_bytes, the result made by allocate(shape, tensor);
-// NotImplemented, with no call, for any other tensor.
+// of a registered type of at most max_bytes, the result made by the type's allocator (else by
+// allocate(shape, tensor)); NotImplemented, with no call, for any other tensor.
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
@@ -288,7 +302,7 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (name == nullptr) return nullptr;
   const long process_set = PyLong_AsLong(args[2]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  return allgather(name, t, process_set, args[4], args[0]);
+  return allgather(name, t, process_set, args[4], args[0], &t);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>

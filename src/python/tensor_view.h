@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "dlpack.h"
 #include "perseus/c_api.h"
 
 namespace perseus_py {
@@ -19,6 +20,7 @@ namespace perseus_py {
 struct FlatTensor {
   int64_t shape[PERSEUS_MAX_NDIM];
   perseus_tensor t{};
+  DLDataType dl_dtype{};  // viewDenseCpu() only: the framework's dtype, for newTensorLike()
 };
 
 // `data`, or for a tensor with no storage (frameworks give empty tensors none) a placeholder
@@ -34,5 +36,12 @@ PyObject* registerTensorType(PyObject* self, PyObject* const* args, Py_ssize_t n
 // dtype the core takes; false, with no Python error set, for anything else (the caller's
 // Python path converts it or reports why not).
 bool viewDenseCpu(PyObject* obj, FlatTensor& out);
+
+// A new CPU tensor of `like`'s type and dtype (`view`: like's viewDenseCpu()) with `ndim`
+// dimensions `shape`, made by the framework's allocator in the exchange API (no Python call);
+// its data address in *data. Null with a Python error when that fails; null with none when the
+// type's API has no allocator (the caller then allocates its own way).
+PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
+                        void** data);
 
 }  // namespace perseus_py
