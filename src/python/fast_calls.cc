@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "errors.h"
 #include "handle.h"
@@ -286,9 +287,50 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return allgather(name, t, process_set, args[5], args[6], nullptr);
 }
 
+// What a small allgather's result is written to when the post path finishes it on the calling
+// thread, before it is copied into the new tensor: the posted lane's largest input from each of
+// up to 16 ranks. More, or larger, and the result stays in the handle's output.
+constexpr size_t kGatherScratchBytes = 64u << 10;
+
+// The result that perseus_allgather_into finished into `scratch`, as a new tensor like `like`.
+PyObject* newGatherResult(PyObject* like, const FlatTensor& view, const perseus_tensor& result,
+                          const void* scratch, PyObject* allocate) {
+  auto bytes = static_cast<size_t>(dtypeSize(result.dtype));
+  for (int32_t i = 0; i < result.ndim; ++i) bytes *= static_cast<size_t>(result.shape[i]);
+  void* dst = nullptr;
+  PyObject* tensor = newTensorLike(like, view, result.ndim, result.shape, &dst);
+  if (tensor == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    PyObject* shape = PyTuple_New(result.ndim);
+    if (shape == nullptr) return nullptr;
+    for (int32_t i = 0; i < result.ndim; ++i) {
+      PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(result.shape[i]));
+    }
+    PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
+    Py_DECREF(shape);
+    if (made == nullptr) return nullptr;
+    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+      Py_DECREF(made);
+      PyErr_SetString(PyExc_TypeError, "allocate must return (tensor, address)");
+      return nullptr;
+    }
+    dst = PyLong_AsVoidPtr(PyTuple_GET_ITEM(made, 1));
+    tensor = PyTuple_GET_ITEM(made, 0);
+    Py_INCREF(tensor);
+    Py_DECREF(made);
+    if (dst == nullptr && PyErr_Occurred()) {
+      Py_DECREF(tensor);
+      return nullptr;
+    }
+  }
+  if (bytes != 0) std::memcpy(dst, scratch, bytes);
+  return tensor;
+}
+
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
 // of a registered type of at most max_bytes, the result made by the type's allocator (else by
-// allocate(shape, tensor)); NotImplemented, with no call, for any other tensor.
+// allocate(shape, tensor)); NotImplemented, with no call, for any other tensor. A posted
+// allgather finishes on the calling thread into a scratch buffer, with no handle.
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
@@ -302,7 +344,26 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (name == nullptr) return nullptr;
   const long process_set = PyLong_AsLong(args[2]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  return allgather(name, t, process_set, args[4], args[0], &t);
+  thread_local std::vector<unsigned char> scratch(kGatherScratchBytes);
+  perseus_tensor result{};
+  int64_t result_shape[PERSEUS_MAX_NDIM];
+  perseus_handle id{};
+  perseus_status submitted, waited = PERSEUS_OK;
+  Py_BEGIN_ALLOW_THREADS;
+  submitted =
+      perseus_allgather_into(name, &t.t, static_cast<int32_t>(process_set), scratch.data(),
+                             static_cast<int64_t>(scratch.size()), &result, result_shape, &id);
+  if (submitted == PERSEUS_OK && id != 0) waited = perseus_wait(id, kWaitSliceS);
+  Py_END_ALLOW_THREADS;
+  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather_into");
+  if (id == 0) return newGatherResult(args[0], t, result, scratch.data(), args[4]);
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) {
+    if (!waitLate(id)) return nullptr;
+  } else if (waited != PERSEUS_OK) {
+    return finish(waited, "perseus_wait");
+  }
+  return copyOutput(id, args[4], args[0], &t);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>

@@ -92,6 +92,10 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
     const PostResult o = watchBlocking(input, output, index, gen, lock);
     if (o != PostResult::kPosted) return o;
+  } else if (c.blocking && s.kind == OpType::kAllgather && fitsGather(s, c)) {
+    const PostResult o = watchBlocking(input, c.gather_into, index, gen, lock);
+    if (o == PostResult::kFinished) *c.gather_shape = s.out_shape;
+    if (o != PostResult::kPosted) return o;
   }
   s.pending = Handle::create(s.name, !c.blocking);
   s.pending_id = s.pending->id();
@@ -275,10 +279,17 @@ void PostedCollectives::settle(Claim c) {
   c.handle->complete(StatusCode::kOk, "");
 }
 
+bool PostedCollectives::fitsGather(const PostSlot& s, const Call& c) {
+  if (c.gather_into == nullptr || c.gather_shape == nullptr) return false;
+  size_t bytes = dataTypeSize(s.meta.dtype);
+  for (int64_t d : s.out_shape) bytes *= static_cast<size_t>(d);
+  return bytes <= c.gather_capacity;
+}
+
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
-  if (s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) {
+  if (handle != nullptr && (s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter)) {
     std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);
     outs[0].allocate(s.meta.dtype, s.out_shape);

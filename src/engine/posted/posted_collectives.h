@@ -187,9 +187,11 @@ class PostedCollectives final : public FastPath {
   void dropPendingLocked(PostSlot& s);
   // Completes a claim's handle, or sends its post back to negotiation through requeue_.
   void settle(Claim c);
+  // Whether blocking allgather `c` brings a buffer that holds slot `s`'s result.
+  static bool fitsGather(const PostSlot& s, const Call& c);
   // Writes a complete generation's result (collectives/from_posts.h): into `output`, or for an
-  // allgather or a reducescatter into `handle`'s library-owned output (`handle` may be null
-  // for the others).
+  // allgather or a reducescatter with a `handle` into its library-owned output (`handle` is
+  // null for a blocking call finished on its thread, whose `output` is its own).
   void finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
   void ringPeers() const;
 
