@@ -89,14 +89,8 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
     return PostResult::kNotPosted;
   }
   s.gen = gen;
-  if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
-    const PostResult o = watchBlocking(input, output, index, gen, lock);
-    if (o != PostResult::kPosted) return o;
-  } else if (c.blocking && s.kind == OpType::kAllgather && fitsGather(s, c)) {
-    const PostResult o = watchBlocking(input, c.gather_into, index, gen, lock);
-    if (o == PostResult::kFinished) *c.gather_shape = s.out_shape;
-    if (o != PostResult::kPosted) return o;
-  }
+  const PostResult watched = watchCaller(c, input, output, index, gen, lock);
+  if (watched != PostResult::kPosted) return watched;
   s.pending = Handle::create(s.name, !c.blocking);
   s.pending_id = s.pending->id();
   ids_.add(s.pending_id, {index, gen});
@@ -109,6 +103,20 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   *handle = s.pending;
   if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
   return PostResult::kPosted;
+}
+
+FastPath::PostResult PostedCollectives::watchCaller(const Call& c, const void* input, void* output,
+                                                    size_t index, uint64_t gen,
+                                                    std::unique_lock<std::mutex>& lock) {
+  const PostSlot& s = slots_[index];
+  if (!c.blocking) return PostResult::kPosted;
+  if (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast) {
+    return watchBlocking(input, output, index, gen, lock);
+  }
+  if (s.kind != OpType::kAllgather || !fitsGather(s, c)) return PostResult::kPosted;
+  const PostResult o = watchBlocking(input, c.gather_into, index, gen, lock);
+  if (o == PostResult::kFinished) *c.gather_shape = s.out_shape;
+  return o;
 }
 
 FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* output, size_t index,

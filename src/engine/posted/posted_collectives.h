@@ -166,6 +166,11 @@ class PostedCollectives final : public FastPath {
   }
   // Sets the board's listening flag; false (and not listening) when a post can be settled now.
   bool listen();
+  // Call `c`, published as generation `gen` of `index`, with the lock held: watchBlocking() for
+  // a blocking call its caller can watch (an allreduce, a broadcast, an allgather that brings a
+  // buffer large enough), else kPosted at once.
+  PostResult watchCaller(const Call& c, const void* input, void* output, size_t index, uint64_t gen,
+                         std::unique_lock<std::mutex>& lock);
   // A blocking call, published as generation `gen` of `index`, with the lock held: watched on
   // the calling thread with no handle, settled there if it completes. Returns kFinished, or
   // kPosted after all (with the lock held again and the handle to come), or kClosed.
