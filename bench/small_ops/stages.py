@@ -4,10 +4,13 @@ alone, interleaved with the whole call and with mpi4py in the same processes (2 
     mpirun --bind-to none -np 2 python bench/small_ops/stages.py          # or perseusrun
 
 Stages, per op (float32, in place where the op is):
-  python      the Python part alone: checks, data_ptr(), shape, name (no collective)
-  core        the extension call with precomputed arguments: binding, C API, engine, wait
+  view        the extension reading the tensor alone (torch's DLPack exchange API, through a
+              FASTCALL that returns before any collective)
+  core        the extension call with the tensor: the view, binding, C API, engine, wait
+  address     the by-address extension call with precomputed arguments (a tensor the view
+              cannot read goes this way, after the Python getters)
   whole       hvd.allreduce_ / hvd.broadcast_ / hvd.allgather as a user calls them
-  handle      the asynchronous path: capsule, handle, wait, output (allgather's old path)
+  handle      the asynchronous path: capsule, handle, wait, output
   mpi4py      the peer, same sizes
 Prints one line per (op, bytes, stage): the fastest and the median repetition of the slowest
 rank's per-op time, and the fastest's ratio to mpi4py's. Short samples, many repetitions and
@@ -38,15 +41,20 @@ def parse_args():
     return p.parse_args()
 
 
+def view_stage(core, t):
+    # allgather_tensor views the tensor, then finds it larger than max_bytes=-1 and returns.
+    return lambda: core.allgather_tensor(t, "st.view", 0, -1, None)
+
+
 def allreduce_stages(t, tag, comm):
     core = _ops._direct()
     name = "st.ar." + tag
     args = (name, t.data_ptr(), _t.dense_cpu_code(t), t.shape, 0, 1.0, 1.0, 0)
     a = t.numpy()
     stages = {
-        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape,
-                           _ops._DIRECT_OPS.get(hvd.Sum)),
-        "core": lambda: core.allreduce_inplace(*args),
+        "view": view_stage(core, t),
+        "core": lambda: core.allreduce_tensor(t, name, 0, 1.0, 1.0, 0),
+        "address": lambda: core.allreduce_inplace(*args),
         "whole": lambda: hvd.allreduce_(t, name=name, op=hvd.Sum),
         "handle": lambda: hvd.synchronize(hvd.allreduce_async_(t, name=name, op=hvd.Sum)),
     }
@@ -61,8 +69,9 @@ def broadcast_stages(t, tag, comm):
     args = (name, t.data_ptr(), _t.dense_cpu_code(t), t.shape, 0, 0)
     a = t.numpy()
     stages = {
-        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape),
-        "core": lambda: core.broadcast_inplace(*args),
+        "view": view_stage(core, t),
+        "core": lambda: core.broadcast_tensor(t, name, 0, 0),
+        "address": lambda: core.broadcast_inplace(*args),
         "whole": lambda: hvd.broadcast_(t, 0, name=name),
         "handle": lambda: hvd.synchronize(hvd.broadcast_async_(t, 0, name=name)),
     }
@@ -78,9 +87,10 @@ def allgather_stages(t, tag, comm):
     a = t.numpy()
     out = torch.empty(t.numel() * hvd.size()).numpy()
     stages = {
-        "python": lambda: (_t.dense_cpu_code(t), t.data_ptr(), t.shape, t.nbytes),
-        "core": lambda: core.allgather_into(name, t.data_ptr(), code, t.shape, 0,
-                                            _t.empty_with_address, t.dtype),
+        "view": view_stage(core, t),
+        "core": lambda: core.allgather_tensor(t, name, 0, 1 << 14, _t.empty_like_with_address),
+        "address": lambda: core.allgather_into(name, t.data_ptr(), code, t.shape, 0,
+                                               _t.empty_with_address, t.dtype),
         "whole": lambda: hvd.allgather(t, name=name),
         "handle": lambda: hvd.synchronize(hvd.allgather_async(t, name=name)),
     }

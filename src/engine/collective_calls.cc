@@ -79,6 +79,16 @@ std::shared_ptr<Handle> Engine::allgatherInto(std::string_view name, const Tenso
   return submit(c);
 }
 
+std::shared_ptr<Handle> Engine::allgatherOnCaller(std::string_view name, const TensorView& in,
+                                                  void* out, size_t capacity,
+                                                  std::vector<int64_t>* shape, int32_t set) {
+  Call c = callOf(OpType::kAllgather, name, set, Span<TensorView>(&in, 1), true);
+  c.gather_into = out;
+  c.gather_capacity = out != nullptr && shape != nullptr ? capacity : 0;
+  c.gather_shape = shape;
+  return post(c);
+}
+
 std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorView& in, void* out,
                                           int32_t root, int32_t set, bool blocking) {
   if (out == nullptr) {

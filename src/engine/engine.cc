@@ -160,6 +160,15 @@ std::unique_ptr<Entry> entryOf(const Call& c) {
 }  // namespace
 
 std::shared_ptr<Handle> Engine::submit(const Call& c) {
+  std::shared_ptr<Handle> handle = post(c);
+  if (c.blocking && handle) {
+    waitFor(*handle, -1, params_.spin_us);
+    if (handle->status() != StatusCode::kOk) throw Error(handle->status(), handle->message());
+  }
+  return handle;
+}
+
+std::shared_ptr<Handle> Engine::post(const Call& c) {
   std::shared_ptr<Handle> handle;
   switch (fast_path_->tryPost(c, &handle)) {
     case FastPath::PostResult::kFinished:
@@ -178,10 +187,6 @@ std::shared_ptr<Handle> Engine::submit(const Call& c) {
     case FastPath::PostResult::kNotPosted:
       handle = queue(entryOf(c));
       break;
-  }
-  if (c.blocking) {
-    waitFor(*handle, -1, params_.spin_us);
-    if (handle->status() != StatusCode::kOk) throw Error(handle->status(), handle->message());
   }
   return handle;
 }

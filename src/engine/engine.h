@@ -108,6 +108,12 @@ class Engine {
   // the set's size times the input; the handle has no output (Note [Allgather into]).
   std::shared_ptr<Handle> allgatherInto(std::string_view name, const TensorView& in, void* out,
                                         int32_t set = kGlobalSet);
+  // An allgather that the post path may finish on the calling thread into `out` (`capacity`
+  // bytes): null then, with the result's shape in *shape. Otherwise the handle, not waited for
+  // (the caller waits as it likes), whose library-owned output holds the result.
+  std::shared_ptr<Handle> allgatherOnCaller(std::string_view name, const TensorView& in, void* out,
+                                            size_t capacity, std::vector<int64_t>* shape,
+                                            int32_t set = kGlobalSet);
   std::shared_ptr<Handle> broadcast(std::string_view name, const TensorView& in, void* out,
                                     int32_t root, int32_t set = kGlobalSet, bool blocking = false);
   std::shared_ptr<Handle> alltoall(std::string_view name, const TensorView& in,
@@ -193,6 +199,8 @@ class Engine {
   // place that decides whether a call is posted), else queues it for negotiation; waits when
   // it blocks. Any thread.
   std::shared_ptr<Handle> submit(const Call& call);
+  // submit() without its wait for a blocking call.
+  std::shared_ptr<Handle> post(const Call& call);
   // The negotiated path: validates `e` and queues it, or fails its handle if the engine stopped.
   std::shared_ptr<Handle> queue(std::unique_ptr<Entry> e);
   // The lane's `requeue`: a post that falls back, whose name is not claimed in submissions_

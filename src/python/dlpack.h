@@ -64,6 +64,32 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 
+// The DLPack C exchange API (DLPack 1.2+): a framework's tensor type carries, as the capsule
+// `type.__dlpack_c_exchange_api__` named kExchangeApi, a table of C functions; one of them views
+// a tensor object as a DLTensor without building a capsule. Only the header's layout is stable
+// across versions; a consumer checks header.version.major before it reads the rest.
+struct DLPackExchangeAPIHeader {
+  DLPackVersion version;
+  DLPackExchangeAPIHeader* prev_api;
+};
+
+struct DLPackExchangeAPI {
+  DLPackExchangeAPIHeader header;
+  // A new tensor of the prototype's dtype, ndim, shape and device in *out; 0, or -1 after
+  // calling set_error(error_ctx, kind, message).
+  int (*managed_tensor_allocator)(DLTensor* prototype, DLManagedTensorVersioned** out,
+                                  void* error_ctx,
+                                  void (*set_error)(void* error_ctx, const char* kind,
+                                                    const char* message));
+  void* managed_tensor_from_py_object_no_sync;
+  // The framework's tensor object that takes over `tensor`; 0, or -1 with a Python exception.
+  int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned* tensor, void** out);
+  // Fills `out` (shape and strides stay valid while the object is unchanged and the GIL held);
+  // 0, or -1 with a Python exception set. May be NULL.
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
+  void* current_work_stream;
+};
+
 }  // extern "C"
 
 namespace perseus_py {
@@ -73,4 +99,5 @@ constexpr const char* kDltensor = "dltensor";
 constexpr const char* kUsedDltensor = "used_dltensor";
 constexpr const char* kDltensorVersioned = "dltensor_versioned";
 constexpr const char* kUsedDltensorVersioned = "used_dltensor_versioned";
+constexpr const char* kExchangeApi = "dlpack_exchange_api";
 }  // namespace perseus_py

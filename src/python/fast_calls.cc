@@ -12,21 +12,18 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "errors.h"
 #include "handle.h"
 #include "perseus/c_api.h"
 #include "tensor_arg.h"
+#include "tensor_view.h"
 
 namespace perseus_py {
 namespace {
 
 // A tensor described by its address, dtype code and shape tuple (torch.Size is a tuple).
-struct FlatTensor {
-  int64_t shape[PERSEUS_MAX_NDIM];
-  perseus_tensor t{};
-};
-
 bool parseTensor(PyObject* address, PyObject* dtype, PyObject* shape, FlatTensor& out) {
   if (!PyTuple_Check(shape)) {
     PyErr_SetString(PyExc_TypeError, "shape must be a tuple (torch.Size) of ints");
@@ -46,12 +43,7 @@ bool parseTensor(PyObject* address, PyObject* dtype, PyObject* shape, FlatTensor
   if (data == nullptr && PyErr_Occurred()) return false;
   const long code = PyLong_AsLong(dtype);
   if (code == -1 && PyErr_Occurred()) return false;
-  if (data == nullptr) {
-    // Frameworks give empty tensors no storage; the core wants a pointer it never reads.
-    static char empty_storage alignas(16)[16];
-    data = empty_storage;
-  }
-  out.t.data = data;
+  out.t.data = dataOrPlaceholder(data);
   out.t.dtype = static_cast<int32_t>(code);
   out.t.ndim = static_cast<int32_t>(ndim);
   out.t.shape = out.shape;
@@ -86,6 +78,26 @@ PyObject* finish(perseus_status status, const char* what) {
   return nullptr;
 }
 
+// The blocking allreduce of `t`, the GIL released around the engine call.
+PyObject* allreduce(const char* name, FlatTensor& t, long op, double prescale, double postscale,
+                    long process_set) {
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_allreduce_blocking(name, &t.t, &t.t, static_cast<int32_t>(op), prescale,
+                                      postscale, static_cast<int32_t>(process_set));
+  Py_END_ALLOW_THREADS;
+  return finish(status, "perseus_allreduce_blocking");
+}
+
+PyObject* broadcast(const char* name, FlatTensor& t, long root, long process_set) {
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_broadcast_blocking(name, &t.t, &t.t, static_cast<int32_t>(root),
+                                      static_cast<int32_t>(process_set));
+  Py_END_ALLOW_THREADS;
+  return finish(status, "perseus_broadcast_blocking");
+}
+
 // allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set
 //                   [, device, stream])
 PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -99,12 +111,7 @@ PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const double postscale = PyFloat_AsDouble(args[6]);
   const long process_set = PyLong_AsLong(args[7]);
   if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
-  perseus_status status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = perseus_allreduce_blocking(name, &t.t, &t.t, static_cast<int32_t>(op), prescale,
-                                      postscale, static_cast<int32_t>(process_set));
-  Py_END_ALLOW_THREADS;
-  return finish(status, "perseus_allreduce_blocking");
+  return allreduce(name, t, op, prescale, postscale, process_set);
 }
 
 // broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream])
@@ -117,12 +124,53 @@ PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const long root = PyLong_AsLong(args[4]);
   const long process_set = PyLong_AsLong(args[5]);
   if (PyErr_Occurred() || !parseDevice(args, 6, nargs, t)) return nullptr;
-  perseus_status status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = perseus_broadcast_blocking(name, &t.t, &t.t, static_cast<int32_t>(root),
-                                      static_cast<int32_t>(process_set));
-  Py_END_ALLOW_THREADS;
-  return finish(status, "perseus_broadcast_blocking");
+  return broadcast(name, t, root, process_set);
+}
+
+// The tensor forms take the framework's tensor object itself (tensor_view.h) and return it, or
+// NotImplemented, having done nothing, for a tensor they cannot view: the caller then takes its
+// own path, which converts the tensor or reports what is wrong with it.
+bool exactCount(const char* fn, Py_ssize_t nargs, Py_ssize_t expected) {
+  if (nargs == expected) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd positional arguments (%zd given)", fn, expected,
+               nargs);
+  return false;
+}
+
+// The tensor itself after a successful call, else the call's exception.
+PyObject* returnTensor(PyObject* result, PyObject* tensor) {
+  if (result == nullptr) return nullptr;
+  Py_DECREF(result);
+  Py_INCREF(tensor);
+  return tensor;
+}
+
+// allreduce_tensor(tensor, name, op, prescale, postscale, process_set)
+PyObject* allreduceTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("allreduce_tensor", nargs, 6)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long op = PyLong_AsLong(args[2]);
+  const double prescale = PyFloat_AsDouble(args[3]);
+  const double postscale = PyFloat_AsDouble(args[4]);
+  const long process_set = PyLong_AsLong(args[5]);
+  if (PyErr_Occurred()) return nullptr;
+  return returnTensor(allreduce(name, t, op, prescale, postscale, process_set), args[0]);
+}
+
+// broadcast_tensor(tensor, name, root, process_set)
+PyObject* broadcastTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("broadcast_tensor", nargs, 4)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long root = PyLong_AsLong(args[2]);
+  const long process_set = PyLong_AsLong(args[3]);
+  if (PyErr_Occurred()) return nullptr;
+  return returnTensor(broadcast(name, t, root, process_set), args[0]);
 }
 
 // Releases a library handle on every way out.
@@ -152,13 +200,28 @@ bool waitLate(perseus_handle id) {
   }
 }
 
-// The library-owned output as a new framework tensor: allocate(shape, dtype_object) returns
-// (tensor, address), and the output is copied there. For small outputs a copy costs less than
+// The library-owned output as a new framework tensor: allocate(shape, like) returns (tensor,
+// address), and the output is copied there (`like`: what the caller's allocate reads the dtype
+// from). For small outputs a copy costs less than
 // handing the library's memory over through a DLPack capsule.
-PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_object) {
+// With `view` (like's viewDenseCpu()), the framework's allocator makes the tensor when its
+// exchange API has one: no Python call.
+PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
+                     const FlatTensor* view) {
   perseus_tensor out{};
   const perseus_status s = perseus_handle_output(id, 0, &out);
   if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
+  if (view != nullptr) {
+    void* dst = nullptr;
+    PyObject* tensor = newTensorLike(like, *view, out.ndim, out.shape, &dst);
+    if (tensor != nullptr) {
+      auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
+      for (int32_t i = 0; i < out.ndim; ++i) bytes *= static_cast<size_t>(out.shape[i]);
+      if (bytes != 0) std::memcpy(dst, out.data, bytes);
+      return tensor;
+    }
+    if (PyErr_Occurred()) return nullptr;
+  }
   PyObject* shape = PyTuple_New(out.ndim);
   if (shape == nullptr) return nullptr;
   auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
@@ -166,7 +229,7 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_obje
     PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.shape[i]));
     bytes *= static_cast<size_t>(out.shape[i]);
   }
-  PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, dtype_object, nullptr);
+  PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
   Py_DECREF(shape);
   if (made == nullptr) return nullptr;
   if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
@@ -186,21 +249,11 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* dtype_obje
   return tensor;
 }
 
-// allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
-// allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
-// allocate(shape, dtype_object) -> (tensor, address) made for the result. The output's shape
-// comes from the core, so ranks may differ in the first dimension as on the handle path.
-PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
-    return nullptr;
-  }
-  const char* name = PyUnicode_AsUTF8(args[0]);
-  if (name == nullptr) return nullptr;
-  FlatTensor t;
-  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
-  const long process_set = PyLong_AsLong(args[4]);
-  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+// The blocking allgather of `t` into a tensor that allocate(shape, like) -> (tensor, address)
+// makes, or with `view` copyOutput()'s way. The output's shape comes from the core, so ranks may
+// differ in the first dimension as on the handle path.
+PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject* allocate,
+                    PyObject* like, const FlatTensor* view) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -214,7 +267,103 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   } else if (waited != PERSEUS_OK) {
     return finish(waited, "perseus_wait");
   }
-  return copyOutput(id, args[5], args[6]);
+  return copyOutput(id, allocate, like, view);
+}
+
+// allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
+// allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
+// allocate(shape, dtype_object) -> (tensor, address) made for the result.
+PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7) {
+    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (name == nullptr) return nullptr;
+  FlatTensor t;
+  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
+  const long process_set = PyLong_AsLong(args[4]);
+  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  return allgather(name, t, process_set, args[5], args[6], nullptr);
+}
+
+// What a small allgather's result is written to when the post path finishes it on the calling
+// thread, before it is copied into the new tensor: the posted lane's largest input from each of
+// up to 16 ranks. More, or larger, and the result stays in the handle's output.
+constexpr size_t kGatherScratchBytes = 64u << 10;
+
+// The result that perseus_allgather_on_caller finished into `scratch`, as a new tensor like `like`.
+PyObject* newGatherResult(PyObject* like, const FlatTensor& view, const perseus_tensor& result,
+                          const void* scratch, PyObject* allocate) {
+  auto bytes = static_cast<size_t>(dtypeSize(result.dtype));
+  for (int32_t i = 0; i < result.ndim; ++i) bytes *= static_cast<size_t>(result.shape[i]);
+  void* dst = nullptr;
+  PyObject* tensor = newTensorLike(like, view, result.ndim, result.shape, &dst);
+  if (tensor == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    PyObject* shape = PyTuple_New(result.ndim);
+    if (shape == nullptr) return nullptr;
+    for (int32_t i = 0; i < result.ndim; ++i) {
+      PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(result.shape[i]));
+    }
+    PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
+    Py_DECREF(shape);
+    if (made == nullptr) return nullptr;
+    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+      Py_DECREF(made);
+      PyErr_SetString(PyExc_TypeError, "allocate must return (tensor, address)");
+      return nullptr;
+    }
+    dst = PyLong_AsVoidPtr(PyTuple_GET_ITEM(made, 1));
+    tensor = PyTuple_GET_ITEM(made, 0);
+    Py_INCREF(tensor);
+    Py_DECREF(made);
+    if (dst == nullptr && PyErr_Occurred()) {
+      Py_DECREF(tensor);
+      return nullptr;
+    }
+  }
+  if (bytes != 0) std::memcpy(dst, scratch, bytes);
+  return tensor;
+}
+
+// allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
+// of a registered type of at most max_bytes, the result made by the type's allocator (else by
+// allocate(shape, tensor)); NotImplemented, with no call, for any other tensor. A posted
+// allgather finishes on the calling thread into a scratch buffer, with no handle.
+PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const long long max_bytes = PyLong_AsLongLong(args[3]);
+  if (max_bytes == -1 && PyErr_Occurred()) return nullptr;
+  long long bytes = dtypeSize(t.t.dtype);
+  for (int32_t i = 0; i < t.t.ndim; ++i) bytes *= t.shape[i];
+  if (bytes > max_bytes) Py_RETURN_NOTIMPLEMENTED;
+  const char* name = PyUnicode_AsUTF8(args[1]);
+  if (name == nullptr) return nullptr;
+  const long process_set = PyLong_AsLong(args[2]);
+  if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  thread_local std::vector<unsigned char> scratch(kGatherScratchBytes);
+  perseus_tensor result{};
+  int64_t result_shape[PERSEUS_MAX_NDIM];
+  perseus_handle id{};
+  perseus_status submitted, waited = PERSEUS_OK;
+  Py_BEGIN_ALLOW_THREADS;
+  submitted =
+      perseus_allgather_on_caller(name, &t.t, static_cast<int32_t>(process_set), scratch.data(),
+                                  static_cast<int64_t>(scratch.size()), &result, result_shape, &id);
+  if (submitted == PERSEUS_OK && id != 0) waited = perseus_wait(id, kWaitSliceS);
+  Py_END_ALLOW_THREADS;
+  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather_on_caller");
+  if (id == 0) return newGatherResult(args[0], t, result, scratch.data(), args[4]);
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) {
+    if (!waitLate(id)) return nullptr;
+  } else if (waited != PERSEUS_OK) {
+    return finish(waited, "perseus_wait");
+  }
+  return copyOutput(id, args[4], args[0], &t);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
@@ -232,6 +381,19 @@ PyMethodDef kFastCalls[] = {
     {"broadcast_inplace", asCFunction<broadcastInplace>(), METH_FASTCALL,
      "broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream]): a "
      "blocking in-place broadcast of a contiguous tensor the caller keeps alive."},
+    {"allreduce_tensor", asCFunction<allreduceTensor>(), METH_FASTCALL,
+     "allreduce_tensor(tensor, name, op, prescale, postscale, process_set): a blocking "
+     "in-place allreduce of a tensor of a registered type; returns it, or NotImplemented "
+     "without a call for a tensor that is not a contiguous CPU tensor of a native dtype."},
+    {"broadcast_tensor", asCFunction<broadcastTensor>(), METH_FASTCALL,
+     "broadcast_tensor(tensor, name, root, process_set): allreduce_tensor's broadcast."},
+    {"register_tensor_type", asCFunction<registerTensorType>(), METH_FASTCALL,
+     "register_tensor_type(type, capsule): tensors of exactly `type` are read through the "
+     "DLPack C exchange API in `capsule` (type.__dlpack_c_exchange_api__)."},
+    {"allgather_tensor", asCFunction<allgatherTensor>(), METH_FASTCALL,
+     "allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a "
+     "tensor of a registered type of at most max_bytes, the result made by allocate(shape, "
+     "tensor); NotImplemented without a call for any other tensor."},
     {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "

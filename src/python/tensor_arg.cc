@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "errors.h"
+#include "tensor_view.h"
 
 namespace py = pybind11;
 
@@ -18,31 +19,8 @@ std::string dlDtypeName(const DLDataType& t) {
 }
 
 int32_t mapDlDtype(const DLDataType& t, const std::string& where) {
-  if (t.lanes == 1) {
-    switch (t.code) {
-      case kDLUInt:
-        if (t.bits == 8) return PERSEUS_UINT8;
-        break;
-      case kDLInt:
-        if (t.bits == 8) return PERSEUS_INT8;
-        if (t.bits == 32) return PERSEUS_INT32;
-        if (t.bits == 64) return PERSEUS_INT64;
-        break;
-      case kDLFloat:
-        if (t.bits == 16) return PERSEUS_FLOAT16;
-        if (t.bits == 32) return PERSEUS_FLOAT32;
-        if (t.bits == 64) return PERSEUS_FLOAT64;
-        break;
-      case kDLBfloat:
-        if (t.bits == 16) return PERSEUS_BFLOAT16;
-        break;
-      case kDLBool:
-        if (t.bits == 8) return PERSEUS_BOOL;
-        break;
-      default:
-        break;
-    }
-  }
+  const int32_t dtype = perseusDtype(t);
+  if (dtype >= 0) return dtype;
   throw StatusError(PERSEUS_ERR_UNSUPPORTED,
                     where + ": dtype " + dlDtypeName(t) +
                         " is not supported; use uint8, int8, int32, int64, float16, bfloat16, "
@@ -99,6 +77,48 @@ int32_t mapFormat(const char* format, Py_ssize_t itemsize, const std::string& wh
 }
 
 }  // namespace
+
+int32_t perseusDtype(const DLDataType& t) {
+  if (t.lanes != 1) return -1;
+  switch (t.code) {
+    case kDLUInt:
+      if (t.bits == 8) return PERSEUS_UINT8;
+      break;
+    case kDLInt:
+      if (t.bits == 8) return PERSEUS_INT8;
+      if (t.bits == 32) return PERSEUS_INT32;
+      if (t.bits == 64) return PERSEUS_INT64;
+      break;
+    case kDLFloat:
+      if (t.bits == 16) return PERSEUS_FLOAT16;
+      if (t.bits == 32) return PERSEUS_FLOAT32;
+      if (t.bits == 64) return PERSEUS_FLOAT64;
+      break;
+    case kDLBfloat:
+      if (t.bits == 16) return PERSEUS_BFLOAT16;
+      break;
+    case kDLBool:
+      if (t.bits == 8) return PERSEUS_BOOL;
+      break;
+    default:
+      break;
+  }
+  return -1;
+}
+
+int nonContiguousDim(const DLTensor& t) {
+  if (t.strides == nullptr) return -1;
+  // Dimensions of size 1 may carry any stride; an empty tensor is trivially contiguous.
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] == 0) return -1;
+  }
+  int64_t expected = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] != 1 && t.strides[i] != expected) return i;
+    expected *= t.shape[i];
+  }
+  return -1;
+}
 
 const char* dtypeName(int32_t dtype) {
   switch (dtype) {
@@ -183,26 +203,13 @@ void TensorArg::fromDlTensor(const DLTensor& t, const std::string& where) {
                     std::to_string(PERSEUS_MAX_NDIM) + " are supported");
   }
   shape_.assign(t.shape, t.shape + t.ndim);
-  if (t.strides != nullptr) {
-    // Dimensions of size 1 may carry any stride; an empty tensor is trivially contiguous.
-    int64_t expected = 1;
-    bool empty = false;
-    for (int64_t s : shape_) empty = empty || s == 0;
-    for (int i = t.ndim - 1; i >= 0 && !empty; --i) {
-      if (shape_[i] != 1 && t.strides[i] != expected) {
-        invalidArgument(where + ": the tensor is not contiguous (stride " +
-                        std::to_string(t.strides[i]) + " in dimension " + std::to_string(i) +
-                        "); call .contiguous() before passing it");
-      }
-      expected *= shape_[i];
-    }
+  const int dim = nonContiguousDim(t);
+  if (dim >= 0) {
+    invalidArgument(where + ": the tensor is not contiguous (stride " +
+                    std::to_string(t.strides[dim]) + " in dimension " + std::to_string(dim) +
+                    "); call .contiguous() before passing it");
   }
-  tensor_.data = static_cast<char*>(t.data) + t.byte_offset;
-  if (tensor_.data == nullptr) {
-    // Frameworks give empty tensors no storage; the core wants a pointer it never reads.
-    static char empty_storage alignas(16)[16];
-    tensor_.data = empty_storage;
-  }
+  tensor_.data = dataOrPlaceholder(static_cast<char*>(t.data) + t.byte_offset);
   tensor_.ndim = t.ndim;
   tensor_.shape = shape_.data();
   tensor_.cuda_stream = nullptr;

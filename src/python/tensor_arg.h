@@ -41,6 +41,11 @@ class TensorArg {
   bool has_view_ = false;
 };
 
+// The perseus_dtype of a DLPack dtype, or -1 when the core has none.
+int32_t perseusDtype(const DLDataType& t);
+// The dimension whose stride breaks row-major contiguity, or -1 when the tensor is contiguous.
+int nonContiguousDim(const DLTensor& t);
+
 // "float32", "bfloat16", ... for messages and for numpy output dtypes.
 const char* dtypeName(int32_t dtype);
 int64_t dtypeSize(int32_t dtype);

@@ -53,6 +53,11 @@ def empty_with_address(shape, dtype):
     return t, t.data_ptr()
 
 
+def empty_like_with_address(shape, like):
+    """empty_with_address with the dtype of tensor `like` (allgather_tensor)."""
+    return empty_with_address(shape, like.dtype)
+
+
 def check_reducible(tensor, op_kind, name):
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError("%s '%s': expected a torch.Tensor, got %s"

@@ -171,12 +171,17 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def allgather_blocking(tensor, name=None, process_set=global_process_set):
     """synchronize(allgather_async(...)) without the handle table. A small contiguous CPU
-    tensor of a native dtype takes one FASTCALL (_core.allgather_into): no capsule, no Python
+    tensor of a native dtype takes one FASTCALL (_core.allgather_tensor for a torch.Tensor,
+    read as allreduce_ reads it, else _core.allgather_into): no capsule, no Python
     handle, the result copied into a new tensor, which costs less than wrapping the library's
     memory below _ALLGATHER_COPY_MAX bytes of input."""
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("allgather", name, ps)
+    out = (_core_module or _direct()).allgather_tensor(tensor, name, ps, _ALLGATHER_COPY_MAX,
+                                                       _empty_like_with_address)
+    if out is not NotImplemented:
+        return out
     code = None
     if (isinstance(tensor, _Tensor) and tensor.is_cpu and tensor.layout is _strided
             and tensor.is_contiguous()):
@@ -267,10 +272,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 # --- blocking in-place forms (allreduce_, broadcast_) -----------------------------------------
+# A named call on a torch.Tensor of the global set goes to the core as the tensor itself
+# (_core.allreduce_tensor): the extension reads its address, dtype and shape in one C call
+# through torch's DLPack exchange API, where reading them here costs six attribute lookups, half
+# of a small collective. It returns NotImplemented for what it cannot view (another device, a
+# view that is not contiguous, a subclass, another dtype), which then goes by address as below.
 # A contiguous CPU or CUDA tensor goes to the core by address (_core.allreduce_inplace): no
 # capsule, no handle, one FASTCALL; a CUDA call returns once its GPU work is done, as
 # synchronize() does. Anything else takes the asynchronous path, which converts it or reports
-# the error. The core checks names, dtypes and shapes across ranks on both paths.
+# the error. The core checks names, dtypes and shapes across ranks on every path.
 
 # perseus_reduce_op of the ops the direct call takes (op=None with average=None: Average).
 _DIRECT_OPS = {None: 1, Average: 1, Sum: 0, Min: 2, Max: 3, Product: 4}
@@ -280,7 +290,14 @@ _core_module = None
 def _direct():
     global _core_module
     if _core_module is None:
-        _core_module = _core()
+        core = _core()
+        api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+        if api is not None:
+            try:
+                core.register_tensor_type(torch.Tensor, api)
+            except ValueError:  # an exchange API this extension does not read: by address
+                pass
+        _core_module = core
     return _core_module
 
 
@@ -290,12 +307,21 @@ _Tensor = torch.Tensor
 _strided = torch.strided
 _CORE_DTYPE = _t.CORE_DTYPE
 _empty_with_address = _t.empty_with_address
+_empty_like_with_address = _t.empty_like_with_address
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
     entry with its blocking flag)."""
+    if average is None and type(name) is str and process_set is global_process_set:
+        try:
+            core_op = _DIRECT_OPS.get(op)
+        except TypeError:  # an unhashable op: the asynchronous path reports it
+            core_op = None
+        if core_op is not None and (_core_module or _direct()).allreduce_tensor(
+                tensor, name, core_op, prescale_factor, postscale_factor, 0) is not NotImplemented:
+            return tensor
     if (average is None and isinstance(tensor, _Tensor) and tensor.is_cpu
             and tensor.layout is _strided and tensor.is_contiguous()):
         try:
@@ -337,6 +363,10 @@ def _allreduce_blocking_device_(tensor, average, name, op, prescale_factor, post
 
 def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
     """synchronize(broadcast_async_(...)) as one call with no handle."""
+    if (type(name) is str and process_set is global_process_set and type(root_rank) is int
+            and (_core_module or _direct()).broadcast_tensor(tensor, name, root_rank, 0)
+            is not NotImplemented):
+        return tensor
     if (isinstance(tensor, _Tensor) and tensor.is_cpu and tensor.layout is _strided
             and tensor.is_contiguous()):
         code = _CORE_DTYPE.get(tensor.dtype)

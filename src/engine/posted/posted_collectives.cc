@@ -90,10 +90,8 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
     return PostResult::kNotPosted;
   }
   s.gen = gen;
-  if (c.blocking && (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast)) {
-    const PostResult o = watchBlocking(input, output, index, gen, lock);
-    if (o != PostResult::kPosted) return o;
-  }
+  const PostResult watched = watchCaller(c, input, output, index, gen, lock);
+  if (watched != PostResult::kPosted) return watched;
   s.pending = Handle::create(s.name, !c.blocking);
   s.pending_id = s.pending->id();
   ids_.add(s.pending_id, {index, gen});
@@ -106,6 +104,20 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   *handle = s.pending;
   if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
   return PostResult::kPosted;
+}
+
+FastPath::PostResult PostedCollectives::watchCaller(const Call& c, const void* input, void* output,
+                                                    size_t index, uint64_t gen,
+                                                    std::unique_lock<std::mutex>& lock) {
+  const PostSlot& s = slots_[index];
+  if (!c.blocking) return PostResult::kPosted;
+  if (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast) {
+    return watchBlocking(input, output, index, gen, lock);
+  }
+  if (s.kind != OpType::kAllgather || !fitsGather(s, c)) return PostResult::kPosted;
+  const PostResult o = watchBlocking(input, c.gather_into, index, gen, lock);
+  if (o == PostResult::kFinished) *c.gather_shape = s.out_shape;
+  return o;
 }
 
 FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* output, size_t index,
@@ -276,11 +288,19 @@ void PostedCollectives::settle(Claim c) {
   c.handle->complete(StatusCode::kOk, "");
 }
 
+bool PostedCollectives::fitsGather(const PostSlot& s, const Call& c) {
+  if (c.gather_into == nullptr || c.gather_shape == nullptr) return false;
+  size_t bytes = dataTypeSize(s.meta.dtype);
+  for (int64_t d : s.out_shape) bytes *= static_cast<size_t>(d);
+  return bytes <= c.gather_capacity;
+}
+
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
-  const bool into_caller = output != nullptr;  // Note [Allgather into]
-  if ((s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) && !into_caller) {
+  // A library-owned output unless the result goes to a caller's buffer: an into-call's (Note
+  // [Allgather into]) or a watching caller's (watchCaller).
+  if ((s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) && output == nullptr) {
     std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);
     outs[0].allocate(s.meta.dtype, s.out_shape);

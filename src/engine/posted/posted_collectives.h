@@ -166,6 +166,11 @@ class PostedCollectives final : public FastPath {
   }
   // Sets the board's listening flag; false (and not listening) when a post can be settled now.
   bool listen();
+  // Call `c`, published as generation `gen` of `index`, with the lock held: watchBlocking() for
+  // a blocking call its caller can watch (an allreduce, a broadcast, an allgather that brings a
+  // buffer large enough), else kPosted at once.
+  PostResult watchCaller(const Call& c, const void* input, void* output, size_t index, uint64_t gen,
+                         std::unique_lock<std::mutex>& lock);
   // A blocking call, published as generation `gen` of `index`, with the lock held: watched on
   // the calling thread with no handle, settled there if it completes. Returns kFinished, or
   // kPosted after all (with the lock held again and the handle to come), or kClosed.
@@ -187,9 +192,11 @@ class PostedCollectives final : public FastPath {
   void dropPendingLocked(PostSlot& s);
   // Completes a claim's handle, or sends its post back to negotiation through requeue_.
   void settle(Claim c);
+  // Whether blocking allgather `c` brings a buffer that holds slot `s`'s result.
+  static bool fitsGather(const PostSlot& s, const Call& c);
   // Writes a complete generation's result (collectives/from_posts.h): into `output`, or for an
-  // allgather or a reducescatter into `handle`'s library-owned output (`handle` may be null
-  // for the others).
+  // allgather or a reducescatter with a `handle` into its library-owned output (`handle` is
+  // null for a blocking call finished on its thread, whose `output` is its own).
   void finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
   void ringPeers() const;
 

@@ -60,6 +60,17 @@ def check_allreduce(rank, size):
         b = torch.full((3,), float(rank))
         assert hvd.broadcast_(b, size - 1, name="again.bc") is b
         assert torch.equal(b, torch.full((3,), float(size - 1)))
+    # Named calls pass the tensor itself; what the extension cannot view through torch's DLPack
+    # exchange API (not contiguous, a subclass) goes by address or the asynchronous path.
+    for i, t in enumerate((torch.arange(12.0).reshape(3, 4).t(),
+                           torch.nn.Parameter(torch.ones(3), False),
+                           torch.ones(2, 3, dtype=torch.int64), torch.tensor(float(rank)),
+                           torch.empty(0, 3))):
+        expect = t.detach() * size if t.dim() else torch.tensor(float(sum(ranks)))
+        assert hvd.allreduce_(t, op=hvd.Sum, name="view.%d" % i) is t
+        assert torch.equal(t, expect), (t, expect)
+        b = torch.full((2, 3), float(rank)).t()
+        assert hvd.broadcast_(b, 0, name="view.bc") is b and torch.equal(b, torch.zeros(3, 2))
     nc = torch.arange(12.0).reshape(3, 4).t()
     assert not nc.is_contiguous()
     expect = nc * size

@@ -1,0 +1,109 @@
+#include "tensor_view.h"
+
+#include <algorithm>
+#include <array>
+
+#include "dlpack.h"
+#include "tensor_arg.h"
+
+namespace perseus_py {
+namespace {
+
+struct Registered {
+  PyTypeObject* type = nullptr;  // a strong reference, held for the process's life
+  const DLPackExchangeAPI* api = nullptr;
+};
+
+// A framework layer registers its tensor type once; a few leave room for more than one.
+std::array<Registered, 4> registered;
+
+const DLPackExchangeAPI* apiOf(PyTypeObject* type) {
+  for (const Registered& r : registered) {
+    if (r.type == type) return r.api;
+  }
+  return nullptr;
+}
+
+void setAllocationError(void*, const char* kind, const char* message) {
+  PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+}  // namespace
+
+void* dataOrPlaceholder(void* data) {
+  static char empty_storage alignas(16)[16];
+  return data != nullptr ? data : empty_storage;
+}
+
+PyObject* registerTensorType(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyType_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "register_tensor_type(type, capsule)");
+    return nullptr;
+  }
+  auto* api = static_cast<DLPackExchangeAPI*>(PyCapsule_GetPointer(args[1], kExchangeApi));
+  if (api == nullptr) return nullptr;
+  if (api->header.version.major != 1) {
+    PyErr_Format(PyExc_ValueError, "DLPack exchange API %u.%u; this extension reads 1.x",
+                 api->header.version.major, api->header.version.minor);
+    return nullptr;
+  }
+  auto* type = reinterpret_cast<PyTypeObject*>(args[0]);
+  if (api->dltensor_from_py_object_no_sync == nullptr || apiOf(type) != nullptr) Py_RETURN_NONE;
+  auto free_slot = std::find_if(registered.begin(), registered.end(),
+                                [](const Registered& r) { return r.type == nullptr; });
+  if (free_slot == registered.end()) {
+    PyErr_SetString(PyExc_RuntimeError, "too many tensor types registered");
+    return nullptr;
+  }
+  Py_INCREF(type);
+  *free_slot = {type, api};
+  Py_RETURN_NONE;
+}
+
+bool viewDenseCpu(PyObject* obj, FlatTensor& out) {
+  const DLPackExchangeAPI* api = apiOf(Py_TYPE(obj));
+  if (api == nullptr) return false;
+  DLTensor dl{};
+  if (api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+    PyErr_Clear();  // the Python path meets the same tensor and reports what is wrong with it
+    return false;
+  }
+  const int32_t dtype = perseusDtype(dl.dtype);
+  if (dl.device.device_type != kDLCPU || dtype < 0 || dl.ndim < 0 || dl.ndim > PERSEUS_MAX_NDIM ||
+      nonContiguousDim(dl) >= 0) {
+    return false;
+  }
+  std::copy(dl.shape, dl.shape + dl.ndim, out.shape);
+  out.t.data = dataOrPlaceholder(static_cast<char*>(dl.data) + dl.byte_offset);
+  out.t.dtype = dtype;
+  out.dl_dtype = dl.dtype;
+  out.t.ndim = dl.ndim;
+  out.t.shape = out.shape;
+  out.t.device = PERSEUS_DEVICE_CPU;
+  out.t.cuda_stream = nullptr;
+  return true;
+}
+
+PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
+                        void** data) {
+  const DLPackExchangeAPI* api = apiOf(Py_TYPE(like));
+  if (api == nullptr || api->managed_tensor_allocator == nullptr ||
+      api->managed_tensor_to_py_object_no_sync == nullptr) {
+    return nullptr;
+  }
+  DLTensor prototype{};
+  prototype.device = {kDLCPU, 0};
+  prototype.ndim = ndim;
+  prototype.dtype = view.dl_dtype;
+  prototype.shape = const_cast<int64_t*>(shape);
+  DLManagedTensorVersioned* made = nullptr;
+  if (api->managed_tensor_allocator(&prototype, &made, nullptr, setAllocationError) != 0) {
+    return nullptr;
+  }
+  *data = static_cast<char*>(made->dl_tensor.data) + made->dl_tensor.byte_offset;
+  void* tensor = nullptr;
+  if (api->managed_tensor_to_py_object_no_sync(made, &tensor) != 0) return nullptr;
+  return static_cast<PyObject*>(tensor);
+}
+
+}  // namespace perseus_py
