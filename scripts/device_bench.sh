@@ -44,6 +44,7 @@ step() {  # step NAME LIMIT CMD...
 }
 
 say "device bench $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "$(lscpu 2>/dev/null | grep -E '^Model name' | head -1); avx512f: $(grep -c avx512f /proc/cpuinfo) cpus"
 PARTS=${PARTS:-"gpu td smallops soak"}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 if python3 -c "import perseus.torch" 2>/dev/null && [ -z "${REINSTALL:-}" ]; then
