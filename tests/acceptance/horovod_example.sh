@@ -8,6 +8,11 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 launcher=${1:-perseusrun}
+# Horovod's example builds its model with torchvision, which Perseus itself does not need.
+$PYTHON -c "import torchvision" 2>/dev/null || {
+  echo "acceptance: Horovod's example needs torchvision: pip install torchvision" >&2
+  exit 2
+}
 args=(-np 2 -H localhost:2 $PYTHON "$EXAMPLES/horovod_pytorch_synthetic_benchmark.py" --no-cuda
       --model resnet18 --batch-size 4 --num-warmup-batches 1 --num-batches-per-iter 2
       --num-iters 3)
