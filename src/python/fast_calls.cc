@@ -200,34 +200,28 @@ bool waitLate(perseus_handle id) {
   }
 }
 
-// The library-owned output as a new framework tensor: allocate(shape, like) returns (tensor,
-// address), and the output is copied there (`like`: what the caller's allocate reads the dtype
-// from). For small outputs a copy costs less than
-// handing the library's memory over through a DLPack capsule.
-// With `view` (like's viewDenseCpu()), the framework's allocator makes the tensor when its
-// exchange API has one: no Python call.
-PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
-                     const FlatTensor* view) {
-  perseus_tensor out{};
-  const perseus_status s = perseus_handle_output(id, 0, &out);
-  if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
+// `src` (CPU) copied into a new framework tensor: made by the framework's allocator through its
+// exchange API when `view` (like's viewDenseCpu()) is given and the API has one, with no Python
+// call; else by allocate(shape, like) -> (tensor, address) (`like`: what the caller's allocate
+// reads the dtype from). For small results a copy costs less than handing the library's memory
+// over through a DLPack capsule.
+PyObject* newTensorFrom(const perseus_tensor& src, PyObject* allocate, PyObject* like,
+                        const FlatTensor* view) {
+  auto bytes = static_cast<size_t>(dtypeSize(src.dtype));
+  for (int32_t i = 0; i < src.ndim; ++i) bytes *= static_cast<size_t>(src.shape[i]);
   if (view != nullptr) {
     void* dst = nullptr;
-    PyObject* tensor = newTensorLike(like, *view, out.ndim, out.shape, &dst);
+    PyObject* tensor = newTensorLike(like, *view, src.ndim, src.shape, &dst);
     if (tensor != nullptr) {
-      auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
-      for (int32_t i = 0; i < out.ndim; ++i) bytes *= static_cast<size_t>(out.shape[i]);
-      if (bytes != 0) std::memcpy(dst, out.data, bytes);
+      if (bytes != 0) std::memcpy(dst, src.data, bytes);
       return tensor;
     }
     if (PyErr_Occurred()) return nullptr;
   }
-  PyObject* shape = PyTuple_New(out.ndim);
+  PyObject* shape = PyTuple_New(src.ndim);
   if (shape == nullptr) return nullptr;
-  auto bytes = static_cast<size_t>(dtypeSize(out.dtype));
-  for (int32_t i = 0; i < out.ndim; ++i) {
-    PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(out.shape[i]));
-    bytes *= static_cast<size_t>(out.shape[i]);
+  for (int32_t i = 0; i < src.ndim; ++i) {
+    PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(src.shape[i]));
   }
   PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
   Py_DECREF(shape);
@@ -242,11 +236,33 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
     Py_DECREF(made);
     return nullptr;
   }
-  if (bytes != 0) std::memcpy(dst, out.data, bytes);
+  if (bytes != 0) std::memcpy(dst, src.data, bytes);
   PyObject* tensor = PyTuple_GET_ITEM(made, 0);
   Py_INCREF(tensor);
   Py_DECREF(made);
   return tensor;
+}
+
+// The library-owned output of a completed handle as a new framework tensor (newTensorFrom).
+PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
+                     const FlatTensor* view) {
+  perseus_tensor out{};
+  const perseus_status s = perseus_handle_output(id, 0, &out);
+  if (s != PERSEUS_OK) return finish(s, "perseus_handle_output");
+  return newTensorFrom(out, allocate, like, view);
+}
+
+// The rest of a wait whose first slice returned `waited` (Handle.wait()'s way, waitLate), then
+// the handle's output as a new tensor (copyOutput).
+PyObject* awaitOutput(perseus_handle id, perseus_status waited, PyObject* allocate, PyObject* like,
+                      const FlatTensor* view) {
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) {
+    if (!waitLate(id)) return nullptr;
+  } else if (waited != PERSEUS_OK) {
+    return finish(waited, "perseus_wait");
+  }
+  return copyOutput(id, allocate, like, view);
 }
 
 // The blocking allgather of `t` into a tensor that allocate(shape, like) -> (tensor, address)
@@ -261,23 +277,14 @@ PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject*
   if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
   Py_END_ALLOW_THREADS;
   if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather");
-  ReleaseHandle release{id};
-  if (waited == PERSEUS_ERR_IN_PROGRESS) {
-    if (!waitLate(id)) return nullptr;
-  } else if (waited != PERSEUS_OK) {
-    return finish(waited, "perseus_wait");
-  }
-  return copyOutput(id, allocate, like, view);
+  return awaitOutput(id, waited, allocate, like, view);
 }
 
 // allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
 // allgather of a contiguous CPU tensor the caller keeps alive; returns the tensor that
 // allocate(shape, dtype_object) -> (tensor, address) made for the result.
 PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_Format(PyExc_TypeError, "allgather_into takes 7 positional arguments (%zd given)", nargs);
-    return nullptr;
-  }
+  if (!exactCount("allgather_into", nargs, 7)) return nullptr;
   const char* name = PyUnicode_AsUTF8(args[0]);
   if (name == nullptr) return nullptr;
   FlatTensor t;
@@ -291,41 +298,6 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // thread, before it is copied into the new tensor: the posted lane's largest input from each of
 // up to 16 ranks. More, or larger, and the result stays in the handle's output.
 constexpr size_t kGatherScratchBytes = 64u << 10;
-
-// The result that perseus_allgather_on_caller finished into `scratch`, as a new tensor like `like`.
-PyObject* newGatherResult(PyObject* like, const FlatTensor& view, const perseus_tensor& result,
-                          const void* scratch, PyObject* allocate) {
-  auto bytes = static_cast<size_t>(dtypeSize(result.dtype));
-  for (int32_t i = 0; i < result.ndim; ++i) bytes *= static_cast<size_t>(result.shape[i]);
-  void* dst = nullptr;
-  PyObject* tensor = newTensorLike(like, view, result.ndim, result.shape, &dst);
-  if (tensor == nullptr) {
-    if (PyErr_Occurred()) return nullptr;
-    PyObject* shape = PyTuple_New(result.ndim);
-    if (shape == nullptr) return nullptr;
-    for (int32_t i = 0; i < result.ndim; ++i) {
-      PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(result.shape[i]));
-    }
-    PyObject* made = PyObject_CallFunctionObjArgs(allocate, shape, like, nullptr);
-    Py_DECREF(shape);
-    if (made == nullptr) return nullptr;
-    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
-      Py_DECREF(made);
-      PyErr_SetString(PyExc_TypeError, "allocate must return (tensor, address)");
-      return nullptr;
-    }
-    dst = PyLong_AsVoidPtr(PyTuple_GET_ITEM(made, 1));
-    tensor = PyTuple_GET_ITEM(made, 0);
-    Py_INCREF(tensor);
-    Py_DECREF(made);
-    if (dst == nullptr && PyErr_Occurred()) {
-      Py_DECREF(tensor);
-      return nullptr;
-    }
-  }
-  if (bytes != 0) std::memcpy(dst, scratch, bytes);
-  return tensor;
-}
 
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
 // of a registered type of at most max_bytes, the result made by the type's allocator (else by
@@ -356,14 +328,8 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (submitted == PERSEUS_OK && id != 0) waited = perseus_wait(id, kWaitSliceS);
   Py_END_ALLOW_THREADS;
   if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather_on_caller");
-  if (id == 0) return newGatherResult(args[0], t, result, scratch.data(), args[4]);
-  ReleaseHandle release{id};
-  if (waited == PERSEUS_ERR_IN_PROGRESS) {
-    if (!waitLate(id)) return nullptr;
-  } else if (waited != PERSEUS_OK) {
-    return finish(waited, "perseus_wait");
-  }
-  return copyOutput(id, args[4], args[0], &t);
+  if (id == 0) return newTensorFrom(result, args[4], args[0], &t);  // finished into scratch
+  return awaitOutput(id, waited, args[4], args[0], &t);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
