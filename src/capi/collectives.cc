@@ -207,9 +207,11 @@ perseus_status perseus_allgather_into(const char* name, const perseus_tensor* in
   return guarded([&] {
     std::string_view n = checkName(name, "perseus_allgather_into");
     checkHandle(handle);
-    const TensorView in = toView(input, n, "input");
+    TensorView in = toView(input, n, "input");
     checkSetTimes(in, toView(output, n, "output"), process_set, n, "an allgather into a buffer");
-    *handle = capi::publish(capi::requireEngine()->allgatherInto(n, in, output->data, process_set));
+    void* out = output->data;
+    *handle = capi::publish(capi::requireEngine()->allgather(
+        n, Span<TensorView>(&in, 1), process_set, false, Span<void*>(&out, 1)));
   });
 }
 

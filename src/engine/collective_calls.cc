@@ -32,6 +32,19 @@ Call reductionCall(OpType op, std::string_view name, int32_t set, Span<TensorVie
   return c;
 }
 
+// The caller's buffers of an allgather or reduce-scatter into them (Note [Allgather into]): none,
+// or one non-null buffer per CPU input.
+void checkCallerOutputs(const char* op, std::string_view name, Span<TensorView> in,
+                        Span<void*> out) {
+  if (out.empty()) return;
+  bool ok = out.size() == in.size();
+  for (size_t i = 0; ok && i < out.size(); ++i) ok = out[i] != nullptr && in[i].device < 0;
+  if (!ok) {
+    throw InvalidArgumentError(PERSEUS_STR(op << " '" << name << "': into buffers takes CPU "
+                                              << "tensors and one non-null output per input"));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView> in,
@@ -63,19 +76,11 @@ std::shared_ptr<Handle> Engine::allreduce(std::string_view name, Span<TensorView
 }
 
 std::shared_ptr<Handle> Engine::allgather(std::string_view name, Span<TensorView> in, int32_t set,
-                                          bool blocking) {
+                                          bool blocking, Span<void*> out) {
   if (in.empty()) throw InvalidArgumentError(PERSEUS_STR("allgather '" << name << "': no tensors"));
-  return submit(callOf(OpType::kAllgather, name, set, in, blocking));
-}
-
-std::shared_ptr<Handle> Engine::allgatherInto(std::string_view name, const TensorView& in,
-                                              void* out, int32_t set) {
-  if (out == nullptr || in.device >= 0) {
-    throw InvalidArgumentError(PERSEUS_STR("allgather '" << name << "': into a buffer takes a CPU "
-                                                         << "input and a non-null CPU output"));
-  }
-  Call c = callOf(OpType::kAllgather, name, set, Span<TensorView>(&in, 1), false);
-  c.outputs = Span<void*>(&out, 1);
+  checkCallerOutputs("allgather", name, in, out);
+  Call c = callOf(OpType::kAllgather, name, set, in, blocking);
+  c.outputs = out;
   return submit(c);
 }
 
@@ -119,10 +124,7 @@ std::shared_ptr<Handle> Engine::reducescatter(std::string_view name, Span<Tensor
                                                          << "': op=Adasum is an allreduce op, as "
                                                             "in Horovod; use op=Sum or Average"));
   }
-  if (!out.empty() && (out.size() != in.size() || in[0].device >= 0)) {
-    throw InvalidArgumentError(PERSEUS_STR("reducescatter '" << name << "': into buffers takes "
-                                                             << "CPU tensors, one per input"));
-  }
+  checkCallerOutputs("reducescatter", name, in, out);
   Call c = reductionCall(OpType::kReducescatter, name, set, in, op, prescale, postscale, blocking);
   c.outputs = out;
   return submit(c);

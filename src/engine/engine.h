@@ -102,12 +102,12 @@ class Engine {
   std::shared_ptr<Handle> allreduce(std::string_view name, Span<TensorView> in, Span<void*> out,
                                     ReduceOp op, double prescale = 1.0, double postscale = 1.0,
                                     int32_t set = kGlobalSet, bool blocking = false);
+  // `out`: the caller's buffer per input (CPU; Note [Allgather into]), each the set's size times
+  // its input, which every rank gives with the same rows; empty: the library allocates the
+  // outputs in the handle.
   std::shared_ptr<Handle> allgather(std::string_view name, Span<TensorView> in,
-                                    int32_t set = kGlobalSet, bool blocking = false);
-  // Allgather into the caller's buffer (CPU): every rank gives the same rows and `out` holds
-  // the set's size times the input; the handle has no output (Note [Allgather into]).
-  std::shared_ptr<Handle> allgatherInto(std::string_view name, const TensorView& in, void* out,
-                                        int32_t set = kGlobalSet);
+                                    int32_t set = kGlobalSet, bool blocking = false,
+                                    Span<void*> out = {});
   // An allgather that the post path may finish on the calling thread into `out` (`capacity`
   // bytes): null then, with the result's shape in *shape. Otherwise the handle, not waited for
   // (the caller waits as it likes), whose library-owned output holds the result.

@@ -209,7 +209,8 @@ TEST_P(EngineCollectives, AllgatherAndReducescatterIntoCallerBuffers) {
   ranks.run([&](int r, Engine& e) {
     for (int iter = 0; iter < 3; ++iter) {  // the later ones may be posted
       std::vector<float> in(4, float(r + 1)), out(4 * n, -1.0f);
-      expectOk(e.allgatherInto("agi", arg(in.data(), {2, 2}), out.data()));
+      void* out_ptr = out.data();
+      expectOk(e.allgather("agi", {arg(in.data(), {2, 2})}, 0, false, Span<void*>(&out_ptr, 1)));
       for (int q = 0; q < n; ++q) ASSERT_FLOAT_EQ(out[q * 4 + 3], float(q + 1));
       std::vector<float> rows(2 * n, 1.0f), block(2, -1.0f);
       void* block_ptr = block.data();
@@ -218,7 +219,9 @@ TEST_P(EngineCollectives, AllgatherAndReducescatterIntoCallerBuffers) {
       ASSERT_FLOAT_EQ(block[1], float(n));
     }
     std::vector<float> in(r == 0 ? 1 : 2, 1.0f), out(in.size() * n, 0.0f);
-    auto h = e.allgatherInto("agi.sizes", arg(in.data(), {int64_t(in.size())}), out.data());
+    void* out_ptr = out.data();
+    auto h = e.allgather("agi.sizes", {arg(in.data(), {int64_t(in.size())})}, 0, false,
+                         Span<void*>(&out_ptr, 1));
     h->wait(-1);
     if (n > 1) {
       ASSERT_EQ(h->status(), StatusCode::kInvalidArgument);
