@@ -8,7 +8,6 @@
 Every collective runs on the Perseus engine: the default group is the engine's job, other groups
 are process sets of it. See docs/torch-distributed.md."""
 
-import datetime
 
 import torch.distributed as dist
 
@@ -25,12 +24,6 @@ __all__ = ["PerseusBackend", "PerseusProcessGroup", "PerseusWork", "BACKEND_NAME
 BACKEND_NAME = "perseus"
 
 
-def _timeout_s(timeout):
-    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-        return timeout.total_seconds()
-    return 1800.0
-
-
 def _group_class():
     """The class of a perseus group: a c10d Backend where torch lets Python build one, unless
     prefer_process_group() was called, else a ProcessGroup."""
@@ -41,7 +34,7 @@ def _create(opts, backend_options=None):
     """The creator torch calls for each perseus group this rank belongs to (extended API)."""
     group_class = _group_class()
     rank, size = opts.group_rank, opts.group_size
-    timeout_s = _timeout_s(opts.timeout)
+    timeout_s = _engine.seconds(opts.timeout, 1800.0)
     ranks = list(opts.global_ranks_in_group)
     if not ranks:  # the default group: the engine's job
         _engine.start(opts.store, rank, size, timeout_s)

@@ -322,9 +322,7 @@ class PerseusOps(DataMovement):
         mine = tuple(sorted(ranks))
         if self.rank() not in mine:
             return None
-        timeout = getattr(opts, "_timeout", None) or getattr(opts, "timeout", None)
-        timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else (
-            self.timeout_s)
+        timeout_s = _engine.options_seconds(opts, self.timeout_s)
         global_ranks = [self._ranks[i] for i in mine]
         group_name = getattr(opts, "group_name", "") or "%s:split:%s" % (self.group_label, mine)
         return type(self)(mine.index(self.rank()), len(mine), global_ranks,

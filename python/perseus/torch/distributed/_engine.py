@@ -14,6 +14,7 @@ rank never calls (PERSEUS_STALL_SHUTDOWN) end every rank's pending work with an 
 those variables are set."""
 
 import contextlib
+import datetime
 import itertools
 import os
 import secrets
@@ -40,6 +41,18 @@ def _environment(values):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def seconds(timeout, default_s):
+    """A timeout's seconds: a positive timedelta's, else default_s (none given)."""
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+        return timeout.total_seconds()
+    return default_s
+
+
+def options_seconds(opts, default_s):
+    """The timeout of a group's options (torch's releases name it _timeout or timeout)."""
+    return seconds(getattr(opts, "_timeout", None) or getattr(opts, "timeout", None), default_s)
 
 
 def _timeout_env(timeout_s):

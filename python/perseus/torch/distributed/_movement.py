@@ -10,14 +10,14 @@ from perseus.torch import _tensors as _t
 from perseus.torch.distributed import _reduce
 
 
-def _gathers_in_place(output, input, size):
-    """Whether the engine can gather straight into `output`: CPU tensors of a dtype the core
-    has, a contiguous output of exactly `size` inputs. (A reduce-scatter asks it of its rows
-    and its block.)"""
-    return (input.device.type == "cpu" and output.device.type == "cpu"
-            and input.dtype in _t.NATIVE and output.dtype == input.dtype
-            and output.is_contiguous() and output.numel() == size * input.numel()
-            and input.numel() > 0)
+def _engine_writes(whole, part, size):
+    """Whether the engine can work on the caller's tensors in place (Note [Allgather into]):
+    CPU tensors of a dtype the core has, `whole` contiguous and exactly `size` times `part`
+    (an allgather's output and input, a reduce-scatter's rows and block)."""
+    return (part.device.type == "cpu" and whole.device.type == "cpu"
+            and part.dtype in _t.NATIVE and whole.dtype == part.dtype
+            and whole.is_contiguous() and whole.numel() == size * part.numel()
+            and part.numel() > 0)
 
 
 class DataMovement:
@@ -67,7 +67,7 @@ class DataMovement:
         return self._work("allgather_coalesced", h, output_lists, finish, input_list[0])
 
     def all_gather_single(self, output, input, opts=None):
-        if _gathers_in_place(output, input, self.size()):
+        if _engine_writes(output, input, self.size()):
             return self._allgather_into(output, input)
         h, wires = self._allgather_flat("all_gather_into_tensor", [input])
         finish = lambda: output.view(-1).copy_(self._gathered(h, wires, 0))  # noqa: E731
@@ -131,7 +131,7 @@ class DataMovement:
 
     def reduce_scatter_single(self, output, input, opts):
         rows = self._rows(input, output, "reduce_scatter_tensor")
-        if _gathers_in_place(rows, output, self.size()) and output.is_contiguous():
+        if _engine_writes(rows, output, self.size()) and output.is_contiguous():
             return self._reducescatter_into(output, rows, opts)
         h = self._reducescatter_rows("reduce_scatter_tensor", [rows], opts)
         finish = lambda: output.view(-1).copy_(_t.library_output(h, 0).view(-1))  # noqa: E731

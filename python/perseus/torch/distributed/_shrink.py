@@ -24,7 +24,6 @@ fail ("rank N called shutdown()") and must not use the group again.
   crash. install() registers it as the custom backend it is, for each device the old group
   had perseus for."""
 
-import datetime
 import functools
 import inspect
 import socket
@@ -36,13 +35,6 @@ from torch._C._distributed_c10d import ProcessGroup
 
 from perseus.common.elastic import worker as elastic_worker
 from perseus.torch.distributed import _engine, _groups
-
-
-def _timeout_s(opts, default_s):
-    timeout = getattr(opts, "_timeout", None) or getattr(opts, "timeout", None)
-    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-        return timeout.total_seconds()
-    return default_s
 
 
 def _refuse(backend):
@@ -73,7 +65,7 @@ def shrink(backend, excluded, flags, opts=None):
             "perseus: rank %d is among the ranks to exclude %s and must not call shrink_group"
             % (backend.rank(), sorted(gone)))
     rank, size = remaining.index(backend.rank()), len(remaining)
-    timeout_s = _timeout_s(opts, backend.timeout_s)
+    timeout_s = _engine.options_seconds(opts, backend.timeout_s)
     _groups.forget()
     # torch's store names the old rank 0's host; a new rank 0 that was not it names its own.
     host = None if remaining[0] == 0 else socket.gethostname()

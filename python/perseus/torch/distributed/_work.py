@@ -26,7 +26,6 @@ could not run ahead into the next step. A failure the GPU reports after the laun
 the next collective, as with NCCL."""
 
 import concurrent.futures
-import datetime
 import threading
 
 import torch
@@ -35,6 +34,7 @@ from torch._C._distributed_c10d import Work
 
 from perseus.common.exceptions import PerseusInternalError, UnsupportedError
 from perseus.torch import _tensors as _t
+from perseus.torch.distributed import _engine
 
 _finish_lock = threading.Lock()
 _pool = None
@@ -49,13 +49,6 @@ def _completion_pool():
                 _pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=32, thread_name_prefix="perseus-future")
     return _pool
-
-
-def _seconds(timeout, default_s):
-    if isinstance(timeout, datetime.timedelta):
-        s = timeout.total_seconds()
-        return s if s > 0 else default_s
-    return default_s
 
 
 class PerseusWork(Work):
@@ -116,7 +109,7 @@ class PerseusWork(Work):
 
     def wait(self, timeout=None):
         if self._h is not None or self._finish is not None or self._error is not None:
-            self._complete(_seconds(timeout, self._backend.timeout_s))
+            self._complete(_engine.seconds(timeout, self._backend.timeout_s))
         return True
 
     def block_current_stream(self):
