@@ -49,21 +49,27 @@ def mpirun(np, *worker_args, timeout=100):
                [PY, WORKER] + list(worker_args), env=env, timeout=timeout)
 
 
-def processes(np, *worker_args, timeout=90):
-    """np ranks started by hand with RANK/WORLD_SIZE/MASTER_* (what tcp:// and store= use)."""
-    env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(np))
-    procs = [subprocess.Popen([PY, WORKER] + list(worker_args), env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(np)]
-    outs, code = [], 0
+def spawn_ranks(np, cmd, timeout=90, **env_vars):
+    """np ranks of `cmd` started by hand with RANK/WORLD_SIZE/MASTER_* (what tcp:// and store=
+    use): each rank's exit code, and their output joined."""
+    env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(np),
+                  **env_vars)
+    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(np)]
+    outs = []
     for p in procs:
         try:
             outs.append(p.communicate(timeout=timeout)[0])
         except subprocess.TimeoutExpired:
             p.kill()
             outs.append(p.communicate()[0] + "\n(timed out)")
-        code = code or p.returncode
-    return subprocess.CompletedProcess([], code), "".join(outs)
+    return [p.returncode for p in procs], "".join(outs)
 
 
-__all__ = ["free_port", "ok", "perseusrun", "torchrun", "mpirun", "processes"]
+def processes(np, *worker_args, timeout=90):
+    """np ranks of the worker started by hand (spawn_ranks); the first failing exit code."""
+    codes, out = spawn_ranks(np, [PY, WORKER] + list(worker_args), timeout=timeout)
+    return subprocess.CompletedProcess([], next((c for c in codes if c), 0)), out
+
+
+__all__ = ["free_port", "ok", "perseusrun", "torchrun", "mpirun", "processes", "spawn_ranks"]

@@ -5,12 +5,11 @@ the survivors shrink the group and go on from their last in-memory commit
 perseusrun."""
 import json
 import re
-import subprocess
 
 import pytest
 
 from consumer_support import EXAMPLES
-from distsupport import PY, free_port, job_env, perseusrun, processes
+from distsupport import PY, free_port, perseusrun, processes, spawn_ranks
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(150)
@@ -36,19 +35,8 @@ def _needs_shrink_group():
 
 
 def _example(np, *args, timeout=90):
-    env = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(np),
-                  OMP_NUM_THREADS="1")
-    cmd = [PY, str(EXAMPLES / "elastic_ddp.py")] + [str(a) for a in args]
-    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(np)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=timeout)[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            outs.append(p.communicate()[0] + "\n(timed out)")
-    return [p.returncode for p in procs], "".join(outs)
+    return spawn_ranks(np, [PY, str(EXAMPLES / "elastic_ddp.py")] + [str(a) for a in args],
+                       timeout=timeout, OMP_NUM_THREADS="1")
 
 
 def test_ddp_survivors_shrink_and_continue_from_the_last_commit():
