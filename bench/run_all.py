@@ -5,7 +5,9 @@
 All in one run, so that ratios compare like with like on this noisy machine:
   1. builds the Perseus benchmarks and Python extension (CMake Release in --build-dir,
      build/bench by default: a tree of its own, so build/release keeps its tests) and the
-     Open MPI peer (mpicc);
+     Open MPI peer (mpicc); where Horovod does not import, builds and installs it
+     (bench/peers/build_horovod.sh: about 30 minutes on 2 cores the first time, a cached wheel
+     after that; --no-install-peers leaves it out);
   2. collectives: allreduce/allgather/broadcast/reducescatter sweeps, 4 B to --max-mib, for
      Perseus (C API, perseusrun), Open MPI, torch.distributed/Gloo and Horovod (horovodrun
      --gloo, Python API; allreduce also with horovodrun --mpi where the wheel has MPI), plus
@@ -239,6 +241,20 @@ def horovod_status():
     return exe, probe.stdout.strip()
 
 
+def install_horovod():
+    """Builds Horovod 0.28.1 (or installs its cached wheel) when it does not import, so that a
+    fresh clone's first run compares against it too. A failed build leaves Horovod's rows
+    skipped, with horovod_status()'s reason."""
+    if horovod_status()[0] is not None:
+        return
+    log("horovod: not importable; building it with bench/peers/build_horovod.sh")
+    proc = subprocess.run(["bash", os.path.join(PEERS_DIR, "build_horovod.sh")],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        log(f"horovod: the build failed (exit {proc.returncode}): "
+            f"{last_lines(proc.stderr or proc.stdout)}")
+
+
 def horovod_mxnet_status():
     """(True, "") when horovod.mxnet imports (the wheel may be built without MXNet)."""
     probe = subprocess.run([sys.executable, "-c", "import horovod.mxnet"],
@@ -266,6 +282,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="few samples, short sweeps (smoke run)")
     ap.add_argument("--skip", default="", help="comma list of stages (see above)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "bench"))
+    ap.add_argument("--no-install-peers", action="store_true",
+                    help="do not build Horovod where it does not import (its rows are skipped)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     max_mib = str(args.max_mib if args.max_mib is not None else (1 if args.quick else 256))
@@ -275,6 +293,8 @@ def main():
     n = args.ranks
     r = Runner(os.path.abspath(args.build_dir), n)
     py = sys.executable
+    if "horovod" not in skip and not args.no_install_peers:
+        install_horovod()
     hvd_run, hvd_info = (None, "skipped by --skip") if "horovod" in skip else horovod_status()
     log(f"horovod: {hvd_info}")
     hvd_mx_ok, hvd_mx_info = horovod_mxnet_status() if hvd_run else (False, hvd_info)

@@ -147,7 +147,9 @@ perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
 perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stream) {
   // CUDA ops: `stream` waits for the GPU work without a host block (once the engine enqueued
   // it). CPU ops have nothing on a stream: this waits for them on the host.
-  return guarded([&] { findHandle(handle)->streamWait(stream); });
+  return guarded([&] {
+    findHandle(handle)->streamWait(stream, capi::runtime().spin_us.load(std::memory_order_relaxed));
+  });
 }
 
 perseus_status perseus_release(perseus_handle handle) {

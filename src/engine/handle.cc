@@ -47,20 +47,27 @@ std::shared_ptr<Handle> Handle::create(Name name, bool timed) {
   return h;
 }
 
+namespace {
+// Spin first: on the fast path the engine finishes within microseconds, and a blocking wake-up
+// costs tens of microseconds on a busy host. Yields so a spinning waiter never starves the
+// engine thread when cores are scarce. Returns whether `ready()` became true within spin_us.
+template <typename Ready>
+bool spinFor(int64_t spin_us, std::chrono::steady_clock::time_point start, Ready ready) {
+  if (spin_us <= 0) return false;
+  const auto spin_end = start + std::chrono::microseconds(spin_us);
+  while (std::chrono::steady_clock::now() < spin_end) {
+    if (ready()) return true;
+    sched_yield();
+  }
+  return false;
+}
+}  // namespace
+
 bool Handle::wait(double timeout_s, int64_t spin_us) const {
   using Clock = std::chrono::steady_clock;
   if (done()) return true;
   const auto start = Clock::now();
-  // Spin first: on the fast path the engine finishes within microseconds, and a blocking
-  // wake-up costs tens of microseconds on a busy host. Yield so a spinning waiter never starves
-  // the engine thread when cores are scarce.
-  if (spin_us > 0) {
-    const auto spin_end = start + std::chrono::microseconds(spin_us);
-    while (Clock::now() < spin_end) {
-      if (done()) return true;
-      sched_yield();
-    }
-  }
+  if (spinFor(spin_us, start, [&] { return done(); })) return true;
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_s < 0) {
     cv_.wait(lock, [&] { return done(); });
@@ -106,11 +113,19 @@ void Handle::setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works) {
     std::lock_guard<std::mutex> lock(mu_);
     gpu_works_ = std::move(works);
     has_gpu_work_ = true;
+    gpu_work_published_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }
 
-void Handle::streamWait(void* stream) const {
+void Handle::streamWait(void* stream, int64_t spin_us) const {
+  // A caller that orders its stream right after submitting (a blocking torch.distributed call)
+  // would otherwise sleep on cv_ for the engine's few-microsecond launch, and its wake-up
+  // would cost more than the launch.
+  if (!gpu_work_published_.load(std::memory_order_acquire) && !done()) {
+    spinFor(spin_us, std::chrono::steady_clock::now(),
+            [&] { return gpu_work_published_.load(std::memory_order_acquire) || done(); });
+  }
   std::vector<std::shared_ptr<backends::GpuWork>> works;
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -91,11 +91,12 @@ class Handle {
   int32_t intResult() const { return int_result_; }
 
   // CUDA operations. The engine thread publishes the enqueued GPU work once (before the GPU
-  // finished); streamWait() (any thread) blocks on the host only until that happened or the
-  // handle completed, then makes `stream` wait for the work on the GPU. Throws the handle's
-  // error if it failed, UnsupportedError for a handle that never gets GPU work (CPU ops).
+  // finished); streamWait() (any thread) waits on the host only until that happened or the
+  // handle completed (spinning for `spin_us` first, as wait() does), then makes `stream` wait
+  // for the work on the GPU. Throws the handle's error if it failed, UnsupportedError for a
+  // handle that never gets GPU work (CPU ops).
   void setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works);
-  void streamWait(void* stream) const;
+  void streamWait(void* stream, int64_t spin_us = 0) const;
 
  private:
   const int64_t id_;
@@ -111,6 +112,7 @@ class Handle {
   bool timed_ = true;
   std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
   bool has_gpu_work_ = false;                                  // guarded by mu_
+  std::atomic<bool> gpu_work_published_{false};  // has_gpu_work_, for streamWait()'s spin
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

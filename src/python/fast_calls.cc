@@ -114,6 +114,42 @@ PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return allreduce(name, t, op, prescale, postscale, process_set);
 }
 
+// allreduce_on_stream(name, address, dtype, shape, op, prescale, postscale, process_set,
+//                     device, stream): the in-place allreduce of a CUDA tensor, ordered on
+// `stream` the way torch.distributed orders a blocking collective: it returns once the engine
+// enqueued the GPU work and `stream` waits for it, with no host block for the GPU work itself
+// (allreduce_inplace waits for that, as Horovod's synchronize() does). No handle reaches
+// Python.
+PyObject* allreduceOnStream(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 10) {
+    PyErr_Format(PyExc_TypeError, "allreduce_on_stream takes 10 positional arguments (%zd given)",
+                 nargs);
+    return nullptr;
+  }
+  const char* name = PyUnicode_AsUTF8(args[0]);
+  if (name == nullptr) return nullptr;
+  FlatTensor t;
+  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
+  const long op = PyLong_AsLong(args[4]);
+  const double prescale = PyFloat_AsDouble(args[5]);
+  const double postscale = PyFloat_AsDouble(args[6]);
+  const long process_set = PyLong_AsLong(args[7]);
+  if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
+  perseus_handle id = 0;
+  perseus_status status;
+  const char* what = "perseus_allreduce";
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_allreduce(name, &t.t, &t.t, static_cast<int32_t>(op), prescale, postscale,
+                             static_cast<int32_t>(process_set), &id);
+  if (status == PERSEUS_OK) {
+    what = "perseus_handle_cuda_stream_wait";
+    status = perseus_handle_cuda_stream_wait(id, t.t.cuda_stream);
+    perseus_release(id);
+  }
+  Py_END_ALLOW_THREADS;
+  return finish(status, what);
+}
+
 // broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream])
 PyObject* broadcastInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!argCount("broadcast_inplace", nargs, 6)) return nullptr;
@@ -344,6 +380,11 @@ PyMethodDef kFastCalls[] = {
      "allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set"
      "[, device, stream]): a blocking in-place allreduce of a contiguous tensor the caller "
      "keeps alive."},
+    {"allreduce_on_stream", asCFunction<allreduceOnStream>(), METH_FASTCALL,
+     "allreduce_on_stream(name, address, dtype, shape, op, prescale, postscale, process_set, "
+     "device, stream): the in-place allreduce of a contiguous CUDA tensor the caller keeps "
+     "alive, ordered on `stream`: returns once `stream` waits for it (no host block for the "
+     "GPU work)."},
     {"broadcast_inplace", asCFunction<broadcastInplace>(), METH_FASTCALL,
      "broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream]): a "
      "blocking in-place broadcast of a contiguous tensor the caller keeps alive."},

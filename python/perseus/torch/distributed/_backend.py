@@ -179,19 +179,25 @@ class PerseusOps(DataMovement):
         t = tensors[0]
         # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
         # gets a Work that is complete already. A CPU tensor takes the engine's blocking call,
-        # by address (no capsule, no handle); a CUDA tensor is submitted, and the current
-        # stream is made to wait on it here, as the Work's wait() would (no host block for the
-        # GPU work). This path is written out for its cost: it is the per-call floor.
+        # by address (no capsule, no handle); a CUDA tensor, by address too, the call that
+        # returns once the current stream waits on the collective, as the Work's wait() would
+        # make it (no host block for the GPU work). This path is written out for its cost: it
+        # is the per-call floor.
         blocking = _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
-        if blocking and t.is_cpu and t.layout is _STRIDED and t.is_contiguous():
+        if blocking and t.layout is _STRIDED and t.is_contiguous() and (t.is_cpu or t.is_cuda):
             dtype = t.dtype
             code = _CORE_DTYPE.get(dtype)
             op = _plain_by_key(_op_key(opts.reduceOp))
             if code is not None and op is not None:
                 name = next(self._allreduce_names[(dtype, t.numel())])
                 try:
-                    self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0, 1.0,
-                                                 self._ps)
+                    if t.is_cpu:
+                        self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0,
+                                                     1.0, self._ps)
+                    else:
+                        self._core.allreduce_on_stream(name, t.data_ptr(), code, t.shape, op,
+                                                       1.0, 1.0, self._ps, t.get_device(),
+                                                       _current_stream(t))
                     return self._completed
                 except DuplicateNameError:  # that name's last use is still in flight
                     return self._allreduce_async(t, op, 1.0, name, tensors, False)
