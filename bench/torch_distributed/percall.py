@@ -11,6 +11,11 @@ Where perseus groups are c10d Backends, rows "noop-pg" and "perseus-pg" measure 
 ProcessGroup route too (perseus.torch.distributed.prefer_process_group), each against the floor
 of its own route.
 
+Row "noop-c++" is the floor of a compiled backend: torch's own FakeProcessGroup, a C++ c10d
+backend that communicates nothing (torch.testing._internal.distributed.fake_pg registers it as
+"fake"). `noop - noop-c++` is what writing perseus's backend in C++ against the user's torch
+could save per call at most; docs/torch-distributed.md weighs it against that coupling.
+
 Each backend runs in its own process group on the same ranks, interleaved over --rounds; the
 fastest and the median round are printed per backend (microseconds per call). On a busy machine
 the fastest round is the one least disturbed by other processes. On CUDA each timed loop ends
@@ -78,6 +83,14 @@ def per_call_us(group, calls, device="cpu"):
     return _timed(lambda: dist.all_reduce(t, group=group), calls, device)
 
 
+def _compiled_noop(ranks):
+    try:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+    except ImportError:  # a torch without its testing package: the row is left out
+        return None
+    return dist.new_group(ranks, backend="fake")
+
+
 def hvd_per_call_us(calls, device="cpu"):
     import perseus.torch as hvd
     t = torch.ones(1, device=device)
@@ -103,6 +116,7 @@ def main():
     dist.init_process_group("perseus", timeout=datetime.timedelta(seconds=120))
     ranks = list(range(dist.get_world_size()))
     groups = {"noop": dist.new_group(ranks, backend="noop"),
+              "noop-c++": _compiled_noop(ranks),
               "perseus": dist.group.WORLD,
               "gloo" if args.device == "cpu" else "nccl": dist.new_group(
                   ranks, backend="gloo" if args.device == "cpu" else "nccl")}
@@ -111,6 +125,7 @@ def main():
         groups["noop-pg"] = dist.new_group(ranks, backend="noop_pg")
         groups["perseus-pg"] = dist.new_group(ranks, backend="perseus")
         prefer_process_group(False)
+    groups = {name: g for name, g in groups.items() if g is not None}
     times = {name: [] for name in list(groups) + ["hvd"]}
     for _ in range(args.rounds):
         for name, group in groups.items():
