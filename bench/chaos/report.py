@@ -3,11 +3,16 @@
 replicas, lost commits and leftovers. It can be run while the soak is still going: it reports
 the faults recorded so far and says so.
 
-    python bench/chaos/report.py /tmp/chaos > bench/results/chaos_soak.md"""
+    python bench/chaos/report.py /tmp/chaos > bench/results/chaos_soak.md
+
+Several runs add up: give each folder, or a tarball of run folders (parallel_soak.sh's
+soak_raw.tgz), so that soaks made by separate calls, on the same tree, make one table."""
 
 import json
 import math
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 
@@ -117,9 +122,27 @@ def run_line(out):
     return line, faults, read_jsonl(out / "jobs.jsonl"), unfired, argv
 
 
+def run_folders(args, scratch):
+    """The run folders named by `args`: folders as they are, tarballs extracted into scratch
+    (each run folder in one holds a command.json)."""
+    folders = []
+    for i, arg in enumerate(args):
+        path = Path(arg)
+        if path.is_dir():
+            folders.append(path)
+            continue
+        into = Path(scratch) / str(i)
+        with tarfile.open(path) as tar:
+            tar.extractall(into, filter="data")
+        folders += sorted(c.parent for c in into.glob("**/command.json"))
+    return folders
+
+
 def main():
-    """Arguments: one or more --out folders of soak runs; the table adds them up."""
-    runs = [run_line(Path(a)) for a in sys.argv[1:]]
+    """Arguments: one or more --out folders of soak runs, or tarballs of them; the table adds
+    them up."""
+    with tempfile.TemporaryDirectory() as scratch:
+        runs = [run_line(folder) for folder in run_folders(sys.argv[1:], scratch)]
     faults = [f for r in runs for f in r[1]]
     jobs = [j for r in runs for j in r[2]]
     unfired = sum(r[3] for r in runs)
