@@ -59,6 +59,8 @@
 // rank let a fast rank start operation seq + 1 while a slow one still reads seq (the line
 // discipline in arena_view.h). A line whose sequence number differs from this rank's means
 // the members ran different operations on this group: a MismatchError, never a wrong sum.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -191,14 +193,34 @@ void reduceOwnBlock(const CollectiveArgs& args, int p, int r, const unsigned cha
   }
 }
 
-// Threads this rank uses for a pipelined allreduce of `bytes` (Note [Reduce threads]).
-int threadsFor(const Communicator& comm, size_t bytes, size_t buffer) {
+// Note [Agreed segments]
+// The segment size sets how many barriers a pipelined allreduce passes, so every member must
+// compute the same one. It comes from what the host's ranks share: the host's online CPUs (as
+// the slot's size does, Note [Slot for reduce threads] in shm_local_group.cc), the host's rank
+// count and PERSEUS_REDUCE_THREADS; never from this process's affinity or binding. Those differ
+// between ranks that started at different times (an elastic job's survivors, bound as one of
+// four ranks, and its newcomers, bound as one of two): segments sized from them made the ranks
+// pass different numbers of barriers, and every membership of those ranks timed out in the
+// same allreduce again. A rank then splits each segment among as many of those threads as its
+// own CPUs give it.
+
+// Threads whose shares make up one segment of a pipelined allreduce of `bytes`: the same in
+// every member (Note [Agreed segments]).
+int segmentThreads(const Communicator& comm, size_t bytes, size_t buffer) {
   if (comm.size() > kStackRanks) return 1;  // the parts keep their pointer arrays on the stack
-  const int local = comm.arena()->localSize();
-  static const int cpus = transport::shm::sharedCpus(local);
-  const int requested =
-      reduce_threads::requestedReduceThreads(comm.params().reduce_threads, cpus, local);
+  static const int online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int requested = reduce_threads::requestedReduceThreads(comm.params().reduce_threads, online,
+                                                               comm.arena()->localSize());
   return reduce_threads::effectiveReduceThreads(requested, bytes, buffer);
+}
+
+// Threads this rank splits a segment of `segment_threads` shares among (Note [Reduce threads]):
+// no more than its own CPUs give it.
+int ownThreads(const Communicator& comm, int segment_threads) {
+  const int local = comm.arena()->localSize();
+  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
+                                                         transport::shm::sharedCpus(local), local);
+  return std::max(1, std::min(own, segment_threads));
 }
 
 void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** big_srcs,
@@ -208,8 +230,9 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t esize = args.elementSize();
   constexpr size_t kLag = reduce_threads::kPipelineLag, kBuffers = reduce_threads::kPipelineBuffers;
   const size_t buffer = (view.dataBytes() / kBuffers) & ~size_t{63};
-  const int threads = threadsFor(comm, args.totalBytes(), buffer);
-  const size_t seg = reduce_threads::segmentBytes(threads, buffer) / esize;
+  const int shares = segmentThreads(comm, args.totalBytes(), buffer);
+  const size_t seg = reduce_threads::segmentBytes(shares, buffer) / esize;
+  const int threads = ownThreads(comm, shares);
   const size_t nseg = (args.count + seg - 1) / seg;
   const bool streaming = args.count * esize >=
                          (args.in == args.out ? kStreamingOutputBytes : kStreamingOutOfPlaceBytes);
@@ -270,7 +293,18 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   };
   pool.run(threads, first, spin_us);
   slot_writer.publish();
-  view.barrier();
+  // The first barrier carries the segment: a member that sized it differently (Note [Agreed
+  // segments]) would pass a different number of barriers, which ends in a timeout; this ends
+  // in an error that says so.
+  const uint64_t widest = view.barrierMax(seg);
+  if (widest != seg) {
+    throw MismatchError(PERSEUS_STR(
+        "shared-memory allreduce: this rank cuts the vector into segments of "
+        << seg << " elements, another member into " << widest
+        << "; members must size segments alike (Note [Agreed segments] in allreduce_shm.cc), so "
+           "this is a Perseus defect: please report it with the ranks' PERSEUS_REDUCE_THREADS "
+           "and CPU affinity"));
+  }
   slot_writer.startClock();
   // Step k: pull segment k-kLag, reduce segment k, stage segment k+kLag; then a barrier. The
   // three touch different buffers (mod kBuffers = 2 kLag + 1), so parts may interleave them
