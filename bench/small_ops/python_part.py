@@ -1,5 +1,5 @@
 """The Python part of a small collective, at world size 1: each perseus.torch call as a user
-makes it ("whole") against the bare extension call with precomputed arguments ("core"), timed
+makes it ("whole") against the extension call that it makes, with its arguments ("core"), timed
 with the thread's CPU clock (time.thread_time), which other processes taking the core do not
 move. whole - core is what the Python layer costs per call.
 
@@ -18,15 +18,16 @@ from perseus.torch import _tensors as _t
 from perseus.torch import mpi_ops as _ops
 
 CALLS = {
-    "allreduce core": "core.allreduce_inplace('pp.ar', t.data_ptr(), code, t.shape, 0, 1.0, 1.0, "
-                      "0)",
+    "allreduce core": "core.allreduce_tensor(t, 'pp.ar', 0, 1.0, 1.0, 0)",
     "allreduce whole": "hvd.allreduce_(t, name='pp.ar', op=hvd.Sum)",
-    "broadcast core": "core.broadcast_inplace('pp.bc', t.data_ptr(), code, t.shape, 0, 0)",
+    "broadcast core": "core.broadcast_tensor(t, 'pp.bc', 0, 0)",
     "broadcast whole": "hvd.broadcast_(t, 0, name='pp.bc')",
-    "allgather core": "core.allgather_into('pp.ag', t.data_ptr(), code, t.shape, 0, "
-                      "_t.empty_with_address, t.dtype)",
+    "allgather core": "core.allgather_tensor(t, 'pp.ag', 0, 16384, _t.empty_like_with_address)",
+    "allgather address": "core.allgather_into('pp.ag', t.data_ptr(), code, t.shape, 0, "
+                         "_t.empty_with_address, t.dtype)",
     "allgather whole": "hvd.allgather(t, name='pp.ag')",
     "allgather handle": "hvd.synchronize(hvd.allgather_async(t, name='pp.ag'))",
+    "torch.empty(1)": "torch.empty(1)",  # a new tensor from Python, for scale
 }
 
 
@@ -37,7 +38,7 @@ def main():
     args = p.parse_args()
     hvd.init()
     t = torch.ones(1)
-    env = dict(hvd=hvd, t=t, core=_ops._direct(), code=_t.dense_cpu_code(t), _t=_t)
+    env = dict(hvd=hvd, t=t, core=_ops._direct(), code=_t.dense_cpu_code(t), _t=_t, torch=torch)
     best = {}
     for _ in range(args.reps):  # interleaved: every call sees the same machine
         for label, stmt in CALLS.items():
@@ -45,7 +46,7 @@ def main():
             us = timer.timeit(args.number) / args.number * 1e6
             best[label] = min(us, best.get(label, us))
     for label in CALLS:
-        print("%-17s %.2f us" % (label, best[label]))
+        print("%-18s %.2f us" % (label, best[label]))
     hvd.shutdown()
 
 

@@ -6,6 +6,8 @@ on top) and the raw samples beside it.
 
     pip install mpi4py          # the MPI peer; needs Open MPI (scripts/setup.sh installs it)
     python bench/small_ops/run.py --np 2 4 --out bench/results/small_ops.md
+    python bench/small_ops/run.py --np 2 --ops allgather --libs mpi4py --sizes 4,64,1024 \
+        --out /tmp/allgather.md     # one op against one peer (perseus.torch always runs)
 
 Perseus comes from PERSEUS_BUILD_DIR (a build with -DPERSEUS_BUILD_PYTHON=ON) or the installed
 package. Without Open MPI's mpirun the job runs under perseusrun and the mpi4py column is
@@ -33,6 +35,9 @@ def parse_args():
     p.add_argument("--np", type=int, nargs="+", default=[2, 4])
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--sizes", default=None, help="comma-separated bytes per rank")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated: " + ", ".join(OPS))
+    p.add_argument("--libs", default=",".join(LIBS),
+                   help="comma-separated: " + ", ".join(LIBS) + " (perseus.torch always runs)")
     p.add_argument("--budget-ms", type=float, default=20.0)
     p.add_argument("--quick", action="store_true", help="3 repetitions, 4 B to 4 MiB")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "small_ops.md"))
@@ -136,16 +141,19 @@ def main():
     reps = 3 if args.quick else args.reps
     load_at_start = os.getloadavg()[0]
     mpirun = open_mpi_mpirun()
-    libs = list(LIBS)
+    unknown = set(args.ops.split(",")) - set(OPS) | set(args.libs.split(",")) - set(LIBS)
+    if unknown:
+        sys.exit("unknown ops or libs: %s" % ", ".join(sorted(unknown)))
+    libs = [lib for lib in LIBS if lib in args.libs.split(",") or lib == "perseus.torch"]
     notes = []
-    if mpirun is None:
+    if mpirun is None and "mpi4py" in libs:
         notes.append("mpi4py skipped: Open MPI's mpirun is not installed (ran under perseusrun)")
         libs.remove("mpi4py")
-    elif not has_mpi4py():
+    elif "mpi4py" in libs and not has_mpi4py():
         notes.append("mpi4py skipped: not installed (pip install mpi4py)")
         libs.remove("mpi4py")
     worker_args = ["--reps", str(reps), "--budget-ms", str(args.budget_ms), "--libs",
-                   ",".join(libs)] + (["--sizes", sizes] if sizes else [])
+                   ",".join(libs), "--ops", args.ops] + (["--sizes", sizes] if sizes else [])
     records = []
     for np in args.np:
         print("running %d ranks..." % np, flush=True)

@@ -35,6 +35,7 @@ def parse_args():
     p.add_argument("--budget-ms", type=float, default=20.0,
                    help="rough time per sample; sets k per size")
     p.add_argument("--libs", default="perseus.torch,perseus.mxnet,mpi4py,gloo")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated: " + ", ".join(OPS))
     p.add_argument("--out", required=True)
     return p.parse_args()
 
@@ -163,6 +164,7 @@ def main():
                                 rank=rank, world_size=size)
     libs, skipped = available(args.libs.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
+    ops = [op for op in args.ops.split(",") if op in OPS]
     samples = {}
     for rep in range(args.reps):
         for nbytes in sizes:
@@ -170,7 +172,7 @@ def main():
             instances = [lib(nbytes, rank, size) for lib in libs]
             shift = rep % len(instances)
             for inst in instances[shift:] + instances[:shift]:
-                for op in OPS:
+                for op in ops:
                     per_op = sample(getattr(inst, op), k)
                     samples.setdefault((inst.name, op, nbytes), []).append(per_op)
     if rank == 0:

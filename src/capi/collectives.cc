@@ -245,7 +245,7 @@ perseus_status perseus_allgather_on_caller(const char* name, const perseus_tenso
     }
     auto e = capi::requireEngine();
     const TensorView in = toView(input, n, "input");
-    std::vector<int64_t> shape;
+    thread_local std::vector<int64_t> shape;  // keeps its capacity: no allocation per call
     auto h = e->allgatherOnCaller(
         n, in, output, static_cast<size_t>(std::max<int64_t>(capacity, 0)), &shape, process_set);
     if (h) {

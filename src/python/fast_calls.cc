@@ -236,11 +236,11 @@ bool waitLate(perseus_handle id) {
   }
 }
 
-// `src` (CPU) copied into a new framework tensor: made by the framework's allocator through its
-// exchange API when `view` (like's viewDenseCpu()) is given and the API has one, with no Python
-// call; else by allocate(shape, like) -> (tensor, address) (`like`: what the caller's allocate
-// reads the dtype from). For small results a copy costs less than handing the library's memory
-// over through a DLPack capsule.
+// `src` (CPU) copied into a new framework tensor: made through its exchange API (newTensorLike)
+// when `view` (like's viewDenseCpu()) is given and the API can, with no Python call; else by
+// allocate(shape, like) -> (tensor, address) (`like`: what the caller's allocate reads the dtype
+// from). For small results a copy costs less than handing the library's memory over through a
+// DLPack capsule.
 PyObject* newTensorFrom(const perseus_tensor& src, PyObject* allocate, PyObject* like,
                         const FlatTensor* view) {
   auto bytes = static_cast<size_t>(dtypeSize(src.dtype));
@@ -335,14 +335,35 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // up to 16 ranks. More, or larger, and the result stays in the handle's output.
 constexpr size_t kGatherScratchBytes = 64u << 10;
 
+// 1 when `tensor.requires_grad` is true, 0 when it is false or the type has no such attribute
+// (no autograd), -1 with a Python error. A tensor in an autograd graph is the framework layer's
+// to handle: its allgather records a gradient function.
+int requiresGrad(PyObject* tensor) {
+  static PyObject* const key = PyUnicode_InternFromString("requires_grad");
+  if (key == nullptr) return -1;
+  PyObject* value = PyObject_GetAttr(tensor, key);
+  if (value == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+  }
+  const int truth = PyObject_IsTrue(value);
+  Py_DECREF(value);
+  return truth;
+}
+
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
-// of a registered type of at most max_bytes, the result made by the type's allocator (else by
-// allocate(shape, tensor)); NotImplemented, with no call, for any other tensor. A posted
-// allgather finishes on the calling thread into a scratch buffer, with no handle.
+// of a registered type of at most max_bytes that does not require grad, the result made through
+// the type's exchange API (else by allocate(shape, tensor)); NotImplemented, with no call, for
+// any other tensor. A posted allgather finishes on the calling thread into a scratch buffer,
+// with no handle.
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
   if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
+  const int grad = requiresGrad(args[0]);
+  if (grad < 0) return nullptr;
+  if (grad > 0) Py_RETURN_NOTIMPLEMENTED;
   const long long max_bytes = PyLong_AsLongLong(args[3]);
   if (max_bytes == -1 && PyErr_Occurred()) return nullptr;
   long long bytes = dtypeSize(t.t.dtype);
@@ -399,8 +420,9 @@ PyMethodDef kFastCalls[] = {
      "DLPack C exchange API in `capsule` (type.__dlpack_c_exchange_api__)."},
     {"allgather_tensor", asCFunction<allgatherTensor>(), METH_FASTCALL,
      "allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a "
-     "tensor of a registered type of at most max_bytes, the result made by allocate(shape, "
-     "tensor); NotImplemented without a call for any other tensor."},
+     "tensor of a registered type of at most max_bytes that does not require grad, the result "
+     "made through the type's exchange API or by allocate(shape, tensor); NotImplemented "
+     "without a call for any other tensor."},
     {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "

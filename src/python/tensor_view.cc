@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 
 #include "dlpack.h"
 #include "tensor_arg.h"
@@ -22,10 +23,6 @@ const DLPackExchangeAPI* apiOf(PyTypeObject* type) {
     if (r.type == type) return r.api;
   }
   return nullptr;
-}
-
-void setAllocationError(void*, const char* kind, const char* message) {
-  PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
 }
 
 }  // namespace
@@ -84,23 +81,62 @@ bool viewDenseCpu(PyObject* obj, FlatTensor& out) {
   return true;
 }
 
+namespace {
+
+// A new tensor's whole memory in one aligned allocation: the managed tensor, its shape and
+// strides, then the data (kDataAlign-aligned, as torch's CPU allocator aligns). The framework
+// wraps it as it wraps any DLPack producer's memory; its own allocator would add an allocation
+// of its own and a second tensor object (torch: at::empty, then toDLPack) to free again.
+constexpr size_t kDataAlign = 64;
+
+struct HostBlock {
+  DLManagedTensorVersioned managed;
+  int64_t shape[PERSEUS_MAX_NDIM];
+  int64_t strides[PERSEUS_MAX_NDIM];
+};
+
+constexpr size_t kHeaderBytes = (sizeof(HostBlock) + kDataAlign - 1) / kDataAlign * kDataAlign;
+
+void freeHostBlock(DLManagedTensorVersioned* self) { std::free(self); }
+
+// A managed CPU tensor of `dtype` and `shape` that frees its one block when the framework
+// drops it; null when out of memory.
+DLManagedTensorVersioned* newHostBlock(DLDataType dtype, int32_t ndim, const int64_t* shape) {
+  size_t bytes = (static_cast<size_t>(dtype.bits) * dtype.lanes + 7) / 8;
+  for (int32_t i = 0; i < ndim; ++i) bytes *= static_cast<size_t>(shape[i]);
+  const size_t total = kHeaderBytes + (bytes + kDataAlign - 1) / kDataAlign * kDataAlign;
+  auto* block = static_cast<HostBlock*>(std::aligned_alloc(kDataAlign, total));
+  if (block == nullptr) return nullptr;
+  int64_t stride = 1;
+  for (int32_t i = ndim - 1; i >= 0; --i) {
+    block->shape[i] = shape[i];
+    block->strides[i] = stride;
+    stride *= std::max<int64_t>(shape[i], 1);
+  }
+  DLManagedTensorVersioned& m = block->managed;
+  m.version = {1, 0};
+  m.manager_ctx = nullptr;
+  m.deleter = freeHostBlock;
+  m.flags = 0;
+  m.dl_tensor.data = reinterpret_cast<char*>(block) + kHeaderBytes;
+  m.dl_tensor.device = {kDLCPU, 0};
+  m.dl_tensor.ndim = ndim;
+  m.dl_tensor.dtype = dtype;
+  m.dl_tensor.shape = block->shape;
+  m.dl_tensor.strides = block->strides;
+  m.dl_tensor.byte_offset = 0;
+  return &block->managed;
+}
+
+}  // namespace
+
 PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
                         void** data) {
   const DLPackExchangeAPI* api = apiOf(Py_TYPE(like));
-  if (api == nullptr || api->managed_tensor_allocator == nullptr ||
-      api->managed_tensor_to_py_object_no_sync == nullptr) {
-    return nullptr;
-  }
-  DLTensor prototype{};
-  prototype.device = {kDLCPU, 0};
-  prototype.ndim = ndim;
-  prototype.dtype = view.dl_dtype;
-  prototype.shape = const_cast<int64_t*>(shape);
-  DLManagedTensorVersioned* made = nullptr;
-  if (api->managed_tensor_allocator(&prototype, &made, nullptr, setAllocationError) != 0) {
-    return nullptr;
-  }
-  *data = static_cast<char*>(made->dl_tensor.data) + made->dl_tensor.byte_offset;
+  if (api == nullptr || api->managed_tensor_to_py_object_no_sync == nullptr) return nullptr;
+  DLManagedTensorVersioned* made = newHostBlock(view.dl_dtype, ndim, shape);
+  if (made == nullptr) return PyErr_NoMemory();
+  *data = made->dl_tensor.data;
   void* tensor = nullptr;
   if (api->managed_tensor_to_py_object_no_sync(made, &tensor) != 0) return nullptr;
   return static_cast<PyObject*>(tensor);

@@ -38,9 +38,11 @@ PyObject* registerTensorType(PyObject* self, PyObject* const* args, Py_ssize_t n
 bool viewDenseCpu(PyObject* obj, FlatTensor& out);
 
 // A new CPU tensor of `like`'s type and dtype (`view`: like's viewDenseCpu()) with `ndim`
-// dimensions `shape`, made by the framework's allocator in the exchange API (no Python call);
-// its data address in *data. Null with a Python error when that fails; null with none when the
-// type's API has no allocator (the caller then allocates its own way).
+// dimensions `shape`, in memory this extension allocates and the framework takes over through
+// the exchange API's managed_tensor_to_py_object_no_sync (no Python call; the framework frees
+// it with the tensor); its data address in *data. Null with a Python error when that fails;
+// null with none when the type's API cannot take a managed tensor (the caller then allocates
+// its own way).
 PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
                         void** data);
 

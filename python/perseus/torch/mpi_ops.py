@@ -182,6 +182,11 @@ def allgather_blocking(tensor, name=None, process_set=global_process_set):
                                                        _empty_like_with_address)
     if out is not NotImplemented:
         return out
+    return allgather_declined(tensor, name, ps)
+
+
+def allgather_declined(tensor, name, ps):
+    """allgather_blocking of a tensor that _core.allgather_tensor declined, with its name."""
     code = None
     if (isinstance(tensor, _Tensor) and tensor.is_cpu and tensor.layout is _strided
             and tensor.is_contiguous()):

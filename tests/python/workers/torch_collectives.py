@@ -109,9 +109,29 @@ def check_allgather(rank, size):
             out = hvd.allgather(t, name="ag.repeat.%d" % cols)
             expect = torch.cat([base + r for r in range(size)] + [base + size - 1])
             assert torch.equal(out, expect), (rows, cols, out.shape)
+    gather_small_results(rank, size)
     outs = hvd.grouped_allgather([torch.full((1,), rank), torch.full((2, 2), float(rank))])
     assert torch.equal(outs[0], torch.arange(size))
     assert outs[1].shape == (2 * size, 2)
+
+
+def gather_small_results(rank, size):
+    # A small result lives in memory the extension allocates and torch frees with the tensor:
+    # aligned as torch's own, the caller's to write, freed on every call of a loop.
+    t = torch.full((2, 3), float(rank))
+    for _ in range(50):
+        out = hvd.allgather(t, name="ag.small")
+    assert out.data_ptr() % 64 == 0 and out.is_contiguous()
+    out.add_(1)
+    assert torch.equal(out, torch.cat([torch.full((2, 3), r + 1.0) for r in range(size)]))
+    assert torch.equal(t, torch.full((2, 3), float(rank)))
+    # A tensor that requires grad: the extension declines it, so the result has allgather's
+    # gradient function; without grad mode it is gathered as any tensor.
+    x = torch.full((1,), float(rank), requires_grad=True)
+    assert hvd.allgather(x, name="ag.grad").grad_fn is not None
+    with torch.no_grad():
+        plain = hvd.allgather(x, name="ag.nograd")
+    assert plain.grad_fn is None and torch.equal(plain, torch.arange(size, dtype=torch.float32))
 
 
 def check_broadcast(rank, size):
