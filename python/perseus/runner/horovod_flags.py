@@ -76,8 +76,7 @@ def add_arguments(p):
                         "run about once a second.")
     e.add_argument("--spare-workers", type=int,
                    help="Perseus's own: processes of the training script to keep started ahead "
-                        "of need, up to "
-                        "the room below --max-np, on the first host discovery lists: each "
+                        "of need on the first host discovery lists: each "
                         "imports and warms up, then waits, and takes over the next slot that "
                         "discovery adds on its host, which then joins in about a second "
                         "instead of after its imports (default 0).")

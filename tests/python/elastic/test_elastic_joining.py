@@ -166,7 +166,7 @@ def test_a_spare_worker_takes_over_the_slot_that_discovery_adds(elastic_job, tmp
     """Note [Spare workers] (runner/elastic/spares.py): with --spare-workers 1 perseusrun keeps
     one process started ahead of need. The slot that discovery adds is given to it (the new
     worker is that process), it joins and trains at the new size; the spare started after it
-    (there is room below --max-np) ends with the job, leaving nothing behind."""
+    ends with the job, leaving nothing behind."""
     hosts = tmp_path / "hosts.txt"
     write_hosts(hosts, 2)
     job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "4", "--spare-workers", "1",

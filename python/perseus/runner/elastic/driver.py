@@ -335,11 +335,6 @@ class ElasticDriver:
         earliest = [w for w in self.starting if w.started_at == first]
         return ready if self.dirty or all(w in ready for w in earliest) else []
 
-    def _keep_spares(self):
-        room = (self.max_np if self.max_np is not None else 1 << 30) - len(
-            [w for w in self.members if w.alive()]) - len(self.starting)
-        self.spares.keep(self.hosts, self.blacklist, room)
-
     def _blacklist_note(self):
         listed = self.blacklist.listed()
         return "; blacklisted: %s" % ", ".join(listed) if listed else ""
@@ -439,7 +434,7 @@ class ElasticDriver:
                 self._drop_removed_hosts()
                 self._check_health(now)
                 self._next_membership(now)
-                self._keep_spares()
+                self.spares.keep(self.hosts, self.blacklist)
             time.sleep(LOOP_INTERVAL_S)
 
     def stop(self):

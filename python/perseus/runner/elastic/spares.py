@@ -1,5 +1,6 @@
-"""Note [Spare workers]: perseusrun --spare-workers N keeps up to N worker processes started
-ahead of need, while the job has room below --max-np. A spare runs the training script with no
+"""Note [Spare workers]: perseusrun --spare-workers N keeps N worker processes started ahead
+of need, also while the job is at --max-np (a member lost makes room, and the slot that
+discovery lists then finds a spare that has long finished its start-up). A spare runs the training script with no
 slot: it imports its framework, warms up (perseus.common.elastic.worker.before_ready) and waits
 in init() (worker._wait_for_a_slot). When discovery adds a slot on the spare's host, the driver
 gives the slot to the spare instead of starting a process for it, so the new worker is ready
@@ -26,15 +27,15 @@ class Spares:
         self.ended = []  # spares stopped or exited, for the driver's stop()
         self.started = 0
 
-    def keep(self, hosts, blacklist, room):
+    def keep(self, hosts, blacklist):
         """Stops the spares of hosts that discovery no longer lists (or that are blacklisted)
-        and starts spares on the first usable host until min(wanted, room) wait."""
+        and starts spares on the first usable host until `wanted` wait."""
         self._reap()
         usable = [h for h in hosts if not blacklist.contains(h)]
         for w in [w for w in self.waiting if w.host not in usable]:
             w.proc.signal_group(signal.SIGTERM)
             self._drop(w)
-        while usable and len(self.waiting) < min(self.wanted, room):
+        while usable and len(self.waiting) < self.wanted:
             self.started += 1
             self.waiting.append(self.launch("spare%d" % self.started, usable[0]))
 
