@@ -12,7 +12,8 @@ Faults (the mix of docs/RELIABILITY.md's soak: about 60% kills, 10% stops, 30% g
   stop           SIGSTOP of a random member for PERSEUS_TIMEOUT + 2 s, then SIGCONT;
   grow / shrink  a slot added to (removed from) the discovery script's listing.
 A kill or stop that would leave fewer than --min-np members becomes a grow, a grow above
---max-np a shrink.
+--max-np a shrink. perseusrun keeps --spare-workers processes started ahead of the grows
+(docs/elastic.md, "Spare workers"); --spare-workers 0 times new workers that start cold.
 
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
 in a later membership, for a grow the new worker's time from the listing to its first step with
