@@ -304,9 +304,9 @@ class ElasticDriver:
             self.starting.append(w)
 
     def _joining(self, now):
-        """The started newcomers to publish now: all of them once all are ready (after a
-        failure, those that are), or all once they have had PERSEUS_START_TIMEOUT (the join
-        check then stops those that do not join). A newcomer that failed before it was ready
+        """The started newcomers to publish now: those started together, once all of them are
+        ready (after a failure, every one that is), a newcomer counting as ready once it has
+        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A newcomer that failed before it was ready
         is blacklisted as a member would be; one whose slot discovery no longer lists, or
         whose host is blacklisted, is stopped."""
         for w in self.starting:
@@ -328,12 +328,15 @@ class ElasticDriver:
         overdue = [w for w in self.starting if now - w.started_at > self.join_timeout]
         ready = [w for w in self.starting if w in overdue
                  or self.store.get(keys.ready(w.wid)) == b"1"]
+        if self.dirty:  # a failure forces a new membership now anyway
+            return ready
         # Newcomers started together join together (one reset for the members, not one
-        # each), unless a failure forces a new membership now anyway; those started later
-        # do not hold back the earlier ones (they join with them if they are ready too).
-        first = min(w.started_at for w in self.starting)
-        earliest = [w for w in self.starting if w.started_at == first]
-        return ready if self.dirty or all(w in ready for w in earliest) else []
+        # each); those started at another time neither wait for them nor hold them back.
+        together = collections.defaultdict(list)
+        for w in self.starting:
+            together[w.started_at].append(w)
+        return [w for batch in together.values() if all(x in ready for x in batch)
+                for w in batch]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
