@@ -417,8 +417,11 @@ class Soak:
         seen = len(job.records)
         while True:
             job.poll()
-            if len(job.records) > seen:
-                seen, last = len(job.records), time.time()
+            # Progress is a step: memberships that fail and reset over and over (records, no
+            # step) are a hang too.
+            if any(r["event"] == "step" for r in job.records[seen:]):
+                last = time.time()
+            seen = len(job.records)
             if kind == "grow":  # the new worker's first step comes later: resolve_grows()
                 steps = job.steps_after(at)
                 if steps:
