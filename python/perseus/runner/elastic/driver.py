@@ -306,9 +306,9 @@ class ElasticDriver:
     def _joining(self, now):
         """The started newcomers to publish now: those started together, once all of them are
         ready (after a failure, every one that is), a newcomer counting as ready once it has
-        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A newcomer that failed before it was ready
-        is blacklisted as a member would be; one whose slot discovery no longer lists, or
-        whose host is blacklisted, is stopped."""
+        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A
+        newcomer that failed before it was ready is blacklisted as a member would be; one
+        whose slot discovery no longer lists, or whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
                 _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
