@@ -1,13 +1,14 @@
 """Note [Spare workers]: perseusrun --spare-workers N keeps N worker processes started ahead
 of need, also while the job is at --max-np (a member lost makes room, and the slot that
-discovery lists then finds a spare that has long finished its start-up). A spare runs the training script with no
-slot: it imports its framework, warms up (perseus.common.elastic.worker.before_ready) and waits
-in init() (worker._wait_for_a_slot). When discovery adds a slot on the spare's host, the driver
-gives the slot to the spare instead of starting a process for it, so the new worker is ready
-within a store round trip rather than after its imports (seconds: importing torch alone takes
-several). A spare is never a member: it does not count toward --min-np/--max-np, a failed spare
-blacklists nothing, and a spare that exits before it is given a slot stops the driver from
-starting others (a script that fails before init() would fail every spare alike)."""
+discovery lists then finds a spare that has long finished its start-up). A spare runs the
+training script with no slot: it imports its framework, warms up
+(perseus.common.elastic.worker.before_ready) and waits in init() (worker._wait_for_a_slot).
+When discovery adds a slot on the spare's host, the driver gives the slot to the spare instead
+of starting a process for it, so the new worker is ready within a store round trip rather than
+after its imports (seconds: importing torch alone takes several). A spare is never a member:
+it does not count toward --min-np/--max-np, a failed spare blacklists nothing, and a spare
+that exits before it is given a slot stops the driver from starting others (a script that
+fails before init() would fail every spare alike)."""
 
 import signal
 
