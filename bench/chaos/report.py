@@ -51,9 +51,10 @@ def fault_rows(faults):
     return rows
 
 
-STAGES = [("discovery", "discovery listed the slot -> perseusrun started its worker"),
-          ("interpreter", "-> the worker script's first line"),
-          ("imports", "-> its imports done (torch, perseus)"),
+STAGES = [("discovery", "discovery listed the slot -> perseusrun started its worker (or gave "
+           "the slot to a spare)"),
+          ("interpreter", "-> the worker script's first line (a spare: before the listing)"),
+          ("imports", "-> its imports done (torch, perseus; a spare: only those it had left)"),
           ("until_published", "-> perseusrun published it (init() warmed up and said it was "
            "ready; newcomers started together are published together)"),
           ("rendezvous", "-> init() returned (the members reached a commit, reset and met it)"),
@@ -178,9 +179,10 @@ def main():
     ] + fault_rows(faults) + [
         "",
         "New worker (grow), from the discovery listing to its first completed step: "
-        "p50 %s s, p99 %s s, max %s s over %d workers." % (
+        "p50 %s s, p99 %s s, max %s s over %d workers (%d of them spares: perseusrun "
+        "--spare-workers)." % (
             seconds(newcomers, 50), seconds(newcomers, 99), seconds(newcomers, 100),
-            len(newcomers)),
+            len(newcomers), sum(1 for f in faults if f.get("stages", {}).get("spare"))),
         "",
     ] + (["Where that time goes, stage by stage (from perseusrun's log, read as it is "
           "written, and the new worker's records):", ""] + stage_rows(faults) + [""]

@@ -12,7 +12,8 @@ Faults (the mix of docs/RELIABILITY.md's soak: about 60% kills, 10% stops, 30% g
   stop           SIGSTOP of a random member for PERSEUS_TIMEOUT + 2 s, then SIGCONT;
   grow / shrink  a slot added to (removed from) the discovery script's listing.
 A kill or stop that would leave fewer than --min-np members becomes a grow, a grow above
---max-np a shrink.
+--max-np a shrink. perseusrun keeps --spare-workers processes started ahead of the grows
+(docs/elastic.md, "Spare workers"); --spare-workers 0 times new workers that start cold.
 
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
 in a later membership, for a grow the new worker's time from the listing to its first step with
@@ -78,6 +79,9 @@ def parse():
     p.add_argument("--gap", type=float, nargs=2, default=(0.2, 2.0), metavar=("MIN", "MAX"),
                    help="random pause between a recovery and the next fault (seconds)")
     p.add_argument("--step-sleep", type=float, default=0.05)
+    p.add_argument("--spare-workers", type=int, default=MAX_NP - MIN_NP,
+                   help="perseusrun --spare-workers: processes started ahead of a grow, so that "
+                   "the new worker skips its imports (0: every new worker starts cold)")
     p.add_argument("--minutes", type=float, default=None,
                    help="the whole soak's wall time, its end included: no fault is injected "
                    "in the last %d s, and every wait is cut at the end" % (
@@ -157,7 +161,8 @@ class Job:
         # --verbose: perseusrun says when it starts each worker (a grow's first stage).
         cmd = [relsupport.PY, "-m", "perseus.runner", "--verbose", "-np", str(START_NP),
                "--min-np",
-               str(MIN_NP), "--max-np", str(MAX_NP), "--host-discovery-script",
+               str(MIN_NP), "--max-np", str(MAX_NP), "--spare-workers",
+               str(args.spare_workers), "--host-discovery-script",
                "cat %s" % self.hosts, relsupport.PY, str(WORKERS[args.framework]), "--tag",
                self.tag,
                "--results", str(self.results), "--finish-file", str(self.finish_file),
@@ -412,8 +417,11 @@ class Soak:
         seen = len(job.records)
         while True:
             job.poll()
-            if len(job.records) > seen:
-                seen, last = len(job.records), time.time()
+            # Progress is a step: memberships that fail and reset over and over (records, no
+            # step) are a hang too.
+            if any(r["event"] == "step" for r in job.records[seen:]):
+                last = time.time()
+            seen = len(job.records)
             if kind == "grow":  # the new worker's first step comes later: resolve_grows()
                 steps = job.steps_after(at)
                 if steps:
@@ -472,12 +480,20 @@ class Soak:
         # to their end, "until_published" to perseusrun publishing it (init() said it was
         # ready), "rendezvous" to init() returning, "build" to the model built, "sync" to the
         # training function's entry, "first_step" to the first step completed.
-        marks = [("discovery", started), ("interpreter", boot and boot["started"]),
-                 ("imports", boot and boot["imported"]), ("until_published", published),
+        # A spare (perseusrun --spare-workers) started before it was given the slot: its
+        # "interpreter" stage is None, its "imports" the rest of them if any were left.
+        spare = boot is not None and boot["started"] < started
+        marks = [("discovery", started),
+                 ("interpreter", None if spare else boot and boot["started"]),
+                 ("imports", boot and boot["imported"]),
+                 ("until_published", published),
                  ("rendezvous", boot and boot["joined"]), ("build", boot and boot["time"]),
                  ("sync", entry), ("first_step", first_step)]
-        out, before = {}, at
+        out, before = {"spare": spare}, at
         for name, mark in marks:
+            if spare and (name == "interpreter" or name == "imports" and mark < started):
+                out[name] = None  # before it was given the slot
+                continue
             out[name] = None if mark is None or before is None else round(mark - before, 3)
             before = mark
         return out

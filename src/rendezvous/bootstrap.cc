@@ -63,13 +63,15 @@ bool aborted(Store& store) {
   }
 }
 
-// Waits for rank r's record. An elastic membership (abortable) is waited for in slices, so that
-// a member lost during start-up ends the wait at once instead of at the deadline.
-std::vector<uint8_t> waitRecord(Store& store, int r, bool abortable, Clock::time_point deadline) {
-  if (!abortable) return store.get(rankKey(r), until(deadline));
+// Waits for `key`, which rank r sets. An elastic membership (abortable) is waited for in slices,
+// so that a member lost during start-up ends the wait at once instead of at the deadline: at any
+// step of the start-up, before its record as after it (the shared-memory set-up).
+std::vector<uint8_t> waitForRank(Store& store, const std::string& key, int r, bool abortable,
+                                 Clock::time_point deadline) {
+  if (!abortable) return store.get(key, until(deadline));
   while (true) {
     try {
-      return store.get(rankKey(r), std::min(milliseconds(200), until(deadline)));
+      return store.get(key, std::min(milliseconds(200), until(deadline)));
     } catch (const TimeoutError&) {
       if (Clock::now() >= deadline) throw;
     }
@@ -79,6 +81,10 @@ std::vector<uint8_t> waitRecord(Store& store, int r, bool abortable, Clock::time
                                                     "started; perseusrun publishes the next one"));
     }
   }
+}
+
+std::vector<uint8_t> waitRecord(Store& store, int r, bool abortable, Clock::time_point deadline) {
+  return waitForRank(store, rankKey(r), r, abortable, deadline);
 }
 
 // Waits for every rank's record; on timeout names all the ranks still missing.
@@ -276,13 +282,26 @@ std::shared_ptr<transport::Doorbell> connectHostPeers(Store& store, const Topolo
                                                       const Params& params,
                                                       Clock::time_point deadline, World* world,
                                                       Channels* channels) {
-  // The host's index among hosts keeps barrier keys of different hosts apart.
+  // The host's index among hosts keeps barrier keys of different hosts apart. Each local rank
+  // sets its own key, so that a wait names the rank it waits for; in an elastic membership a
+  // rank lost here ends the wait once perseusrun gives the membership up (waitForRank).
   const std::string host_key = "perseus/shm/" + std::to_string(t.local_ranks[0]) + "/";
+  const bool abortable = !params.store_prefix.empty();
   int barrier_count = 0;
   auto local_barrier = [&] {
-    const std::string key = host_key + std::to_string(barrier_count++);
-    if (store.add(key, 1) == t.local_size) store.set(key + "/done", {});
-    store.get(key + "/done", until(deadline));
+    const std::string key = host_key + std::to_string(barrier_count++) + "/";
+    store.set(key + std::to_string(t.local_rank), {});
+    for (int lr = 0; lr < t.local_size; ++lr) {
+      if (lr == t.local_rank) continue;
+      try {
+        waitForRank(store, key + std::to_string(lr), t.local_ranks[lr], abortable, deadline);
+      } catch (const TimeoutError&) {
+        throw TimeoutError(PERSEUS_STR(
+            "rank " << t.rank << ": rank " << t.local_ranks[lr] << " (local rank " << lr
+                    << ") did not set up shared memory within PERSEUS_START_TIMEOUT="
+                    << params.start_timeout_s << " s; see that rank's log or exit status"));
+      }
+    }
   };
   auto group = transport::shm::createShmLocalGroup(job_id, t.local_rank, t.local_ranks, params,
                                                    local_barrier);

@@ -228,6 +228,47 @@ TEST(Bootstrap, AbortedEpochEndsAWaitingRendezvous) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
 }
 
+// The same once every record is in, while the ranks of a host set up shared memory: a member
+// lost there (its record published, its segment never made) ends the others' wait when the
+// launcher gives the membership up, not at PERSEUS_START_TIMEOUT.
+TEST(Bootstrap, AbortedEpochEndsTheSharedMemorySetUp) {
+  testing::ForkedStoreServer server(kSecret);
+  const int port = server.port();
+  auto status = testing::runForked(
+      2,
+      [&](int rank) {
+        if (rank == 1) {  // rank 1's record, then rank 1 is lost; then the launcher gives up
+          TcpStoreClient launcher("127.0.0.1", port, kSecret, 5000ms);
+          const std::string record = "2\nhost\n127.0.0.1:1";  // size, host, address
+          launcher.set("elastic/1/perseus/rank/1", {record.begin(), record.end()});
+          std::this_thread::sleep_for(1000ms);
+          launcher.set("elastic/1/perseus/abort", {1});
+          return 0;
+        }
+        setEnv("PERSEUS_RANK", "0");
+        setEnv("PERSEUS_SIZE", "2");
+        setEnv("PERSEUS_HOSTNAME", "host");
+        setEnv("PERSEUS_CONTROLLER_ADDR", "127.0.0.1");
+        setEnv("PERSEUS_CONTROLLER_PORT", std::to_string(port));
+        setEnv("PERSEUS_SECRET", kSecret);
+        setEnv("PERSEUS_STORE_PREFIX", "elastic/1/");
+        setEnv("PERSEUS_START_TIMEOUT", "30");
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          bootstrap(Params::fromEnvironment());
+        } catch (const PeerLostError& e) {
+          const bool named = e.rank() == 1 && std::string(e.what()).find(
+                                                  "rank 1 was lost while this membership "
+                                                  "started") != std::string::npos;
+          const bool soon = std::chrono::steady_clock::now() - start < 10s;
+          return named && soon ? 0 : 80;
+        }
+        return 81;
+      },
+      40000ms);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].describe();
+}
+
 TEST(Bootstrap, DuplicateRankIsRefused) {
   testing::ForkedStoreServer server(kSecret);
   const int port = server.port();

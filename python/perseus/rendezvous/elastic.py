@@ -14,6 +14,8 @@ this module, so the two sides cannot drift apart.
   elastic/ready/<worker id>          "1" once a started worker waits for its first membership
                                       (the driver publishes a new worker only then); "0" set
                                       by the driver before it starts one
+  elastic/spare/<spare id>           "<worker id> <first epoch>": the driver gives a spare worker
+                                      (perseusrun --spare-workers) the slot it takes over
   elastic/<E>/perseus/...            epoch E's own rendezvous (PERSEUS_STORE_PREFIX); the
                                       driver sets elastic/<E>/perseus/abort when it gives up on
                                       E, which ends a rendezvous still waiting for a lost member
@@ -24,6 +26,9 @@ EPOCH = "elastic/epoch"
 # The environment variable that gives a started worker the first epoch it may join.
 FIRST_EPOCH_ENV = "PERSEUS_ELASTIC_FIRST_EPOCH"
 STOP = "elastic/stop"
+# The environment variable that makes a started process a spare worker (its spare id): it has
+# no slot until the driver gives it one (spare()).
+SPARE_ENV = "PERSEUS_ELASTIC_SPARE"
 
 
 def epoch_prefix(epoch):
@@ -40,6 +45,10 @@ def joined(epoch, worker_id):
 
 def ready(worker_id):
     return "elastic/ready/%s" % worker_id
+
+
+def spare(spare_id):
+    return "elastic/spare/%s" % spare_id
 
 
 def failed(epoch):

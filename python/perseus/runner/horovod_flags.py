@@ -74,6 +74,12 @@ def add_arguments(p):
     e.add_argument("--host-discovery-script",
                    help="Executable printing the available hosts, one 'host:slots' per line; "
                         "run about once a second.")
+    e.add_argument("--spare-workers", type=int,
+                   help="Perseus's own: processes of the training script to keep started ahead "
+                        "of need on the first host discovery lists: each "
+                        "imports and warms up, then waits, and takes over the next slot that "
+                        "discovery adds on its host, which then joins in about a second "
+                        "instead of after its imports (default 0).")
     e.add_argument("--blacklist-cooldown-range", type=int, nargs=2, metavar=("LO", "HI"),
                    help="Seconds a failed host stays blacklisted: LO the first time, doubling "
                         "(with jitter) up to HI (default: for good).")
@@ -106,7 +112,7 @@ _NO_EFFECT = {
 }
 
 _ELASTIC = ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit",
-            "host_discovery_script", "blacklist_cooldown_range")
+            "host_discovery_script", "blacklist_cooldown_range", "spare_workers")
 
 
 def _resolve_elastic(parser, args):
@@ -123,9 +129,11 @@ def _resolve_elastic(parser, args):
         parser.error("--host-discovery-script and -H/--hostfile both name the hosts; give one")
     if args.np is None:
         args.np = args.min_np or args.max_np
-    for name in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
+    for name in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit",
+                 "spare_workers"):
         value = getattr(args, name)
-        if value is not None and value < (0 if name in ("reset_limit", "elastic_timeout")
+        if value is not None and value < (0 if name in ("reset_limit", "elastic_timeout",
+                                                        "spare_workers")
                                           else 1):
             parser.error("--%s must be positive, got %d" % (name.replace("_", "-"), value))
     min_np = args.min_np if args.min_np is not None else args.np

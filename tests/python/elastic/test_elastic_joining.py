@@ -8,6 +8,7 @@ Real processes under perseusrun's elastic mode, each job bounded in time, then t
 suite's leak check."""
 
 import json
+import re
 import secrets
 import subprocess
 import sys
@@ -159,6 +160,29 @@ def test_a_new_worker_unlisted_while_it_starts_is_stopped_unpublished(elastic_jo
     done = final(job.records())
     for w in ("localhost:0", "localhost:1"):
         assert done[w] and done[w][0]["size"] == 2 and done[w][0]["step"] == 150, (w, done)
+
+
+def test_a_spare_worker_takes_over_the_slot_that_discovery_adds(elastic_job, tmp_path):
+    """Note [Spare workers] (runner/elastic/spares.py): with --spare-workers 1 perseusrun keeps
+    one process started ahead of need. The slot that discovery adds is given to it (the new
+    worker is that process), it joins and trains at the new size; the spare started after it
+    ends with the job, leaving nothing behind."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "4", "--spare-workers", "1",
+                       "--verbose", "--host-discovery-script", "cat %s" % hosts],
+                      steps=150, step_sleep=0.1).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 3)
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    took = re.search(r"started worker localhost:2 from spare spare1 \(output prefix \[\d+\], "
+                     r"pid (\d+)\)", job.stderr)
+    assert took and int(took.group(1)) == job.pid("localhost:2"), job.output()
+    assert "started spare worker spare2 on localhost" in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:1", "localhost:2"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 150, (w, done)
 
 
 NEWCOMER_SCRIPT = """

@@ -118,12 +118,15 @@ def prepare_init():
     if not enabled():
         return
     store = _store()
-    me = _worker_id()
     if _epoch == 0:  # the launcher publishes a new worker once it is ready for a membership
-        if int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) > 1:  # joining a running job
+        spare = os.environ.pop(keys.SPARE_ENV, None)
+        if spare or int(os.environ.get(keys.FIRST_EPOCH_ENV, "1")) > 1:  # a running job's
             for warm_up in _warm_ups:
                 warm_up()
-        store.set(keys.ready(me), b"1")
+        if spare:
+            _wait_for_a_slot(store, spare)
+        store.set(keys.ready(_worker_id()), b"1")
+    me = _worker_id()
     deadline = time.monotonic() + _wait_timeout_s()
     # Not an epoch published before this process started: its worker id may be a former
     # worker's (a slot listed again), with an assignment there that was that worker's.
@@ -144,6 +147,24 @@ def prepare_init():
                 "elastic worker %s: perseusrun published no membership with this worker for "
                 "%.0f s after epoch %d; is perseusrun still running?"
                 % (me, _wait_timeout_s(), _epoch))
+        time.sleep(_POLL_S)
+
+
+def _wait_for_a_slot(store, spare):
+    """Note [Spare workers]: perseusrun --spare-workers starts processes ahead of need, with no
+    slot; each imports, warms up and waits here until the driver gives it the slot of a worker
+    it needs (a slot that discovery added), then goes on as a worker started for that slot.
+    Raises SystemExit(0) when the job ends first, LauncherLostError when the launcher is
+    gone."""
+    while True:
+        if _read(store, keys.STOP) is not None:
+            raise SystemExit(0)
+        slot = _read(store, keys.spare(spare))
+        if slot is not None:
+            wid, first_epoch = slot.decode().split()
+            os.environ.update({"PERSEUS_ELASTIC_WORKER_ID": wid,
+                               keys.FIRST_EPOCH_ENV: first_epoch})
+            return
         time.sleep(_POLL_S)
 
 

@@ -24,6 +24,7 @@ from perseus.rendezvous import elastic as keys
 from perseus.runner import env as envmod
 from perseus.runner import hosts as hostmod
 from perseus.runner.discovery import Blacklist
+from perseus.runner.elastic.spares import Spares
 from perseus.runner.process import LaunchedProcess, describe_exit, exit_status
 from perseus.runner.remote import env_block, ssh_argv
 from perseus.runner.wording import Throttle, count
@@ -52,6 +53,7 @@ class Worker:
     def __init__(self, wid, host, slot, index, proc):
         self.wid, self.host, self.slot, self.index, self.proc = wid, host, slot, index, proc
         self.code = None
+        self.started_at = time.monotonic()  # as a newcomer: when it was given its slot
         self.removed = False  # stopped because discovery no longer lists its slot
 
     def alive(self):
@@ -93,9 +95,12 @@ class ElasticDriver:
         self.join_timeout = start_timeout_s
         self.blacklist = Blacklist(tuple(args.blacklist_cooldown_range)
                                    if args.blacklist_cooldown_range else None)
-        self.workers = []  # every worker ever started
+        self.workers = []  # every worker ever started (a spare once it is given a slot)
+        self.launched = 0  # processes started, spares included: the next output prefix
+        self.spares = Spares(getattr(args, "spare_workers", None) or 0, store,
+                             self._launch_spare, _log)
         self.members = []  # the current epoch's, in rank order
-        self.starting, self.starting_since = [], 0.0  # started newcomers not yet published
+        self.starting = []  # started newcomers not yet published
         self.epoch = 0
         self.resets = 0
         self.published_at = 0.0
@@ -140,12 +145,44 @@ class ElasticDriver:
     # --- workers ---------------------------------------------------------------------------
     def _spawn(self, host, slot, info):
         wid = "%s:%d" % (host, slot)
-        index = len(self.workers)
-        env = dict(self.base_env)
-        env.update(envmod.rank_env(info))
         # A worker id comes back when its slot is listed again: the new process must not take
         # the old one's place in a membership published before it started.
-        env.update({"PERSEUS_ELASTIC_WORKER_ID": wid, keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
+        w = self._launch(wid, host, slot, info, {"PERSEUS_ELASTIC_WORKER_ID": wid,
+                                                 keys.FIRST_EPOCH_ENV: str(self.epoch + 1)})
+        self.workers.append(w)
+        if self.args.verbose:
+            _log("started worker %s (output prefix [%d], pid %d)" % (wid, w.index,
+                                                                      w.proc.popen.pid))
+        return w
+
+    def _launch_spare(self, spare_id, host):
+        """Note [Spare workers] (runner/elastic/spares.py). Its rank variables are a guess that
+        its first membership's assignment replaces, as a newcomer's are."""
+        info = place(self.members + [Worker(spare_id, host, -1, -1, None)])[-1]
+        w = self._launch(spare_id, host, None, info, {keys.SPARE_ENV: spare_id})
+        if self.args.verbose:
+            _log("started spare worker %s on %s (output prefix [%d], pid %d)"
+                 % (spare_id, host, w.index, w.proc.popen.pid))
+        return w
+
+    def _from_spare(self, host, slot, wid):
+        """A spare waiting on `host`, given the slot; None when there is none."""
+        w = self.spares.take(host, wid, self.epoch + 1)
+        if w is None:
+            return None
+        spare_id, w.wid, w.slot = w.wid, wid, slot
+        self.workers.append(w)
+        if self.args.verbose:
+            _log("started worker %s from spare %s (output prefix [%d], pid %d)"
+                 % (wid, spare_id, w.index, w.proc.popen.pid))
+        return w
+
+    def _launch(self, wid, host, slot, info, identity):
+        index = self.launched
+        self.launched += 1
+        env = dict(self.base_env)
+        env.update(envmod.rank_env(info))
+        env.update(identity)
         if hostmod.is_local(host):
             proc = LaunchedProcess(self.args.command, env, index, host, self.sink,
                                    guard=self.guard)
@@ -156,11 +193,7 @@ class ElasticDriver:
                             self.args.ssh_identity_file)
             proc = LaunchedProcess(argv, None, index, host, self.sink,
                                    stdin_data=env_block(remote), guard=self.guard)
-        w = Worker(wid, host, slot, index, proc)
-        self.workers.append(w)
-        if self.args.verbose:
-            _log("started worker %s (output prefix [%d], pid %d)" % (wid, index, proc.popen.pid))
-        return w
+        return Worker(wid, host, slot, index, proc)
 
     def _kill(self, w, sig=signal.SIGKILL):
         w.proc.signal_group(sig)
@@ -262,17 +295,20 @@ class ElasticDriver:
         stop every member in the next commit's reset for as long as the newcomer takes to
         start (importing torch alone takes seconds); this way the members train on meanwhile."""
         infos = place(survivors + [Worker("%s:%d" % hs, hs[0], hs[1], -1, None) for hs in free])
+        now = time.monotonic()
         for (host, slot), info in zip(free, infos[len(survivors):]):
-            self.store.set(keys.ready("%s:%d" % (host, slot)), b"0")  # not the last one's
-            self.starting.append(self._spawn(host, slot, info))
-        self.starting_since = time.monotonic()
+            wid = "%s:%d" % (host, slot)
+            self.store.set(keys.ready(wid), b"0")  # not the last one's
+            w = self._from_spare(host, slot, wid) or self._spawn(host, slot, info)
+            w.started_at = now  # the same for newcomers started together
+            self.starting.append(w)
 
     def _joining(self, now):
-        """The started newcomers to publish now: all of them once all are ready (after a
-        failure, those that are), or all once they have had PERSEUS_START_TIMEOUT (the join
-        check then stops those that do not join). A newcomer that failed before it was ready
-        is blacklisted as a member would be; one whose slot discovery no longer lists, or
-        whose host is blacklisted, is stopped."""
+        """The started newcomers to publish now: those started together, once all of them are
+        ready (after a failure, every one that is), a newcomer counting as ready once it has
+        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A
+        newcomer that failed before it was ready is blacklisted as a member would be; one
+        whose slot discovery no longer lists, or whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
                 _log("worker %s %s before it joined" % (w.wid, describe_exit(w.code)))
@@ -287,12 +323,20 @@ class ElasticDriver:
                 self._kill(w)
                 w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
-        if now - self.starting_since > self.join_timeout:
-            return list(self.starting)
-        ready = [w for w in self.starting if self.store.get(keys.ready(w.wid)) == b"1"]
+        if not self.starting:
+            return []
+        overdue = [w for w in self.starting if now - w.started_at > self.join_timeout]
+        ready = [w for w in self.starting if w in overdue
+                 or self.store.get(keys.ready(w.wid)) == b"1"]
+        if self.dirty:  # a failure forces a new membership now anyway
+            return ready
         # Newcomers started together join together (one reset for the members, not one
-        # each), unless a failure forces a new membership now anyway.
-        return ready if self.dirty or len(ready) == len(self.starting) else []
+        # each); those started at another time neither wait for them nor hold them back.
+        together = collections.defaultdict(list)
+        for w in self.starting:
+            together[w.started_at].append(w)
+        return [w for batch in together.values() if all(x in ready for x in batch)
+                for w in batch]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
@@ -393,6 +437,7 @@ class ElasticDriver:
                 self._drop_removed_hosts()
                 self._check_health(now)
                 self._next_membership(now)
+                self.spares.keep(self.hosts, self.blacklist)
             time.sleep(LOOP_INTERVAL_S)
 
     def stop(self):
@@ -402,15 +447,16 @@ class ElasticDriver:
             self.store.set(keys.STOP, b"1")
         except Exception:  # noqa: BLE001 (the store is going away anyway)
             pass
-        alive = [w for w in self.workers if w.proc.poll() is None]
+        every = self.workers + self.spares.processes()
+        alive = [w for w in every if w.proc.poll() is None]
         for w in alive:
             w.proc.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
         while time.monotonic() < deadline and any(w.proc.poll() is None for w in alive):
             time.sleep(0.05)
-        for w in self.workers:
+        for w in every:
             w.proc.signal_group(signal.SIGKILL)
-        for w in self.workers:
+        for w in every:
             try:
                 w.proc.popen.wait(timeout=5)
             except Exception:  # noqa: BLE001

@@ -49,13 +49,16 @@ def _exit_once_joined(newcomer):
 
 def main():
     args = elastic_common.parse(_flags)
-    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
-    record = elastic_common.recorder(args.results)
+    # A spare (perseusrun --spare-workers) has no worker id until init() gives it a slot.
+    wid = os.environ.get("PERSEUS_ELASTIC_WORKER_ID")
+    record = elastic_common.recorder(args.results) if wid else None
 
-    if args.start_delay.startswith(wid + ":"):
+    if wid and args.start_delay.startswith(wid + ":"):
         time.sleep(float(args.start_delay[len(wid) + 1:]))
     c = basics.core()
     basics.init()
+    record = record or elastic_common.recorder(args.results)
+    wid = os.environ["PERSEUS_ELASTIC_WORKER_ID"]
     step = 0
     synced = False
     pair = None
