@@ -6,6 +6,18 @@ fp32 that every step all-gathers twice (forward, backward) and reduce-scatters o
     python bench/torch_distributed/fsdp.py --backend perseus --ranks 2    # spawns its ranks
     python bench/torch_distributed/fsdp.py --backend gloo --ranks 4
 
+Where the time goes: FSDP2 on CPU issues every all-gather and reduce-scatter as a blocking call
+(its prefetching overlaps through CUDA streams, which are no-ops on CPU), so nothing overlaps
+compute. A step is the "local" backend's step (compute and FSDP2's copies into and out of the
+collectives' buffers) plus the time in 24 all-gathers (each block's 16.8 MB of parameters,
+gathered before its forward and again before its backward; the root holds none) and 12
+reduce-scatters (each block's gradients, ReduceOp.AVG) at the defaults. On perseus an
+all-gather writes into FSDP2's output itself, whose chunk of this rank already holds its shard
+(FSDP2's input is a view of it), by reading the other ranks' shards from their memory; a
+reduce-scatter reads this rank's block of every other rank's gradients from its memory, reduces
+it in cache (Note [Single-copy reduce-scatter], src/collectives/single_copy_shm.cc) and scales
+it by 1/ranks. Both run on the engine's thread while FSDP2's waits.
+
 Every rank computes with one thread. Prints one JSON line (rank 0): the median step over
 --iters timed windows of --steps steps (the slowest rank's), and where rank 0's steps went
 (collective_clock.py): collective_ms, the time in the all-gathers and reduce-scatters after
