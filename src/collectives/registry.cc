@@ -25,7 +25,6 @@ extern const Algorithm kAllgathervSingleCopy;
 extern const Algorithm kAlltoallvPairwise;
 extern const Algorithm kReducescattervRing;
 extern const Algorithm kReducescattervShm;
-extern const Algorithm kReducescattervSingleCopy;
 extern const Algorithm kGathervLinear;
 extern const Algorithm kBarrierDissemination;
 extern const Algorithm kBarrierShm;
@@ -70,25 +69,15 @@ size_t CollectiveArgs::totalBytes() const {
 
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> table = {
-      &kAllreduceShm,
-      &kAllreduceHierarchical,
-      &kAllreduceRing,
-      &kAllreduceRecursiveDoubling,
-      &kAllreduceAdasum,
-      &kAllgathervShm,
-      &kAllgathervSingleCopy,
-      &kAllgathervRing,
-      &kBroadcastShm,
-      &kBroadcastSingleCopy,
-      &kBroadcastBinomial,
-      &kBroadcastChain,
-      &kAlltoallvPairwise,
-      &kReducescattervShm,
-      &kReducescattervSingleCopy,
-      &kReducescattervRing,
-      &kGathervLinear,
-      &kBarrierShm,
-      &kBarrierDissemination,
+      &kAllreduceShm,         &kAllreduceHierarchical,
+      &kAllreduceRing,        &kAllreduceRecursiveDoubling,
+      &kAllreduceAdasum,      &kAllgathervShm,
+      &kAllgathervSingleCopy, &kAllgathervRing,
+      &kBroadcastShm,         &kBroadcastSingleCopy,
+      &kBroadcastBinomial,    &kBroadcastChain,
+      &kAlltoallvPairwise,    &kReducescattervShm,
+      &kReducescattervRing,   &kGathervLinear,
+      &kBarrierShm,           &kBarrierDissemination,
   };
   return table;
 }

@@ -103,11 +103,10 @@ namespace perseus {
     "stores, through memory) or auto (measured online, per size; docs/algorithms.md, Slot "        \
     "stores).")                                                                                    \
   X(bool, shm_single_copy, "PERSEUS_SHM_SINGLE_COPY", true,                                        \
-    "Large broadcasts, allgathers and reduce-scatters among the ranks of one host read straight "  \
-    "from the other ranks' memory (cross-memory attach: one copy where the slots take two). 0: "   \
-    "this rank does not, and the collectives it takes part in run through the slots; so do all "   \
-    "of them wherever the system forbids cross-memory attach (the ranks find out and agree at "    \
-    "each call).")                                                                                 \
+    "Large broadcasts and allgathers among the ranks of one host copy straight from the other "    \
+    "ranks' memory (cross-memory attach: one copy where the slots take two). 0: this rank does "   \
+    "not, and the collectives it takes part in run through the slots; so do all of them wherever " \
+    "the system forbids cross-memory attach (the ranks find out and agree at each call).")         \
   X(int64_t, staged_chunk_bytes, "PERSEUS_STAGED_CHUNK_BYTES", int64_t{8} << 20,                   \
     "GPU tensors without NCCL (the host-staged path): bytes per pipeline chunk; each chunk is "    \
     "copied to pinned host memory, reduced by the CPU collectives and copied back while the next " \

@@ -1,8 +1,7 @@
-// Single-copy broadcasts, allgathers and reduce-scatters (collectives/single_copy_shm.cc)
-// between real forked processes over the shared-memory transport and arena: the right bytes
-// with uneven sizes and every root, a reduce-scatter's sums in and out of place, the agreed
-// fall-back to the slot algorithms when one rank does not read (PERSEUS_SHM_SINGLE_COPY=0
-// there), and the cost model's choice for large messages.
+// Single-copy broadcasts and allgathers (collectives/single_copy_shm.cc) between real forked
+// processes over the shared-memory transport and arena: the right bytes with uneven sizes and
+// every root, the agreed fall-back to the slot algorithms when one rank does not read
+// (PERSEUS_SHM_SINGLE_COPY=0 there), and the cost model's choice for large messages.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,40 +28,6 @@ using perseus::testing::shmTestParams;
 using perseus::testing::uniqueJobId;
 
 uint8_t byteOf(int rank, size_t i) { return static_cast<uint8_t>(rank * 59 + i * 13 + (i >> 10)); }
-// Small integers: their sums are exact in float32, whatever the order.
-float valueOf(int rank, size_t i) { return static_cast<float>((rank * 7 + i * 3) % 1001); }
-
-// A float32 sum reduce-scatter with uneven blocks (rank q's holds (q + 1) * scale + 1
-// elements, more than one 256 KiB piece at the largest scale); in_place: this rank's output is
-// its block of the input. True when every element is right.
-bool reduceScatterRight(Communicator& comm, const std::string& algorithm, size_t scale,
-                        bool in_place) {
-  const int n = comm.size(), r = comm.rank();
-  std::vector<size_t> counts(n);
-  for (int q = 0; q < n; ++q) counts[q] = scale * static_cast<size_t>(q + 1) + 1;
-  size_t elems = 0, first = 0;
-  for (int q = 0; q < n; ++q) {
-    if (q == r) first = elems;
-    elems += counts[q];
-  }
-  std::vector<float> in(elems), out(counts[r], -1.0f);
-  for (size_t i = 0; i < elems; ++i) in[i] = valueOf(r, i);
-  CollectiveArgs a;
-  a.kind = Collective::kReducescatterv;
-  a.in = in.data();
-  a.out = in_place ? in.data() + first : out.data();
-  a.sizes = &counts;
-  a.dtype = DataType::kFloat32;
-  a.op = ReduceOp::kSum;
-  runCollective(comm, a, algorithm);
-  const float* got = static_cast<const float*>(a.out);
-  for (size_t i = 0; i < counts[r]; ++i) {
-    float want = 0;
-    for (int q = 0; q < n; ++q) want += valueOf(q, first + i);
-    if (got[i] != want) return false;
-  }
-  return true;
-}
 
 // At the same address in every forked child: whether a child can read its parent's memory
 // says whether this system lets processes of one user read each other's (no Yama scope).
@@ -75,11 +40,9 @@ bool crossMemoryPermitted() {
 }
 
 // Child exit codes: 0 ok, 2x a wrong allgather from rank x, 3x a wrong broadcast from root x,
-// 50 (51) a wrong reduce-scatter out of (in) place, 45 the cost model did not choose
-// single-copy for a large reduce-scatter or did for a small one, 40 the cost model did not choose
-// single-copy for a mid-sized broadcast, 43 it did for a large one, 41 it fell back although every
-// rank could read, 42 it did not fall back although one rank would not read, 44 it tried
-// single-copy again after the members agreed to fall back.
+// 40 the cost model did not choose single-copy for a mid-sized broadcast, 43 it did for a large
+// one, 41 it fell back although every rank could read, 42 it did not fall back although one
+// rank would not read, 44 it tried single-copy again after the members agreed to fall back.
 int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const Params& params,
             bool expect_fallback) {
   std::vector<int> members(n);
@@ -129,9 +92,6 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
         if (data[i] != byteOf(root + 7, i)) return 30 + root;
       }
     }
-    for (bool in_place : {false, true}) {
-      if (!reduceScatterRight(comm, algorithm(), scale, in_place)) return 50 + in_place;
-    }
   }
   CollectiveArgs b;
   b.kind = Collective::kBroadcast;
@@ -143,14 +103,6 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
     return 0;
   }
   if (crossMemoryPermitted() && singleCopyFallbacks() != 0) return 41;
-  std::vector<size_t> counts(n, size_t{4} << 20);  // 16 MiB blocks of float32
-  CollectiveArgs c;
-  c.kind = Collective::kReducescatterv;
-  c.dtype = DataType::kFloat32;
-  c.sizes = &counts;
-  if (std::string(selectAlgorithm(comm, c, "").name) != "single-copy") return 45;
-  counts.assign(n, 256);
-  if (std::string(selectAlgorithm(comm, c, "").name) != "shm") return 45;
   // With the default 2 MiB slots: a broadcast of one slot half or less is read in one copy; a
   // larger one goes through the slots, where the root's copy in and the others' copy out of
   // successive segments overlap (measured faster from 2-4 MiB on).
@@ -173,7 +125,7 @@ void expectRanksOk(int n, const std::function<Params(int)>& params_of, bool expe
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
 }
 
-TEST(SingleCopy, BroadcastsAllgathersAndReduceScattersBetweenProcesses) {
+TEST(SingleCopy, BroadcastsAndAllgathersBetweenProcesses) {
   expectRanksOk(
       3, [](int) { return withDefaultSlots(shmTestParams()); }, false);
 }

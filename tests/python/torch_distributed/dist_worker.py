@@ -130,8 +130,7 @@ def check_reduce_scatter(rank, size):
         dist.reduce_scatter_tensor(out, torch.arange(size * n, dtype=torch.float32) + rank)
         full = sum(torch.arange(size * n, dtype=torch.float32) + r for r in range(size))
         same(out, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor of %d" % n)
-    # FSDP2's gradients: AVG of blocks of several 256 KiB pieces, which the ranks read from each
-    # other's memory (Note [Single-copy reduce-scatter]).
+    # FSDP2's gradients: AVG of megabyte blocks, reduced into the output and then scaled.
     n = (1 << 17) + 5
     out = torch.full((n,), -7.0)
     dist.reduce_scatter_tensor(out, torch.arange(size * n, dtype=torch.float32) * (rank + 1),
