@@ -87,7 +87,7 @@ def write_report(rows, cmd, machine, stamp, path):
               "row) plus the time in those calls. Rank 0's time in them per step (mean over the "
               "median round's steps) splits into `in collectives`, from the last rank's call "
               "to the return (the backend's own time), and `waiting for the last rank`, before "
-              "that (the ranks' compute drifting apart between two collectives); "
+              "that (another rank's compute, or its previous collective, ending later); "
               "bench/torch_distributed/collective_clock.py.", ""]
     lines += fsdp_table(rows)
     skipped = [r for r in rows if r.get("collective") == "skipped"]
