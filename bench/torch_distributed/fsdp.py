@@ -15,9 +15,9 @@ reduce-scatters (each block's gradients, ReduceOp.AVG) at the defaults. On perse
 all-gather writes into FSDP2's output itself, whose chunk of this rank already holds its shard
 (FSDP2's input is a view of it), reading the other ranks' shards from their memory
 (single-copy, src/collectives/single_copy_shm.cc); a reduce-scatter stages the gradients through
-the shared-memory slots, reduces this rank's block into FSDP2's output and scales it by 1/ranks
-in a second pass (AVG is SUM and a postscale). Both run on the engine's thread while FSDP2's
-waits.
+the shared-memory slots and reduces this rank's block into FSDP2's output, scaling each reduced
+piece by 1/ranks while it is in cache (AVG is SUM and a postscale). Both run on the engine's
+thread while FSDP2's waits.
 
 Every rank computes with one thread. Prints one JSON line (rank 0): the median step over
 --iters timed windows of --steps steps (the slowest rank's), and where rank 0's steps went
