@@ -6,8 +6,25 @@ fp32 that every step all-gathers twice (forward, backward) and reduce-scatters o
     python bench/torch_distributed/fsdp.py --backend perseus --ranks 2    # spawns its ranks
     python bench/torch_distributed/fsdp.py --backend gloo --ranks 4
 
+Where the time goes: FSDP2 on CPU issues every all-gather and reduce-scatter as a blocking call
+(its prefetching overlaps through CUDA streams, which are no-ops on CPU), so nothing overlaps
+compute. A step is the "local" backend's step (compute and FSDP2's copies into and out of the
+collectives' buffers) plus the time in 24 all-gathers (each block's 16.8 MB of parameters,
+gathered before its forward and again before its backward; the root holds none) and 12
+reduce-scatters (each block's gradients, ReduceOp.AVG) at the defaults. On perseus an
+all-gather writes into FSDP2's output itself, whose chunk of this rank already holds its shard
+(FSDP2's input is a view of it), reading the other ranks' shards from their memory
+(single-copy, src/collectives/single_copy_shm.cc); a reduce-scatter stages the gradients through
+the shared-memory slots and reduces this rank's block into FSDP2's output, scaling each reduced
+piece by 1/ranks while it is in cache (AVG is SUM and a postscale). Both run on the engine's
+thread while FSDP2's waits.
+
 Every rank computes with one thread. Prints one JSON line (rank 0): the median step over
---iters timed windows of --steps steps (the slowest rank's).
+--iters timed windows of --steps steps (the slowest rank's), and where rank 0's steps went
+(collective_clock.py): collective_ms, the time in the all-gathers and reduce-scatters after
+the last rank called them (the backend's own time), and waiting_ms, the time in them before
+that (the other rank's compute or collective ending later), per step over all timed steps.
+The rest of a step is compute and FSDP2's own copies, which the "local" backend's step is.
 """
 import argparse
 import json
@@ -24,6 +41,8 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+from collective_clock import CollectiveClock
+
 
 def build(width, depth, world):
     torch.manual_seed(0)
@@ -35,7 +54,7 @@ def build(width, depth, world):
     return fully_shard(model, mesh=mesh)
 
 
-def time_steps(args, model, rank):
+def time_steps(args, model, rank, clock):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch_size, args.width, generator=data)
@@ -49,6 +68,7 @@ def time_steps(args, model, rank):
 
     for _ in range(args.warmup):
         step()
+    clock.reset()
     windows = []
     for _ in range(args.iters):
         t0 = time.perf_counter()
@@ -68,14 +88,17 @@ def worker(rank, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     model = build(args.width, args.depth, args.ranks)
-    slowest = torch.tensor([time_steps(args, model, rank)], dtype=torch.float64)
+    clock = CollectiveClock().install()
+    slowest = torch.tensor([time_steps(args, model, rank, clock)], dtype=torch.float64)
+    split = clock.split(args.iters * args.steps, synchronized=args.backend != "local")
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())  # DTensor numel: the full size
         print(json.dumps({
             "bench": "fsdp2", "library": args.backend, "ranks": args.ranks,
             "batch_per_rank": args.batch_size, "step_ms": slowest.item() * 1e3,
-            "params": params, "model": "mlp%dx%d" % (args.depth, args.width)}), flush=True)
+            "params": params, "model": "mlp%dx%d" % (args.depth, args.width),
+            **split}), flush=True)
     dist.destroy_process_group()
 
 

@@ -38,9 +38,19 @@ def ddp_table(rows):
     return out
 
 
+def _split(row):
+    """Rank 0's step split (fsdp.py): in collectives after the last rank arrived, waiting."""
+    if "collective_ms" not in row:
+        return "- | -"
+    if row.get("library") == "local":
+        return "%.0f (its copies) | -" % row["collective_ms"]
+    return "%.0f | %.0f" % (row["collective_ms"], row["waiting_ms"])
+
+
 def fsdp_table(rows):
     out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo |", "|---|---|---|---|---|---|"]
+           " vs Gloo | in collectives ms | waiting for the last rank ms |",
+           "|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "fsdp2"}):
         gloo = _find(rows, "fsdp2", "gloo", ranks)
         for lib in ("perseus", "gloo", "local"):
@@ -50,9 +60,10 @@ def fsdp_table(rows):
             ratio = row["step_ms"] / gloo["step_ms"] if gloo else None
             verdict = "" if ratio is None or lib != "perseus" else " (bar <= %.1fx: %s)" % (
                 FSDP_BAR, "met" if ratio <= FSDP_BAR else "NOT met")
-            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s |" % (
+            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s |" % (
                 ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
-                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
+                _split(row)))
     return out
 
 
@@ -71,7 +82,13 @@ def write_report(rows, cmd, machine, stamp, path):
     lines += ddp_table(rows)
     lines += ["", "## FSDP2 step time (bench/torch_distributed/fsdp.py)", "",
               "Each Linear+ReLU block `fully_shard`ed, then the root; SGD; the slowest rank's "
-              "median step.", ""]
+              "median step. FSDP2 on CPU makes every all-gather and reduce-scatter a blocking "
+              "call (no overlap with compute), so a step is its compute and copies (the `local` "
+              "row) plus the time in those calls. Rank 0's time in them per step (mean over the "
+              "median round's steps) splits into `in collectives`, from the last rank's call "
+              "to the return (the backend's own time), and `waiting for the last rank`, before "
+              "that (another rank's compute, or its previous collective, ending later); "
+              "bench/torch_distributed/collective_clock.py.", ""]
     lines += fsdp_table(rows)
     skipped = [r for r in rows if r.get("collective") == "skipped"]
     if skipped:

@@ -59,6 +59,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace detail
 
 extern const Algorithm kAllreduceShm;
+extern const Algorithm kReducescattervShm;
 
 namespace {
 
@@ -159,7 +160,8 @@ void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& se
 }
 
 void reducescatterv(Communicator& comm, const void* in, void* out,
-                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op) {
+                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
+                    double postscale) {
   checkSizes(comm, counts, "counts", "reducescatterv");
   if (op == ReduceOp::kAverage) {
     throw InvalidArgumentError("reducescatterv: Average must be Sum plus a postscale");
@@ -171,7 +173,17 @@ void reducescatterv(Communicator& comm, const void* in, void* out,
   args.sizes = &counts;
   args.dtype = dtype;
   args.op = op;
-  detail::run(comm, args);
+  bool scaled = false;
+  if (comm.size() == 1 || args.totalBytes() == 0) {
+    detail::run(comm, args);
+  } else {
+    const Algorithm& algorithm = selectAlgorithm(comm, args, std::string());
+    scaled = &algorithm == &kReducescattervShm;  // Note [Scaled shm reduce-scatter]
+    if (scaled) args.postscale = postscale;
+    algorithm.run(comm, args);
+  }
+  const size_t mine = counts[static_cast<size_t>(comm.rank())];
+  if (!scaled && postscale != 1.0 && mine > 0) kernels::scale(out, mine, dtype, postscale);
 }
 
 void gatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes,

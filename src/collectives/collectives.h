@@ -37,9 +37,10 @@ void alltoallv(Communicator& comm, const void* in, const std::vector<size_t>& se
                const std::vector<size_t>& recv_bytes);
 
 // Reduces `in` (sum of counts elements) and leaves block r (counts[r] elements, blocks in rank
-// order) on rank r in `out`.
+// order), multiplied by `postscale`, on rank r in `out`.
 void reducescatterv(Communicator& comm, const void* in, void* out,
-                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op);
+                    const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
+                    double postscale = 1.0);
 
 // Root receives every rank's bytes[r] concatenated in rank order (out is ignored elsewhere).
 void gatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes,

@@ -4,6 +4,10 @@
 // while copying in round k+1 (Note [Arena slot discipline], arena_view.h). n rounds, n + 1
 // barriers. Rank r writes out[piece k] after every rank copied in round k, and `in`'s block r
 // is not read after its piece was copied, so out may alias this rank's block of in.
+//
+// Note [Scaled shm reduce-scatter]: a postscale (Average = Sum x 1/n) is applied to each
+// reduced piece while it is still in cache, not in a pass over the whole output afterwards;
+// the bits are those of reducing and then scaling.
 #include <algorithm>
 #include <cstring>
 
@@ -71,6 +75,7 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     if (n > 0) {
       for (int q = 0; q < p; ++q) srcs[q] = view.half(q, k % 2) + r * c * esize;
       kernels::reduceN(out + k * c * esize, srcs.data(), p, n, args.dtype, args.op);
+      if (args.postscale != 1.0) kernels::scale(out + k * c * esize, n, args.dtype, args.postscale);
     }
     if (k + 1 < rounds) copyIn(k + 1);
     slot_writer.barrier(view, k + 1 == rounds);

@@ -42,8 +42,9 @@ struct CollectiveArgs {
   const std::vector<size_t>* recv_sizes = nullptr;  // alltoallv: bytes received from each peer
   size_t bytes = 0;                                 // broadcast: bytes
   int root = 0;                                     // broadcast, gatherv
-  double postscale = 1.0;  // allreduce: set only for the shm algorithm, which applies it
-                           // (collectives::allreduce scales for the others)
+  double postscale = 1.0;  // allreduce, reducescatterv: set only for their shm algorithms,
+                           // which apply it (collectives::allreduce and ::reducescatterv
+                           // scale for the others)
 
   size_t elementSize() const { return dataTypeSize(dtype); }
   // Bytes of the whole vector this call moves per rank (the "S" of the cost model).

@@ -2,6 +2,7 @@
 // with uneven and empty blocks, against references computed here.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -168,6 +169,20 @@ TEST_P(CollectivesMovement, EveryAlgorithmWithUnevenSizes) {
                    std::to_string(scale) + (in_place ? " in place" : ""));
             }
           }
+        }
+      }
+
+      {  // Average as Sum plus a postscale: the shm algorithm scales each piece it reduces
+        size_t total = off[p];
+        Bytes in = testing::testVector(r, total, DataType::kFloat32, 2);
+        Bytes want = testing::referenceReduce(p, total, DataType::kFloat32, ReduceOp::kSum, 2);
+        std::vector<float> got(sizes[r], -1.0f);
+        reducescatterv(*comm, in.data(), got.data(), sizes, DataType::kFloat32, ReduceOp::kSum,
+                       0.5);
+        for (size_t i = 0; i < sizes[r]; ++i) {
+          float w;
+          std::memcpy(&w, want.data() + (off[r] + i) * sizeof w, sizeof w);
+          if (got[i] != w * 0.5f) fail("reducescatterv postscale scale " + std::to_string(scale));
         }
       }
 

@@ -423,12 +423,11 @@ class CpuExecutor final : public Executor {
     }
     uint8_t* mine = g.fused() ? buf + total * esize : items[0].out;
     timer.begin();
-    collectives::reducescatterv(comm, src, mine, counts, dt, red.op);
+    // Unfused, the collective applies the postscale (Note [Scaled shm reduce-scatter]).
+    collectives::reducescatterv(comm, src, mine, counts, dt, red.op,
+                                g.fused() ? 1.0 : red.postscale);
     timer.end("COMMUNICATE");
-    if (!g.fused()) {
-      if (red.postscale != 1.0) kernels::scale(mine, counts[me], dt, red.postscale);
-      return;
-    }
+    if (!g.fused()) return;
     timer.begin();
     size_t off = 0;
     for (const Item& item : items) {

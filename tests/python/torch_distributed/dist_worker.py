@@ -130,6 +130,16 @@ def check_reduce_scatter(rank, size):
         dist.reduce_scatter_tensor(out, torch.arange(size * n, dtype=torch.float32) + rank)
         full = sum(torch.arange(size * n, dtype=torch.float32) + r for r in range(size))
         same(out, full[rank * n:(rank + 1) * n], "reduce_scatter_tensor of %d" % n)
+    # FSDP2's gradients: AVG of megabyte blocks, reduced into the output and then scaled.
+    n = (1 << 17) + 5
+    out = torch.full((n,), -7.0)
+    dist.reduce_scatter_tensor(out, torch.arange(size * n, dtype=torch.float32) * (rank + 1),
+                               op=R.AVG)
+    want = (torch.arange(size * n, dtype=torch.float32) * sum(range(1, size + 1)) / size)
+    want = want[rank * n:(rank + 1) * n]
+    if not torch.allclose(out, want, rtol=1e-6, atol=0):  # AVG scales by 1 / size: rounding
+        raise AssertionError("reduce_scatter_tensor AVG of %d: got %s, want %s"
+                             % (n, out[:8].tolist(), want[:8].tolist()))
     out = torch.zeros(2, 4)[:, 1]
     dist.reduce_scatter_tensor(out, value(rank, torch.float32, 2 * size))
     same(out, sum(value(r, torch.float32, 2 * size) for r in range(size))[2 * rank:2 * rank + 2],
