@@ -177,7 +177,8 @@ void reducescatterv(Communicator& comm, const void* in, void* out,
   if (comm.size() == 1 || args.totalBytes() == 0) {
     detail::run(comm, args);
   } else {
-    const Algorithm& algorithm = selectAlgorithm(comm, args, std::string());
+    const std::string no_forced;  // bound first: GCC 13's -Wdangling-reference
+    const Algorithm& algorithm = selectAlgorithm(comm, args, no_forced);
     scaled = &algorithm == &kReducescattervShm;  // Note [Scaled shm reduce-scatter]
     if (scaled) args.postscale = postscale;
     algorithm.run(comm, args);
