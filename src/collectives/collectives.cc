@@ -63,6 +63,26 @@ extern const Algorithm kReducescattervShm;
 
 namespace {
 
+// Runs `args` with the algorithm selected for it (`forced`: a PERSEUS_*_ALGO name, or empty)
+// and applies `postscale` to the `count` elements of this rank's result `out`: inside the
+// algorithm when `scaling` is the one selected (Note [Scaled shm allreduce], Note [Scaled shm
+// reduce-scatter]), in a pass afterwards otherwise. Only a top-level call scales inside: one
+// nested in another algorithm (hierarchical) gets a copy of these args with the default
+// postscale of 1.
+void runScaled(Communicator& comm, CollectiveArgs args, const std::string& forced,
+               const Algorithm& scaling, double postscale, void* out, size_t count) {
+  bool scaled = false;
+  if (comm.size() == 1 || args.totalBytes() == 0) {
+    detail::run(comm, args);
+  } else {
+    const Algorithm& algorithm = selectAlgorithm(comm, args, forced);
+    scaled = &algorithm == &scaling;
+    if (scaled) args.postscale = postscale;
+    algorithm.run(comm, args);
+  }
+  if (!scaled && postscale != 1.0 && count > 0) kernels::scale(out, count, args.dtype, postscale);
+}
+
 // Horovod's conditions for Adasum, checked before any rank moves data.
 void checkAdasum(const Communicator& comm, DataType dtype) {
   const int p = comm.size();
@@ -95,21 +115,9 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   args.count = count;
   args.dtype = dtype;
   args.op = op;
-  bool scaled = false;
-  if (comm.size() == 1 || count == 0) {
-    detail::run(comm, args);
-  } else {
-    // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
-    const std::string forced =
-        op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo;
-    const Algorithm& algorithm = selectAlgorithm(comm, args, forced);
-    // Only a top-level shm call scales inside: one nested in another algorithm (hierarchical)
-    // gets a copy of these args with the default postscale of 1.
-    scaled = &algorithm == &kAllreduceShm;
-    if (scaled) args.postscale = postscale;
-    algorithm.run(comm, args);
-  }
-  if (!scaled && postscale != 1.0 && count > 0) kernels::scale(out, count, dtype, postscale);
+  // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
+  const std::string forced = op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo;
+  runScaled(comm, args, forced, kAllreduceShm, postscale, out, count);
 }
 
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes) {
@@ -173,18 +181,8 @@ void reducescatterv(Communicator& comm, const void* in, void* out,
   args.sizes = &counts;
   args.dtype = dtype;
   args.op = op;
-  bool scaled = false;
-  if (comm.size() == 1 || args.totalBytes() == 0) {
-    detail::run(comm, args);
-  } else {
-    const std::string no_forced;  // bound first: GCC 13's -Wdangling-reference
-    const Algorithm& algorithm = selectAlgorithm(comm, args, no_forced);
-    scaled = &algorithm == &kReducescattervShm;  // Note [Scaled shm reduce-scatter]
-    if (scaled) args.postscale = postscale;
-    algorithm.run(comm, args);
-  }
-  const size_t mine = counts[static_cast<size_t>(comm.rank())];
-  if (!scaled && postscale != 1.0 && mine > 0) kernels::scale(out, mine, dtype, postscale);
+  runScaled(comm, args, std::string(), kReducescattervShm, postscale, out,
+            counts[static_cast<size_t>(comm.rank())]);
 }
 
 void gatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes,

@@ -98,20 +98,34 @@ PyObject* broadcast(const char* name, FlatTensor& t, long root, long process_set
   return finish(status, "perseus_broadcast_blocking");
 }
 
+// The arguments of allreduce_inplace and allreduce_on_stream: (name, address, dtype, shape, op,
+// prescale, postscale, process_set[, device, stream]).
+struct InplaceAllreduce {
+  const char* name = nullptr;
+  FlatTensor t;
+  long op = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  long process_set = 0;
+};
+
+bool parseInplaceAllreduce(PyObject* const* args, Py_ssize_t nargs, InplaceAllreduce& a) {
+  a.name = PyUnicode_AsUTF8(args[0]);
+  if (a.name == nullptr || !parseTensor(args[1], args[2], args[3], a.t)) return false;
+  a.op = PyLong_AsLong(args[4]);
+  a.prescale = PyFloat_AsDouble(args[5]);
+  a.postscale = PyFloat_AsDouble(args[6]);
+  a.process_set = PyLong_AsLong(args[7]);
+  return !PyErr_Occurred() && parseDevice(args, 8, nargs, a.t);
+}
+
 // allreduce_inplace(name, address, dtype, shape, op, prescale, postscale, process_set
 //                   [, device, stream])
 PyObject* allreduceInplace(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!argCount("allreduce_inplace", nargs, 8)) return nullptr;
-  const char* name = PyUnicode_AsUTF8(args[0]);
-  if (name == nullptr) return nullptr;
-  FlatTensor t;
-  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
-  const long op = PyLong_AsLong(args[4]);
-  const double prescale = PyFloat_AsDouble(args[5]);
-  const double postscale = PyFloat_AsDouble(args[6]);
-  const long process_set = PyLong_AsLong(args[7]);
-  if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
-  return allreduce(name, t, op, prescale, postscale, process_set);
+  InplaceAllreduce a;
+  if (!argCount("allreduce_inplace", nargs, 8) || !parseInplaceAllreduce(args, nargs, a))
+    return nullptr;
+  return allreduce(a.name, a.t, a.op, a.prescale, a.postscale, a.process_set);
 }
 
 // allreduce_on_stream(name, address, dtype, shape, op, prescale, postscale, process_set,
@@ -126,24 +140,17 @@ PyObject* allreduceOnStream(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
                  nargs);
     return nullptr;
   }
-  const char* name = PyUnicode_AsUTF8(args[0]);
-  if (name == nullptr) return nullptr;
-  FlatTensor t;
-  if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
-  const long op = PyLong_AsLong(args[4]);
-  const double prescale = PyFloat_AsDouble(args[5]);
-  const double postscale = PyFloat_AsDouble(args[6]);
-  const long process_set = PyLong_AsLong(args[7]);
-  if (PyErr_Occurred() || !parseDevice(args, 8, nargs, t)) return nullptr;
+  InplaceAllreduce a;
+  if (!parseInplaceAllreduce(args, nargs, a)) return nullptr;
   perseus_handle id = 0;
   perseus_status status;
   const char* what = "perseus_allreduce";
   Py_BEGIN_ALLOW_THREADS;
-  status = perseus_allreduce(name, &t.t, &t.t, static_cast<int32_t>(op), prescale, postscale,
-                             static_cast<int32_t>(process_set), &id);
+  status = perseus_allreduce(a.name, &a.t.t, &a.t.t, static_cast<int32_t>(a.op), a.prescale,
+                             a.postscale, static_cast<int32_t>(a.process_set), &id);
   if (status == PERSEUS_OK) {
     what = "perseus_handle_cuda_stream_wait";
-    status = perseus_handle_cuda_stream_wait(id, t.t.cuda_stream);
+    status = perseus_handle_cuda_stream_wait(id, a.t.t.cuda_stream);
     perseus_release(id);
   }
   Py_END_ALLOW_THREADS;
