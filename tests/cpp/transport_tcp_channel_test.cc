@@ -4,7 +4,10 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/params.h"
 #include "common/status.h"
@@ -110,6 +113,30 @@ TEST(SecretDerive, EpochKeysAgreeWithinAnEpochAndRefuseAcross) {
   EXPECT_TRUE(handshake(e1, job.derive("data/elastic/1/")));
   EXPECT_FALSE(handshake(e2, e1));  // a rank of epoch 1 knocking on a listener of epoch 2
   EXPECT_FALSE(handshake(job, e1));
+}
+
+// Ranks of one host scan PERSEUS_PORT_RANGE from the same first port at once. With
+// SO_REUSEADDR, two sockets may both bind a port while neither listens; the second to call
+// listen() then fails with EADDRINUSE, and must move on to the next port like a failed bind.
+TEST(TcpListenerRange, ConcurrentScansOfOneRangeEachGetAPort) {
+  const int lo = TcpListener("127.0.0.1").address().port();
+  constexpr int kThreads = 6;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::unique_ptr<TcpListener>> got(kThreads);
+    std::vector<std::string> errors(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          got[t] = std::make_unique<TcpListener>("127.0.0.1", lo, lo + 3 * kThreads);
+        } catch (const Error& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) ASSERT_EQ(errors[t], "") << "round " << round;
+  }
 }
 
 class TcpChannelTest : public ::testing::TestWithParam<MeshConfig> {

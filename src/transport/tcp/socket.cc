@@ -151,12 +151,17 @@ Fd listenOn(const SockAddr& addr, int backlog) {
   if (!fd.valid()) throwSys("socket");
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), addr.get(), addr.length) != 0) {
+  // With SO_REUSEADDR, Linux lets bind() share a port with a socket that is not listening
+  // (an outgoing connection's local port) and reports the clash only at listen(). Both mean
+  // "this port is taken", which a caller scanning a port range skips.
+  const bool bound = ::bind(fd.get(), addr.get(), addr.length) == 0;
+  const bool listening = bound && ::listen(fd.get(), backlog) == 0;
+  if (!bound || (!listening && errno == EADDRINUSE)) {
     throw InvalidArgumentError(PERSEUS_STR("cannot listen on "
                                            << addr.str() << ": " << std::strerror(errno)
                                            << "; check PERSEUS_IFACE and the port"));
   }
-  if (::listen(fd.get(), backlog) != 0) throwSys("listen on " + addr.str());
+  if (!listening) throwSys("listen on " + addr.str());
   return fd;
 }
 
