@@ -9,6 +9,8 @@
 #             at 2 CPU ranks and FSDP2 at 2 and 4, perseus against Gloo and the no-communication
 #             floor; and percall.py at 2 CPU ranks;
 #   torchrun  torchrun's start-up spread, 30 starts;
+#   diag      what the stall diagnosis and straggler accounting cost at 2 ranks (DIAG_PAIRS
+#             pairs, default 10; bench/probes/diagnosis_cost.sh);
 #   soak      the elastic chaos soak, for the time left.
 # GPU correctness as a whole comes from scripts/device_check.sh, not from here.
 #
@@ -18,7 +20,7 @@
 #   run(command="PARTS='gpu td soak' bash scripts/device_bench.sh", carry=[".whl"], timeout_s=600)
 #   A second call on the still-warm machine skips the install when perseus imports already.
 # What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
-# percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, chaos_soak.md,
+# percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, diagnosis_cost.md, chaos_soak.md,
 # soak_raw.tgz, soak<i>.log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
 # RESNET_ROUNDS (default 2); TD_ARGS.
@@ -82,6 +84,10 @@ fi
 if has torchrun; then
   step "torchrun start-up, 30 starts" 150 \
     bash -c "python3 bench/launchers/torchrun_start.py --starts 30 | tee '$OUT/torchrun_start.md'"
+fi
+if has diag; then
+  step "diagnosis cost, ${DIAG_PAIRS:-10} pairs" 240 \
+    bash bench/probes/diagnosis_cost.sh "${DIAG_PAIRS:-10}" "$OUT/diagnosis_cost.md"
 fi
 if has soak; then
   # The soak gets what is left, less a minute for its clean end and the report.
