@@ -8,47 +8,73 @@ of starting a process for it, so the new worker is ready within a store round tr
 after its imports (seconds: importing torch alone takes several). A spare is never a member:
 it does not count toward --min-np/--max-np, a failed spare blacklists nothing, and a spare
 that exits before it is given a slot stops the driver from starting others (a script that
-fails before init() would fail every spare alike)."""
+fails before init() would fail every spare alike).
+
+A spare's start-up takes seconds of CPU, and the members, the other spares and a new worker
+still starting all want the same cores: started all at once on a busy host, every spare takes
+several times as long, and a slot that discovery lists meanwhile waits for one of them. So
+spares start one at a time: the next once the last has warmed up (it sets elastic/ready/<spare
+id>), and none while a new worker of the job is still starting. A slot goes to a spare that has
+warmed up if there is one on its host, else to the oldest (the nearest to ready)."""
 
 import signal
+import time
 
 from perseus.rendezvous import elastic as keys
 from perseus.runner.process import describe_exit
 
 
 class Spares:
-    def __init__(self, wanted, store, launch, log):
+    def __init__(self, wanted, store, launch, log, note=None, warm_limit_s=60.0):
         """launch(spare id, host) starts a process (a driver Worker with no slot) with
-        keys.SPARE_ENV set to the spare id."""
+        keys.SPARE_ENV set to the spare id. log: what the user must see; note: what
+        --verbose shows. A spare still warming up after warm_limit_s no longer holds back
+        the next."""
         self.wanted = wanted
         self.store = store
         self.launch = launch
         self.log = log
+        self.note = note or (lambda msg: None)
+        self.warm_limit_s = warm_limit_s
         self.waiting = []  # spares started and not yet given a slot, oldest first
         self.ended = []  # spares stopped or exited, for the driver's stop()
         self.started = 0
 
-    def keep(self, hosts, blacklist):
+    def keep(self, hosts, blacklist, newcomer_starting=False):
         """Stops the spares of hosts that discovery no longer lists (or that are blacklisted)
-        and starts spares on the first usable host until `wanted` wait."""
+        and starts a spare on the first usable host when fewer than `wanted` wait, none is
+        still warming up and no new worker is starting (`newcomer_starting`)."""
         self._reap()
         usable = [h for h in hosts if not blacklist.contains(h)]
         for w in [w for w in self.waiting if w.host not in usable]:
             w.proc.signal_group(signal.SIGTERM)
             self._drop(w)
-        while usable and len(self.waiting) < self.wanted:
+        now = time.monotonic()
+        warming = [w for w in self.waiting if not self._warm(w, now)
+                   and now - w.started_at < self.warm_limit_s]
+        if usable and len(self.waiting) < self.wanted and not warming and not (
+                newcomer_starting):
             self.started += 1
             self.waiting.append(self.launch("spare%d" % self.started, usable[0]))
+
+    def _warm(self, w, now):
+        """Whether spare `w` has warmed up (read from the store until it has)."""
+        if w.ready_at is None and self.store.get(keys.ready(w.wid)) == b"1":
+            w.ready_at = now
+            self.note("spare worker %s is ready (%.1f s after it started)"
+                      % (w.wid, now - w.started_at))
+        return w.ready_at is not None
 
     def take(self, host, wid, first_epoch):
         """A spare on `host`, given the slot `wid` (its worker id from now on) of memberships
         from `first_epoch` on; None when no spare waits there."""
         self._reap()
-        for w in self.waiting:
-            if w.host == host:
-                self.waiting.remove(w)
-                self.store.set(keys.spare(w.wid), ("%s %d" % (wid, first_epoch)).encode())
-                return w
+        now = time.monotonic()
+        here = [w for w in self.waiting if w.host == host]
+        for w in [w for w in here if self._warm(w, now)] + here:  # each list oldest first
+            self.waiting.remove(w)
+            self.store.set(keys.spare(w.wid), ("%s %d" % (wid, first_epoch)).encode())
+            return w
         return None
 
     def processes(self):
