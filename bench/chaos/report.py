@@ -96,7 +96,9 @@ NEWCOMER_GROUPS = [
      lambda f: f["_from"] == "warm" and f["_meanwhile"]),
     ("from a spare still warming up (the spares before it had been used up)",
      lambda f: f["_from"] == "warming"),
-    ("all from spares", lambda f: f["_from"] in ("warm", "warming", "spare")),
+    ("a new process: no spare was left (the spares before it had been used up)",
+     lambda f: f["_from"] == "unspared"),
+    ("all of the jobs with spares (the goal's)", lambda f: f["_from"] != "cold"),
     ("cold start: a new process (jobs run with --spare-workers 0)",
      lambda f: f["_from"] == "cold"),
 ]
@@ -104,11 +106,15 @@ NEWCOMER_GROUPS = [
 
 def newcomer_from(f):
     """How a new worker started: "warm" / "warming" (a spare, and whether it had warmed up
-    when it was given the slot), "spare" (a spare, runs that did not log it), "cold"."""
+    when it was given the slot), "spare" (a spare, in runs that did not say which),
+    "unspared" (a new process in a job with spares: none was left), "cold" (a new process in
+    a job without spares)."""
     stages = f.get("stages") or {}
     if stages.get("spare_state"):
         return stages["spare_state"]
-    return "spare" if stages.get("spare") else "cold"
+    if stages.get("spare"):
+        return "spare"
+    return "unspared" if f.get("spares") else "cold"
 
 
 def newcomer_rows(newcomers):
@@ -260,8 +266,8 @@ def main():
     ] + newcomer_rows(new_workers) + [
         "",
     ] + (["Where that time goes, stage by stage (from perseusrun's log, read as it is "
-          "written, and the new worker's records):", ""] + stage_rows(faults) + [""]
-         if stage_rows(faults) else []) + [
+          "written, and the new worker's records):", ""] + stage_rows(new_workers) + [""]
+         if stage_rows(new_workers) else []) + [
         "## Per run",
         "| check | result |",
         "|---|---|",

@@ -105,8 +105,7 @@ class ElasticDriver:
         self.workers = []  # every worker ever started (a spare once it is given a slot)
         self.launched = 0  # processes started, spares included: the next output prefix
         self.spares = Spares(getattr(args, "spare_workers", None) or 0, store,
-                             self._launch_spare, _log, _log if args.verbose else None,
-                             warm_limit_s=start_timeout_s)
+                             self._launch_spare, _log, _log if args.verbose else None)
         self.members = []  # the current epoch's, in rank order
         self.starting = []  # started newcomers not yet published
         self.epoch = 0
@@ -479,8 +478,7 @@ class ElasticDriver:
                 self._stop_stopped(now)
                 self._check_health(now)
                 self._next_membership(now)
-                self.spares.keep(self.hosts, self.blacklist, newcomer_starting=any(
-                    w.ready_at is None for w in self.starting))
+                self.spares.keep(self.hosts, self.blacklist)
             time.sleep(LOOP_INTERVAL_S)
 
     def stop(self):

@@ -10,12 +10,11 @@ it does not count toward --min-np/--max-np, a failed spare blacklists nothing, a
 that exits before it is given a slot stops the driver from starting others (a script that
 fails before init() would fail every spare alike).
 
-A spare's start-up takes seconds of CPU, and the members, the other spares and a new worker
-still starting all want the same cores: started all at once on a busy host, every spare takes
-several times as long, and a slot that discovery lists meanwhile waits for one of them. So
-spares start one at a time: the next once the last has warmed up (it sets elastic/ready/<spare
-id>), and none while a new worker of the job is still starting. A slot goes to a spare that has
-warmed up if there is one on its host, else to the oldest (the nearest to ready)."""
+A spare says when it has warmed up (elastic/ready/<spare id>): a slot goes to a spare that has
+warmed up if there is one on its host, else to the oldest (the nearest to ready). Spares start
+together, not one after another: their start-up waits on files as much as on the CPU, so on a
+busy host three started at once are all ready long before the third of three started in turn,
+and the first is ready barely later."""
 
 import signal
 import time
@@ -25,35 +24,32 @@ from perseus.runner.process import describe_exit
 
 
 class Spares:
-    def __init__(self, wanted, store, launch, log, note=None, warm_limit_s=60.0):
+    def __init__(self, wanted, store, launch, log, note=None):
         """launch(spare id, host) starts a process (a driver Worker with no slot) with
         keys.SPARE_ENV set to the spare id. log: what the user must see; note: what
-        --verbose shows. A spare still warming up after warm_limit_s no longer holds back
-        the next."""
+        --verbose shows."""
         self.wanted = wanted
         self.store = store
         self.launch = launch
         self.log = log
         self.note = note or (lambda msg: None)
-        self.warm_limit_s = warm_limit_s
         self.waiting = []  # spares started and not yet given a slot, oldest first
         self.ended = []  # spares stopped or exited, for the driver's stop()
         self.started = 0
 
-    def keep(self, hosts, blacklist, newcomer_starting=False):
-        """Stops the spares of hosts that discovery no longer lists (or that are blacklisted)
-        and starts a spare on the first usable host when fewer than `wanted` wait, none is
-        still warming up and no new worker is starting (`newcomer_starting`)."""
+    def keep(self, hosts, blacklist):
+        """Stops the spares of hosts that discovery no longer lists (or that are blacklisted),
+        notes those that have warmed up, and starts spares on the first usable host until
+        `wanted` wait."""
         self._reap()
         usable = [h for h in hosts if not blacklist.contains(h)]
         for w in [w for w in self.waiting if w.host not in usable]:
             w.proc.signal_group(signal.SIGTERM)
             self._drop(w)
         now = time.monotonic()
-        warming = [w for w in self.waiting if not self._warm(w, now)
-                   and now - w.started_at < self.warm_limit_s]
-        if usable and len(self.waiting) < self.wanted and not warming and not (
-                newcomer_starting):
+        for w in self.waiting:
+            self._warm(w, now)
+        while usable and len(self.waiting) < self.wanted:
             self.started += 1
             self.waiting.append(self.launch("spare%d" % self.started, usable[0]))
 
