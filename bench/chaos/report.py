@@ -144,6 +144,17 @@ def mix_line(faults, replaced):
             "timed as new workers, not counted as faults)" % (", ".join(parts), replaced))
 
 
+def stage_tables(new_workers):
+    """The stage tables of the new workers of jobs with spares and of the cold starts."""
+    lines = []
+    for what, cold in (("in jobs with spares", False), ("cold starts", True)):
+        rows = stage_rows([f for f in new_workers if (newcomer_from(f) == "cold") == cold])
+        if rows:
+            lines += ["Where that time goes, stage by stage, %s (from perseusrun's log, read as "
+                      "it is written, and the new worker's records):" % what, ""] + rows + [""]
+    return lines
+
+
 def goal_rows(faults, new_workers, jobs, timeout):
     """The issue's goals against what the run measured."""
     kills = [f["resume_s"] for f in faults if "resume_s" in f
@@ -154,6 +165,7 @@ def goal_rows(faults, new_workers, jobs, timeout):
     newcomers = [f["newcomer_s"] for f in spared]
     clean = [f["newcomer_s"] for f in spared
              if newcomer_from(f) == "warm" and not f.get("_meanwhile")]
+    cold = [f["newcomer_s"] for f in new_workers if newcomer_from(f) == "cold"]
     problems = sum(1 for f in faults if f.get("problem"))
     zero = sum(j["divergent_count"] + j["lost_commit_count"] + len(j["leftover_pids"]) +
                len(j["leftover_shm"]) for j in jobs) + problems
@@ -172,6 +184,9 @@ def goal_rows(faults, new_workers, jobs, timeout):
                 "else injected meanwhile: p99 %s s over %d)" % (
                     seconds(newcomers, 99), len(newcomers), seconds(clean, 99), len(clean)),
                 newcomers and percentile(newcomers, 99) <= 5),
+            "| a cold start (a new process, not a spare: jobs run with --spare-workers 0), "
+            "for reference | p50 %s s, p99 %s s, max %s s over %d | |" % (
+                seconds(cold, 50), seconds(cold, 99), seconds(cold, 100), len(cold)),
             row("0 hangs, 0 divergent replicas, 0 lost commits, 0 leftovers, every fault "
                 "recovered from", "%d" % zero, zero == 0)]
 
@@ -265,9 +280,7 @@ def main():
         "",
     ] + newcomer_rows(new_workers) + [
         "",
-    ] + (["Where that time goes, stage by stage (from perseusrun's log, read as it is "
-          "written, and the new worker's records):", ""] + stage_rows(new_workers) + [""]
-         if stage_rows(new_workers) else []) + [
+    ] + stage_tables(new_workers) + [
         "## Per run",
         "| check | result |",
         "|---|---|",

@@ -17,7 +17,7 @@ blacklisted for good), so after each fault the soak lists a new slot for every m
 job lacks against its target size, as a cluster's scheduler replaces a lost node: a
 `replace`, timed as a new worker like a grow but not counted as a fault (the mix above is the
 faults'). A kill or stop that would leave fewer than --min-np members waits for the
-replacements first. perseusrun keeps --spare-workers processes started ahead of the new workers
+replacements first (a grow when none is coming). perseusrun keeps --spare-workers processes started ahead of the new workers
 (docs/elastic.md, "Spare workers"); every --cold-every-th job runs without them, so that its
 new workers time a cold start (a new process: interpreter, imports, warm-up).
 
@@ -34,6 +34,8 @@ has exited. report.py turns the file into the results table.
     python bench/chaos/soak.py --minutes 8 --seed 8 --out /tmp/chaos8   # ends within 8 min
     python bench/chaos/report.py /tmp/chaos /tmp/chaos8 > bench/results/chaos_soak.md
     bench/chaos/parallel_soak.sh 7.5 3811 3 5 /tmp/out   # 3 soaks at once on CPUs 0-4, 5-9, 10-14
+Per new worker (grow or replace) the record says how it started (stages' spare_state: a spare
+that had warmed up, one still warming up; none: a new process), for report.py's split.
 
 It runs the perseus that `python -c "import perseus"` finds (the installed package), or with
 PERSEUS_BUILD_DIR the source tree's python/ over that build (tests/python/reliability's
