@@ -336,11 +336,14 @@ class Soak:
                       if any(n.startswith("perseus-%s-" % i) for i in ids))
 
     # --- faults -------------------------------------------------------------------------------
-    def choose(self):
-        """The next fault's kind, drawn from the mix; None when it must wait for the new
-        workers still starting (settle_grows() first)."""
+    def draw(self):
         kinds, weights = zip(*self.mix)
-        kind = self.rng.choices(kinds, weights)[0]
+        return self.rng.choices(kinds, weights)[0]
+
+    def choose(self, kind):
+        """The fault to inject for `kind` (drawn from the mix) in the job's state now; None
+        when it must wait for the new workers still starting (settle_grows() first, then the
+        same kind again: drawing anew would bias the mix against the kinds that wait)."""
         members = len(self.job.members())
         size = members + len(self.pending_grows)  # with the new workers still starting
         if kind != "resize" and members <= MIN_NP:
@@ -571,10 +574,11 @@ class Soak:
 
     def one_fault(self, number):
         time.sleep(self.rng.uniform(*self.args.gap))
-        kind = self.choose()
+        drawn = self.draw()
+        kind = self.choose(drawn)
         if kind is None:
             self.settle_grows()
-            kind = self.choose() or "grow"
+            kind = self.choose(drawn) or "grow"
         epoch_at_start = self.job.newest_epoch()
         at, victim = self.inject(kind)
         if at is None:  # an aimed exit whose phase never came
