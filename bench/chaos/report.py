@@ -139,9 +139,14 @@ def mix_line(faults, replaced):
     for name, member in classes:
         n = sum(1 for f in faults if member(f["kind"]))
         parts.append("%s %d (%.0f%%)" % (name, n, 100.0 * n / max(1, len(faults))))
+    changed = sum(1 for f in faults if f.get("drawn", f["kind"]) != f["kind"]
+                  and not (f["drawn"] == "resize" and f["kind"] in ("grow", "shrink")))
     return ("- mix (the issue asks for about 60%% kills, aimed exits included, 10%% stops, 30%% "
-            "grow/shrink): %s; besides, %d replacements (a slot listed for a lost member, "
-            "timed as new workers, not counted as faults)" % (", ".join(parts), replaced))
+            "grow/shrink): %s; %d injected as another kind than drawn (a removal that would "
+            "leave fewer than --min-np members with no new worker coming became a grow, an "
+            "exit@join at --max-np an exit@commit); besides, %d replacements (a slot listed "
+            "for a lost member, timed as new workers, not counted as faults)"
+            % (", ".join(parts), changed, replaced))
 
 
 def stage_tables(new_workers):

@@ -588,9 +588,9 @@ class Soak:
             epoch = self.job.newest_epoch(at) if kind.startswith("exit@") else epoch_at_start
             result = self.measure(kind, at, victim, epoch)
             if result is None:  # a grow: written once its new worker has stepped
-                self.pending_grows[-1]["number"] = number
+                self.pending_grows[-1].update(number=number, drawn=drawn)
                 return {}
-        result["number"] = number
+        result.update(number=number, drawn=drawn)
         self.write(result)
         return result
 
