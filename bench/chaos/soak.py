@@ -17,9 +17,10 @@ blacklisted for good), so after each fault the soak lists a new slot for every m
 job lacks against its target size, as a cluster's scheduler replaces a lost node: a
 `replace`, timed as a new worker like a grow but not counted as a fault (the mix above is the
 faults'). A kill or stop that would leave fewer than --min-np members waits for the
-replacements first (a grow when none is coming). perseusrun keeps --spare-workers processes started ahead of the new workers
-(docs/elastic.md, "Spare workers"); every --cold-every-th job runs without them, so that its
-new workers time a cold start (a new process: interpreter, imports, warm-up).
+replacements first (a grow when none is coming). perseusrun keeps --spare-workers processes
+started ahead of the new workers (docs/elastic.md, "Spare workers"); every --cold-every-th job
+runs without them, so that its new workers time a cold start (a new process: interpreter,
+imports, warm-up).
 
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
 in a later membership, for a grow the new worker's time from the listing to its first step with

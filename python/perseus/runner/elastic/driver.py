@@ -314,9 +314,35 @@ class ElasticDriver:
 
     def _joining(self, now):
         """The started newcomers to publish now: those started together, once all of them are
-        ready (after a failure, every one that is), a newcomer counting as ready once it has
-        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A
-        newcomer that failed before it was ready is blacklisted as a member would be; one
+        ready, or those of them that are once one has waited JOIN_TOGETHER_S for the others
+        (after a failure, every one that is ready), a newcomer counting as ready once it has
+        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join)."""
+        self._drop_lost_newcomers()
+        if not self.starting:
+            return []
+        for w in self.starting:
+            if w.ready_at is None and (now - w.started_at > self.join_timeout
+                                       or self.store.get(keys.ready(w.wid)) == b"1"):
+                w.ready_at = now
+        if self.dirty:  # a failure forces a new membership now anyway
+            return [w for w in self.starting if w.ready_at is not None]
+        # Newcomers started together join together (one reset for the members, not one
+        # each), but those ready wait at most JOIN_TOGETHER_S for the others of their group
+        # (a spare still starting, a slower host); groups started at other times neither wait
+        # for them nor hold them back.
+        together = collections.defaultdict(list)
+        for w in self.starting:
+            together[w.started_at].append(w)
+        joining = []
+        for batch in together.values():
+            ready = [w for w in batch if w.ready_at is not None]
+            if len(ready) == len(batch) or ready and (
+                    now - min(w.ready_at for w in ready) >= JOIN_TOGETHER_S):
+                joining += ready
+        return joining
+
+    def _drop_lost_newcomers(self):
+        """A newcomer that failed before it was ready is blacklisted as a member would be; one
         whose slot discovery no longer lists, or whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
@@ -332,29 +358,6 @@ class ElasticDriver:
                 self._kill(w)
                 w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
-        if not self.starting:
-            return []
-        for w in self.starting:
-            if w.ready_at is None and (now - w.started_at > self.join_timeout
-                                       or self.store.get(keys.ready(w.wid)) == b"1"):
-                w.ready_at = now
-        ready = [w for w in self.starting if w.ready_at is not None]
-        if self.dirty:  # a failure forces a new membership now anyway
-            return ready
-        # Newcomers started together join together (one reset for the members, not one
-        # each), but those ready wait at most JOIN_TOGETHER_S for the others of their group
-        # (a spare still starting, a slower host); groups started at other times neither wait
-        # for them nor hold them back.
-        together = collections.defaultdict(list)
-        for w in self.starting:
-            together[w.started_at].append(w)
-        joining = []
-        for batch in together.values():
-            ready_ones = [w for w in batch if w.ready_at is not None]
-            if len(ready_ones) == len(batch) or ready_ones and (
-                    now - min(w.ready_at for w in ready_ones) >= JOIN_TOGETHER_S):
-                joining += ready_ones
-        return joining
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
