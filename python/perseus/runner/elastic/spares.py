@@ -66,12 +66,13 @@ class Spares:
         from `first_epoch` on; None when no spare waits there."""
         self._reap()
         now = time.monotonic()
-        here = [w for w in self.waiting if w.host == host]
-        for w in [w for w in here if self._warm(w, now)] + here:  # each list oldest first
-            self.waiting.remove(w)
-            self.store.set(keys.spare(w.wid), ("%s %d" % (wid, first_epoch)).encode())
-            return w
-        return None
+        here = [w for w in self.waiting if w.host == host]  # oldest first
+        if not here:
+            return None
+        w = ([x for x in here if self._warm(x, now)] or here)[0]
+        self.waiting.remove(w)
+        self.store.set(keys.spare(w.wid), ("%s %d" % (wid, first_epoch)).encode())
+        return w
 
     def processes(self):
         return self.waiting + self.ended
