@@ -225,6 +225,12 @@ class Job:
     def members(self):
         return list(self.epochs[self.newest_epoch()][1]) if self.epochs else []
 
+    def started_members(self):
+        """The newest membership's members whose pid file names a live process (a new worker
+        writes it once init() has returned: one published a moment ago may not have yet, and
+        a slot listed again may still hold its former worker's)."""
+        return [w for w in self.members() if self.pid(w) is not None and alive(self.pid(w))]
+
     def pid(self, wid):
         try:
             return int((self.results / ("pid." + wid)).read_text())
@@ -394,7 +400,7 @@ class Soak:
         if kind in ("grow", "shrink"):
             self.target += 1 if kind == "grow" else -1
             return self.resize(kind == "grow"), None
-        victim = self.rng.choice(job.members())
+        victim = self.rng.choice(job.started_members())
         if kind.startswith("exit@"):
             return self.aim(kind[5:], victim)
         pid = job.pid(victim)
@@ -436,7 +442,7 @@ class Soak:
         if slow:
             self.wait(lambda: any(r["event"] == "armed" and r["worker"] == victim
                                   for r in job.records[-400:]), 10)
-            others = [w for w in job.members() if w != victim]
+            others = [w for w in job.started_members() if w != victim]
             if phase == "broadcast" and len(others) > MIN_NP:
                 os.kill(job.pid(self.rng.choice(others)), signal.SIGKILL)
             else:
@@ -636,6 +642,16 @@ class Soak:
         """Lets the new workers still starting take their first step, then ends the job."""
         self.settle_grows()
         self.end_job()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def check_records(records):
