@@ -386,15 +386,15 @@ class ElasticDriver:
         state) for longer than PERSEUS_TIMEOUT are hung as surely as those their peers time
         out on, also where no peer waits in a collective that times out: the members of a new
         epoch wait for each other in its rendezvous for up to PERSEUS_START_TIMEOUT. They are
-        killed and treated as failed, UNRESPONSIVE_GRACE_S after PERSEUS_TIMEOUT, so that
-        where peers do time out on one, their report names it first (_stop_unresponsive)."""
+        killed and treated as failed (where peers time out on one too, their report may name
+        it first: _stop_unresponsive kills it then, with no grace)."""
         for w in self.members:
             if not w.alive() or not hostmod.is_local(w.host) or not w.proc.stopped():
                 w.stopped_since = None
                 continue
             if w.stopped_since is None:
                 w.stopped_since = now
-            elif now - w.stopped_since >= self.timeout_s + UNRESPONSIVE_GRACE_S:
+            elif now - w.stopped_since >= self.timeout_s:
                 _log("worker %s (rank %d of epoch %d) has been stopped (SIGSTOP) for longer "
                      "than PERSEUS_TIMEOUT (%.0f s); stopping it for good"
                      % (w.wid, self.members.index(w), self.epoch, self.timeout_s))
