@@ -481,7 +481,10 @@ class ElasticDriver:
                 self._stop_stopped(now)
                 self._check_health(now)
                 self._next_membership(now)
-                self.spares.keep(self.hosts, self.blacklist)
+                # A newcomer past PERSEUS_START_TIMEOUT counts as ready (_joining): a hung
+                # one holds the spares back no longer than that.
+                self.spares.keep(self.hosts, self.blacklist, newcomer_starting=any(
+                    w.ready_at is None for w in self.starting))
             time.sleep(LOOP_INTERVAL_S)
 
     def stop(self):

@@ -14,7 +14,9 @@ A spare says when it has warmed up (elastic/ready/<spare id>): a slot goes to a 
 warmed up if there is one on its host, else to the oldest (the nearest to ready). Spares start
 together, not one after another: their start-up waits on files as much as on the CPU, so on a
 busy host three started at once are all ready long before the third of three started in turn,
-and the first is ready barely later."""
+and the first is ready barely later. But none starts while a new worker of the job is still
+starting (a spare given a slot before it had warmed up, or a new process): that one is needed
+now, and another start-up beside it would slow it down."""
 
 import signal
 import time
@@ -37,10 +39,10 @@ class Spares:
         self.ended = []  # spares stopped or exited, for the driver's stop()
         self.started = 0
 
-    def keep(self, hosts, blacklist):
+    def keep(self, hosts, blacklist, newcomer_starting=False):
         """Stops the spares of hosts that discovery no longer lists (or that are blacklisted),
         notes those that have warmed up, and starts spares on the first usable host until
-        `wanted` wait."""
+        `wanted` wait, unless a new worker is still starting (`newcomer_starting`)."""
         self._reap()
         usable = [h for h in hosts if not blacklist.contains(h)]
         for w in [w for w in self.waiting if w.host not in usable]:
@@ -49,7 +51,7 @@ class Spares:
         now = time.monotonic()
         for w in self.waiting:
             self._warm(w, now)
-        while usable and len(self.waiting) < self.wanted:
+        while usable and len(self.waiting) < self.wanted and not newcomer_starting:
             self.started += 1
             self.waiting.append(self.launch("spare%d" % self.started, usable[0]))
 
