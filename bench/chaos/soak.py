@@ -10,10 +10,17 @@ Faults (the mix of docs/RELIABILITY.md's soak: about 60% kills, 10% stops, 30% g
                  after a reset, made to happen by growing or shrinking the job), join (the
                  announcement of a new worker, made to happen by growing it);
   stop           SIGSTOP of a random member for PERSEUS_TIMEOUT + 2 s, then SIGCONT;
-  grow / shrink  a slot added to (removed from) the discovery script's listing.
-A kill or stop that would leave fewer than --min-np members becomes a grow, a grow above
---max-np a shrink. perseusrun keeps --spare-workers processes started ahead of the grows
-(docs/elastic.md, "Spare workers"); --spare-workers 0 times new workers that start cold.
+  grow / shrink  a slot added to (removed from) the discovery script's listing: the job's
+                 target size moves by one, between --min-np + 1 and --max-np.
+Kills and stops remove members that no fault would bring back (a failed worker's slot is
+blacklisted for good), so after each fault the soak lists a new slot for every member that the
+job lacks against its target size, as a cluster's scheduler replaces a lost node: a
+`replace`, timed as a new worker like a grow but not counted as a fault (the mix above is the
+faults'). A kill or stop that would leave fewer than --min-np members waits for the
+replacements first (a grow when none is coming). perseusrun keeps --spare-workers processes
+started ahead of the new workers (docs/elastic.md, "Spare workers"); every --cold-every-th job
+runs without them, so that its new workers time a cold start (a new process: interpreter,
+imports, warm-up).
 
 Per fault it records (<out>/faults.jsonl) the time from the fault to the first step completed
 in a later membership, for a grow the new worker's time from the listing to its first step with
@@ -28,6 +35,8 @@ has exited. report.py turns the file into the results table.
     python bench/chaos/soak.py --minutes 8 --seed 8 --out /tmp/chaos8   # ends within 8 min
     python bench/chaos/report.py /tmp/chaos /tmp/chaos8 > bench/results/chaos_soak.md
     bench/chaos/parallel_soak.sh 7.5 3811 3 5 /tmp/out   # 3 soaks at once on CPUs 0-4, 5-9, 10-14
+Per new worker (grow or replace) the record says how it started (stages' spare_state: a spare
+that had warmed up, one still warming up; none: a new process), for report.py's split.
 
 It runs the perseus that `python -c "import perseus"` finds (the installed package), or with
 PERSEUS_BUILD_DIR the source tree's python/ over that build (tests/python/reliability's
@@ -82,6 +91,9 @@ def parse():
     p.add_argument("--spare-workers", type=int, default=MAX_NP - MIN_NP,
                    help="perseusrun --spare-workers: processes started ahead of a grow, so that "
                    "the new worker skips its imports (0: every new worker starts cold)")
+    p.add_argument("--cold-every", type=int, default=4,
+                   help="every N-th job runs with --spare-workers 0: its new workers time a "
+                   "cold start (0: never)")
     p.add_argument("--minutes", type=float, default=None,
                    help="the whole soak's wall time, its end included: no fault is injected "
                    "in the last %d s, and every wait is cut at the end" % (
@@ -141,6 +153,8 @@ class Job:
 
     def __init__(self, root, args, index):
         self.dir = Path(root) / ("job%03d" % index)
+        cold = args.cold_every > 0 and index % args.cold_every == args.cold_every - 1
+        self.spares = 0 if cold else args.spare_workers
         self.results = self.dir / "results"
         self.results.mkdir(parents=True)
         self.hosts = self.dir / "hosts.txt"
@@ -152,6 +166,7 @@ class Job:
         self.records, self.epochs = [], {}  # epochs: number -> (time seen, [worker ids])
         self.failed_slots = set()
         self.spawned = []  # (time, worker id) of each worker perseusrun started
+        self.spare_state = {}  # (worker id, started) -> "warm" / "warming": a spare's state
         self._worker_tails = {}
         self._exits = Tail(self.exits)
         self.exit_records = []
@@ -162,7 +177,7 @@ class Job:
         cmd = [relsupport.PY, "-m", "perseus.runner", "--verbose", "-np", str(START_NP),
                "--min-np",
                str(MIN_NP), "--max-np", str(MAX_NP), "--spare-workers",
-               str(args.spare_workers), "--host-discovery-script",
+               str(self.spares), "--host-discovery-script",
                "cat %s" % self.hosts, relsupport.PY, str(WORKERS[args.framework]), "--tag",
                self.tag,
                "--results", str(self.results), "--finish-file", str(self.finish_file),
@@ -182,7 +197,11 @@ class Job:
         """Reads what was appended: worker records, epochs perseusrun published, exits."""
         for now, line in self._err.lines():
             if line.startswith("perseusrun: started worker "):
-                self.spawned.append((now, line.split()[3]))
+                wid = line.split()[3]
+                self.spawned.append((now, wid))
+                if " from spare " in line:  # the driver says whether it had warmed up
+                    self.spare_state[(wid, now)] = "warming" if line.endswith(
+                        "still warming up") else "warm"
             elif line.startswith("perseusrun: epoch ") and " workers (" in line:
                 number = int(line.split()[2].rstrip(":"))
                 members = line.split("(", 1)[1].rstrip(")").split(", ")
@@ -205,6 +224,12 @@ class Job:
 
     def members(self):
         return list(self.epochs[self.newest_epoch()][1]) if self.epochs else []
+
+    def started_members(self):
+        """The newest membership's members whose pid file names a live process (a new worker
+        writes it once init() has returned: one published a moment ago may not have yet, and
+        a slot listed again may still hold its former worker's)."""
+        return [w for w in self.members() if self.pid(w) is not None and alive(self.pid(w))]
 
     def pid(self, wid):
         try:
@@ -237,6 +262,7 @@ class Soak:
         self.faults_file = open(self.out / "faults.jsonl", "a")
         self.jobs_file = open(self.out / "jobs.jsonl", "a")
         self.job, self.job_index, self.job_faults = None, 0, 0
+        self.target = START_NP  # the size that the faults' replacements keep the job at
         self.pending_grows, self.claimed = [], set()
         self.deadline = None if args.minutes is None else time.time() + 60 * args.minutes - END_S
         self.mix = [(k, w) for k, w in MIX if args.only is None or k in args.only]
@@ -252,6 +278,7 @@ class Soak:
         self.job = Job(self.out, self.args, self.job_index)
         self.job_index += 1
         self.job_faults = 0
+        self.target = START_NP
         if not self.wait(self.job.stable, self.left(120)):
             self.end_job("did not start")
             return False
@@ -316,23 +343,43 @@ class Soak:
                       if any(n.startswith("perseus-%s-" % i) for i in ids))
 
     # --- faults -------------------------------------------------------------------------------
-    def choose(self):
+    def draw(self):
         kinds, weights = zip(*self.mix)
-        kind = self.rng.choices(kinds, weights)[0]
+        return self.rng.choices(kinds, weights)[0]
+
+    def choose(self, kind):
+        """The fault to inject for `kind` (drawn from the mix) in the job's state now; None
+        when it must wait for the new workers still starting (settle_grows() first, then the
+        same kind again: drawing anew would bias the mix against the kinds that wait)."""
         members = len(self.job.members())
         size = members + len(self.pending_grows)  # with the new workers still starting
         if kind != "resize" and members <= MIN_NP:
-            kind = "resize"
+            # A removal would leave fewer than --min-np: the replacements first, unless none
+            # is coming (then the job grows).
+            return None if self.pending_grows else "grow"
         if kind == "exit@join" and size >= MAX_NP:
             kind = "exit@commit"
         if kind == "resize":
             # The listing is a slot count: a shrink would unlist the new workers still
-            # starting, so it waits for them (None: settle_grows() first).
-            if self.pending_grows or members <= MIN_NP:
-                return "grow" if size < MAX_NP else None
-            grow = size < START_NP or (size == START_NP and self.rng.random() < 0.5)
-            kind = "grow" if grow and size < MAX_NP else "shrink"
+            # starting, so it waits for them.
+            grow = self.target < MAX_NP and (self.target <= MIN_NP + 1
+                                              or self.rng.random() < 0.5)
+            if not grow and self.pending_grows:
+                return None
+            kind = "grow" if grow else "shrink"
         return kind
+
+    def replace_lost(self):
+        """Lists a new slot for each member that the job lacks against its target size (the
+        members lost to the last fault, less the new workers still starting): each is a
+        `replace`, timed as a grow is but not counted as a fault."""
+        job = self.job
+        lacking = self.target - len(job.members()) - len(self.pending_grows)
+        for _ in range(max(0, min(lacking, MAX_NP - len(job.members())))):
+            self.pending_grows.append({"kind": "replace", "job": job.dir.name,
+                                       "spares": job.spares, "time": self.resize(True),
+                                       "epoch": job.newest_epoch()})
+            self.pending_grows[-1]["at"] = self.pending_grows[-1]["time"]
 
     def settle_grows(self):
         """Waits until every new worker still starting has taken its first step (at most twice
@@ -351,8 +398,9 @@ class Soak:
         """Injects one fault; returns (its time, the worker it hit or added, or None)."""
         job = self.job
         if kind in ("grow", "shrink"):
+            self.target += 1 if kind == "grow" else -1
             return self.resize(kind == "grow"), None
-        victim = self.rng.choice(job.members())
+        victim = self.rng.choice(job.started_members())
         if kind.startswith("exit@"):
             return self.aim(kind[5:], victim)
         pid = job.pid(victim)
@@ -394,7 +442,7 @@ class Soak:
         if slow:
             self.wait(lambda: any(r["event"] == "armed" and r["worker"] == victim
                                   for r in job.records[-400:]), 10)
-            others = [w for w in job.members() if w != victim]
+            others = [w for w in job.started_members() if w != victim]
             if phase == "broadcast" and len(others) > MIN_NP:
                 os.kill(job.pid(self.rng.choice(others)), signal.SIGKILL)
             else:
@@ -412,7 +460,8 @@ class Soak:
         """Waits for the first step completed in a membership newer than `epoch` after the
         fault; for a grow also the new worker's first step."""
         job = self.job
-        result = {"kind": kind, "job": job.dir.name, "worker": victim, "time": at}
+        result = {"kind": kind, "job": job.dir.name, "worker": victim, "time": at,
+                  "spares": job.spares}
         last = time.time()
         seen = len(job.records)
         while True:
@@ -483,13 +532,14 @@ class Soak:
         # A spare (perseusrun --spare-workers) started before it was given the slot: its
         # "interpreter" stage is None, its "imports" the rest of them if any were left.
         spare = boot is not None and boot["started"] < started
+        spare_state = job.spare_state.get((wid, started))  # None: started cold
         marks = [("discovery", started),
                  ("interpreter", None if spare else boot and boot["started"]),
                  ("imports", boot and boot["imported"]),
                  ("until_published", published),
                  ("rendezvous", boot and boot["joined"]), ("build", boot and boot["time"]),
                  ("sync", entry), ("first_step", first_step)]
-        out, before = {"spare": spare}, at
+        out, before = {"spare": spare, "spare_state": spare_state}, at
         for name, mark in marks:
             if spare and (name == "interpreter" or name == "imports" and mark < started):
                 out[name] = None  # before it was given the slot
@@ -531,10 +581,11 @@ class Soak:
 
     def one_fault(self, number):
         time.sleep(self.rng.uniform(*self.args.gap))
-        kind = self.choose()
+        drawn = self.draw()
+        kind = self.choose(drawn)
         if kind is None:
             self.settle_grows()
-            kind = self.choose() or "kill"
+            kind = self.choose(drawn) or "grow"
         epoch_at_start = self.job.newest_epoch()
         at, victim = self.inject(kind)
         if at is None:  # an aimed exit whose phase never came
@@ -544,9 +595,9 @@ class Soak:
             epoch = self.job.newest_epoch(at) if kind.startswith("exit@") else epoch_at_start
             result = self.measure(kind, at, victim, epoch)
             if result is None:  # a grow: written once its new worker has stepped
-                self.pending_grows[-1]["number"] = number
+                self.pending_grows[-1].update(number=number, drawn=drawn)
                 return {}
-        result["number"] = number
+        result.update(number=number, drawn=drawn)
         self.write(result)
         return result
 
@@ -571,6 +622,8 @@ class Soak:
                 continue
             result = self.one_fault(number)
             self.resolve_grows()
+            if not result.get("problem") and self.job.alive():
+                self.replace_lost()
             if result.get("problem") != "not fired":
                 number += 1
                 self.job_faults += 1
@@ -589,6 +642,16 @@ class Soak:
         """Lets the new workers still starting take their first step, then ends the job."""
         self.settle_grows()
         self.end_job()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def check_records(records):

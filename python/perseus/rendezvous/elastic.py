@@ -13,7 +13,8 @@ this module, so the two sides cannot drift apart.
                                       (PERSEUS_TIMEOUT) waiting for that rank
   elastic/ready/<worker id>          "1" once a started worker waits for its first membership
                                       (the driver publishes a new worker only then); "0" set
-                                      by the driver before it starts one
+                                      by the driver before it starts one; also set
+                                      under a spare's id once the spare has warmed up
   elastic/spare/<spare id>           "<worker id> <first epoch>": the driver gives a spare worker
                                       (perseusrun --spare-workers) the slot it takes over
   elastic/<E>/perseus/...            epoch E's own rendezvous (PERSEUS_STORE_PREFIX); the

@@ -121,6 +121,18 @@ class LaunchedProcess:
     def poll(self):
         return self.popen.poll()
 
+    def stopped(self):
+        """True while the child (a local one: /proc) is stopped (SIGSTOP, SIGTSTP, a tracer):
+        it cannot run, so it cannot report anything either."""
+        try:
+            with open("/proc/%d/stat" % self.popen.pid, "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the
+        # last ')'.
+        return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
+
     def signal_group(self, sig):
         """Signals the child's whole process group (ignored if it is already gone)."""
         try:

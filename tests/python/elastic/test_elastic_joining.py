@@ -164,9 +164,10 @@ def test_a_new_worker_unlisted_while_it_starts_is_stopped_unpublished(elastic_jo
 
 def test_a_spare_worker_takes_over_the_slot_that_discovery_adds(elastic_job, tmp_path):
     """Note [Spare workers] (runner/elastic/spares.py): with --spare-workers 1 perseusrun keeps
-    one process started ahead of need. The slot that discovery adds is given to it (the new
-    worker is that process), it joins and trains at the new size; the spare started after it
-    ends with the job, leaving nothing behind."""
+    one process started ahead of need, and says when it has warmed up. The slot that discovery
+    adds is given to it (the new worker is that process, and perseusrun says whether it had
+    warmed up), it joins and trains at the new size; the spare started after it ends with the
+    job, leaving nothing behind."""
     hosts = tmp_path / "hosts.txt"
     write_hosts(hosts, 2)
     job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "4", "--spare-workers", "1",
@@ -180,6 +181,9 @@ def test_a_spare_worker_takes_over_the_slot_that_discovery_adds(elastic_job, tmp
                      r"pid (\d+)\)", job.stderr)
     assert took and int(took.group(1)) == job.pid("localhost:2"), job.output()
     assert "started spare worker spare2 on localhost" in job.stderr, job.output()
+    warm = "spare worker spare1 is ready" in job.stderr
+    assert took.group(0) + (", warmed up" if warm else ", still warming up") in job.stderr, \
+        job.output()
     done = final(job.records())
     for w in ("localhost:0", "localhost:1", "localhost:2"):
         assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 150, (w, done)
@@ -231,3 +235,59 @@ def test_a_new_worker_does_torchs_one_time_imports_before_it_says_it_is_ready(fi
         assert seen == {"ready_after": "1", "epoch": 3}, seen  # no warm-up ran
     else:
         assert seen["dynamo"] and seen["ready"] is None, seen
+
+
+def test_a_new_worker_does_not_wait_for_a_slow_one_started_with_it(elastic_job, tmp_path):
+    """Note [Newcomers start before they are published]: two slots listed at once, one of
+    whose workers takes 10 s longer to start. Newcomers started together are published
+    together, but one that is ready waits at most JOIN_TOGETHER_S for the other: localhost:2
+    joins in epoch 2 and localhost:3 in epoch 3 once it is ready."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 2)
+    job = elastic_job(["-np", "2", "--min-np", "2", "--max-np", "4",
+                       "--host-discovery-script", "cat %s" % hosts], steps=400,
+                      step_sleep=0.05, worker_args=["--start-delay", "localhost:3:10"]).start()
+    job.wait_steps(2, 5)
+    write_hosts(hosts, 4)
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    assert "epoch 2: 3 workers (localhost:0, localhost:1, localhost:2)" in job.stderr, \
+        job.output()
+    assert "epoch 3: 4 workers (localhost:0, localhost:1, localhost:2, localhost:3)" \
+        in job.stderr, job.output()
+    done = final(job.records())
+    for w in ("localhost:0", "localhost:1", "localhost:2", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 4 and done[w][0]["step"] == 400, (w, done)
+
+
+def test_a_member_stopped_while_the_members_meet_a_new_worker_is_removed(elastic_job,
+                                                                         tmp_path):
+    """A member stops (SIGSTOP) right after the announcement of a new worker, while the others
+    meet it in the next membership's rendezvous, which waits up to PERSEUS_START_TIMEOUT (no
+    collective there times out on it). perseusrun sees the process stopped and, after
+    PERSEUS_TIMEOUT, removes it: the others go on without it in the membership after, within
+    PERSEUS_TIMEOUT and a margin, well before PERSEUS_START_TIMEOUT."""
+    hosts = tmp_path / "hosts.txt"
+    write_hosts(hosts, 3)
+    job = elastic_job(["-np", "3", "--min-np", "2", "--max-np", "4",
+                       "--host-discovery-script", "cat %s" % hosts], steps=300,
+                      step_sleep=0.05, worker_args=["--stop-on-update", "localhost:1"])
+    job.env.update(PERSEUS_TIMEOUT="3", PERSEUS_START_TIMEOUT="20")
+    job.start()
+    job.wait_steps(3, 5)
+    write_hosts(hosts, 4)
+    code = job.wait().returncode
+    assert code == 0, job.output()
+    assert ("worker localhost:1 (rank 1 of epoch 2) has been stopped (SIGSTOP) for "
+            "longer than PERSEUS_TIMEOUT" in job.stderr), job.output()
+    assert "epoch 3: 3 workers (localhost:0, localhost:2, localhost:3)" in job.stderr, \
+        job.output()
+    records = job.records()
+    stopped = [r["time"] for r in records["localhost:1"] if r["event"] == "stopping"][0]
+    resumed = min(r["time"] for r in records["localhost:0"]
+                  if r["event"] == "step" and r["epoch"] == 3)
+    assert resumed - stopped <= 3 + relsupport.TIMEOUT_MARGIN_S, (resumed - stopped,
+                                                                 job.output())
+    done = final(records)
+    for w in ("localhost:0", "localhost:2", "localhost:3"):
+        assert done[w] and done[w][0]["size"] == 3 and done[w][0]["step"] == 300, (w, done)

@@ -124,6 +124,7 @@ def prepare_init():
             for warm_up in _warm_ups:
                 warm_up()
         if spare:
+            store.set(keys.ready(spare), b"1")  # warmed up: the driver gives these slots first
             _wait_for_a_slot(store, spare)
         store.set(keys.ready(_worker_id()), b"1")
     me = _worker_id()

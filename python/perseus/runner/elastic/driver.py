@@ -37,6 +37,10 @@ KILL_GRACE_S = 3.0
 UNRESPONSIVE_GRACE_S = 1.0
 # After the first member finishes, how long the others may take to finish too.
 FINISH_GRACE_S = 60.0
+# How long newcomers started together that are ready wait for those of them that are not yet
+# (Note [Newcomers start before they are published]): one reset of the members for all of
+# them, but a newcomer never waits for another's start-up for longer than this.
+JOIN_TOGETHER_S = 0.5
 
 
 def _log(msg):
@@ -54,6 +58,8 @@ class Worker:
         self.wid, self.host, self.slot, self.index, self.proc = wid, host, slot, index, proc
         self.code = None
         self.started_at = time.monotonic()  # as a newcomer: when it was given its slot
+        self.ready_at = None  # as a newcomer: when the driver first saw it ready
+        self.stopped_since = None  # when the driver first saw its process stopped (SIGSTOP)
         self.removed = False  # stopped because discovery no longer lists its slot
 
     def alive(self):
@@ -93,12 +99,13 @@ class ElasticDriver:
         self.elastic_timeout = float(args.elastic_timeout if args.elastic_timeout is not None
                                      else os.environ.get("HOROVOD_ELASTIC_TIMEOUT", 600))
         self.join_timeout = start_timeout_s
+        self.timeout_s = float(base_env.get("PERSEUS_TIMEOUT") or 30.0)
         self.blacklist = Blacklist(tuple(args.blacklist_cooldown_range)
                                    if args.blacklist_cooldown_range else None)
         self.workers = []  # every worker ever started (a spare once it is given a slot)
         self.launched = 0  # processes started, spares included: the next output prefix
         self.spares = Spares(getattr(args, "spare_workers", None) or 0, store,
-                             self._launch_spare, _log)
+                             self._launch_spare, _log, _log if args.verbose else None)
         self.members = []  # the current epoch's, in rank order
         self.starting = []  # started newcomers not yet published
         self.epoch = 0
@@ -170,11 +177,13 @@ class ElasticDriver:
         w = self.spares.take(host, wid, self.epoch + 1)
         if w is None:
             return None
-        spare_id, w.wid, w.slot = w.wid, wid, slot
+        warm = w.ready_at is not None
+        spare_id, w.wid, w.slot, w.ready_at = w.wid, wid, slot, None
         self.workers.append(w)
         if self.args.verbose:
-            _log("started worker %s from spare %s (output prefix [%d], pid %d)"
-                 % (wid, spare_id, w.index, w.proc.popen.pid))
+            _log("started worker %s from spare %s (output prefix [%d], pid %d), %s"
+                 % (wid, spare_id, w.index, w.proc.popen.pid,
+                    "warmed up" if warm else "still warming up"))
         return w
 
     def _launch(self, wid, host, slot, info, identity):
@@ -305,9 +314,35 @@ class ElasticDriver:
 
     def _joining(self, now):
         """The started newcomers to publish now: those started together, once all of them are
-        ready (after a failure, every one that is), a newcomer counting as ready once it has
-        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join). A
-        newcomer that failed before it was ready is blacklisted as a member would be; one
+        ready, or those of them that are once one has waited JOIN_TOGETHER_S for the others
+        (after a failure, every one that is ready), a newcomer counting as ready once it has
+        had PERSEUS_START_TIMEOUT (the join check then stops it if it does not join)."""
+        self._drop_lost_newcomers()
+        if not self.starting:
+            return []
+        for w in self.starting:
+            if w.ready_at is None and (now - w.started_at > self.join_timeout
+                                       or self.store.get(keys.ready(w.wid)) == b"1"):
+                w.ready_at = now
+        if self.dirty:  # a failure forces a new membership now anyway
+            return [w for w in self.starting if w.ready_at is not None]
+        # Newcomers started together join together (one reset for the members, not one
+        # each), but those ready wait at most JOIN_TOGETHER_S for the others of their group
+        # (a spare still starting, a slower host); groups started at other times neither wait
+        # for them nor hold them back.
+        together = collections.defaultdict(list)
+        for w in self.starting:
+            together[w.started_at].append(w)
+        joining = []
+        for batch in together.values():
+            ready = [w for w in batch if w.ready_at is not None]
+            if len(ready) == len(batch) or ready and (
+                    now - min(w.ready_at for w in ready) >= JOIN_TOGETHER_S):
+                joining += ready
+        return joining
+
+    def _drop_lost_newcomers(self):
+        """A newcomer that failed before it was ready is blacklisted as a member would be; one
         whose slot discovery no longer lists, or whose host is blacklisted, is stopped."""
         for w in self.starting:
             if w.code not in (None, 0) and not w.removed:
@@ -323,20 +358,6 @@ class ElasticDriver:
                 self._kill(w)
                 w.removed = True
         self.starting = [w for w in self.starting if w.alive() and not w.removed]
-        if not self.starting:
-            return []
-        overdue = [w for w in self.starting if now - w.started_at > self.join_timeout]
-        ready = [w for w in self.starting if w in overdue
-                 or self.store.get(keys.ready(w.wid)) == b"1"]
-        if self.dirty:  # a failure forces a new membership now anyway
-            return ready
-        # Newcomers started together join together (one reset for the members, not one
-        # each); those started at another time neither wait for them nor hold them back.
-        together = collections.defaultdict(list)
-        for w in self.starting:
-            together[w.started_at].append(w)
-        return [w for batch in together.values() if all(x in ready for x in batch)
-                for w in batch]
 
     def _blacklist_note(self):
         listed = self.blacklist.listed()
@@ -360,12 +381,33 @@ class ElasticDriver:
                     self._kill(w)
                     self.published_at = now  # check the others again a timeout later
 
+    def _stop_stopped(self, now):
+        """Members whose process has been stopped (SIGSTOP: the driver reads the local ones'
+        state) for longer than PERSEUS_TIMEOUT are hung as surely as those their peers time
+        out on, also where no peer waits in a collective that times out: the members of a new
+        epoch wait for each other in its rendezvous for up to PERSEUS_START_TIMEOUT. They are
+        killed and treated as failed (where peers time out on one too, their report may name
+        it first: _stop_unresponsive kills it then, with no grace)."""
+        for w in self.members:
+            if not w.alive() or not hostmod.is_local(w.host) or not w.proc.stopped():
+                w.stopped_since = None
+                continue
+            if w.stopped_since is None:
+                w.stopped_since = now
+            elif now - w.stopped_since >= self.timeout_s:
+                _log("worker %s (rank %d of epoch %d) has been stopped (SIGSTOP) for longer "
+                     "than PERSEUS_TIMEOUT (%.0f s); stopping it for good"
+                     % (w.wid, self.members.index(w), self.epoch, self.timeout_s))
+                self._kill(w)
+                w.stopped_since = None
+
     def _stop_unresponsive(self):
         """Members that their peers' collectives timed out on (PERSEUS_TIMEOUT) and that do not
         report the failure themselves within UNRESPONSIVE_GRACE_S are hung (stopped, blocked):
         they are killed, so that the next membership forms without them instead of waiting
         for them in its rendezvous (a failed member's rules then apply: its slot is
-        blacklisted)."""
+        blacklisted). A named member whose process is stopped (SIGSTOP) cannot report
+        anything: it gets no grace."""
         epoch = self.epoch
         named = [w for rank, w in enumerate(self.members)
                  if w.alive() and self.store.add(keys.unresponsive(epoch, rank), 0) > 0]
@@ -373,7 +415,8 @@ class ElasticDriver:
         while named:
             named = [w for w in named if w.proc.poll() is None
                      and self.store.get(keys.failed_by(epoch, w.wid)) is None]
-            if not named or time.monotonic() > deadline:
+            if not named or time.monotonic() > deadline or all(
+                    hostmod.is_local(w.host) and w.proc.stopped() for w in named):
                 break
             time.sleep(LOOP_INTERVAL_S)
         for w in named:
@@ -435,9 +478,13 @@ class ElasticDriver:
                             len(self._free_slots())))
             else:
                 self._drop_removed_hosts()
+                self._stop_stopped(now)
                 self._check_health(now)
                 self._next_membership(now)
-                self.spares.keep(self.hosts, self.blacklist)
+                # A newcomer past PERSEUS_START_TIMEOUT counts as ready (_joining): a hung
+                # one holds the spares back no longer than that.
+                self.spares.keep(self.hosts, self.blacklist, newcomer_starting=any(
+                    w.ready_at is None for w in self.starting))
             time.sleep(LOOP_INTERVAL_S)
 
     def stop(self):

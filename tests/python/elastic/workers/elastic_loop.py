@@ -7,6 +7,7 @@ Each worker appends one JSON record per step to <results>/<worker id>.json and w
 to <results>/pid.<worker id>, so that the test can kill it."""
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -31,6 +32,9 @@ def _flags(p):
     p.add_argument("--exit-on-update", default="", metavar="WORKER:NEWCOMER",
                    help="WORKER exits (code 3) when a new membership is announced, once "
                         "NEWCOMER has joined it: a member lost while a new worker starts")
+    p.add_argument("--stop-on-update", default="", metavar="WORKER",
+                   help="WORKER stops itself (SIGSTOP) when a new membership is announced: "
+                        "a member hung while the others meet in the next rendezvous")
     p.add_argument("--start-delay", default="", metavar="WORKER:SECONDS",
                    help="WORKER sleeps SECONDS before init(): a newcomer slow to start")
 
@@ -79,6 +83,9 @@ def main():
                 record(event="hosts_updated", step=step)
                 if args.exit_on_update.startswith(wid + ":"):
                     _exit_once_joined(args.exit_on_update[len(wid) + 1:])
+                if args.stop_on_update == wid:
+                    record(event="stopping", step=step)
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 pair = None
                 elastic_worker.reset()
                 synced = False
