@@ -24,10 +24,20 @@ def test_output_prefixes_and_topology_env():
             "assert e['PERSEUS_SECRET'] not in open('/proc/self/cmdline').read()")
     r = perseusrun(["-np", 3, PY, "-c", code])
     assert r.returncode == 0, r.stderr
-    omp = str(max(1, (os.cpu_count() or 1) // 3))
+    omp = str(max(1, len(os.sched_getaffinity(0)) // 3))
     for rank in range(3):
         assert "[%d]<stdout>:%d 3 %d 3 0 1 %s 0 64 True\n" % (rank, rank, rank, omp) in r.stdout
         assert "[%d]<stderr>:err\n" % rank in r.stderr
+
+
+def test_thread_default_counts_the_cpus_the_job_may_use():
+    """OMP_NUM_THREADS divides the CPUs perseusrun may run on (taskset, a cpuset), not the
+    host's, among the local ranks."""
+    code = "import os; print('omp', os.environ['OMP_NUM_THREADS'])"
+    r = subprocess.run(["taskset", "-c", "0", PY, "-m", "perseus.runner", "-np", "1", PY, "-c",
+                        code], env=job_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:omp 1\n" in r.stdout, r.stdout
 
 
 def test_user_env_wins_and_tuning_flags():

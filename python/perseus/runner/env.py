@@ -58,6 +58,14 @@ def tuning_env(args):
     return env
 
 
+def _usable_cpus():
+    """The CPUs this process may run on (taskset, a cgroup's cpuset), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def job_env(base, args, max_local_size):
     """Variables shared by every rank: the caller's environment with the tuning flags, and
     thread defaults that stop N ranks from each spawning one thread per core."""
@@ -65,7 +73,7 @@ def job_env(base, args, max_local_size):
     for key in _TOPOLOGY_KEYS:  # a perseusrun inside a rank must not inherit its parent's
         env.pop(key, None)
     env.update(tuning_env(args))
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_local_size)))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, _usable_cpus() // max_local_size)))
     # Ranks bind to their share of the cores, as mpirun's do (Note [Binding ranks to cores]).
     env.setdefault("PERSEUS_BIND_TO", "core")
     # MXNet's operator tuning spawns threads and slows start-up; harmless for other jobs.
