@@ -8,6 +8,8 @@
 // casters cost about as much as the engine's whole small allreduce (bench/small_ops/README.md has
 // the split). Every check of the core still runs: names, dtypes and shapes are matched across ranks
 // there.
+#include "fast_calls.h"
+
 #include <Python.h>
 
 #include <cstdint>
@@ -188,6 +190,8 @@ PyObject* returnTensor(PyObject* result, PyObject* tensor) {
   return tensor;
 }
 
+}  // namespace
+
 // allreduce_tensor(tensor, name, op, prescale, postscale, process_set)
 PyObject* allreduceTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allreduce_tensor", nargs, 6)) return nullptr;
@@ -215,6 +219,8 @@ PyObject* broadcastTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (PyErr_Occurred()) return nullptr;
   return returnTensor(broadcast(name, t, root, process_set), args[0]);
 }
+
+namespace {
 
 // Releases a library handle on every way out.
 struct ReleaseHandle {
@@ -359,6 +365,8 @@ int requiresGrad(PyObject* tensor) {
   return truth;
 }
 
+}  // namespace
+
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
 // of a registered type of at most max_bytes that does not require grad, the result made through
 // the type's exchange API (else by allocate(shape, tensor)); NotImplemented, with no call, for
@@ -395,6 +403,8 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (id == 0) return newTensorFrom(result, args[4], args[0], &t);  // finished into scratch
   return awaitOutput(id, waited, args[4], args[0], &t);
 }
+
+namespace {
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
 PyCFunction asCFunction() {

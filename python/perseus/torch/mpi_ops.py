@@ -315,6 +315,18 @@ _empty_with_address = _t.empty_with_address
 _empty_like_with_address = _t.empty_like_with_address
 
 
+def fast_entry(kind, fallback, config):
+    """The extension's C function for the blocking call `kind` ('allreduce_', 'broadcast_' or
+    'allgather'), standing for the Python function `fallback`: it binds the arguments as
+    `fallback` would, takes the fast call where `fallback` would, and calls `fallback` with the
+    arguments unchanged otherwise. A user's call so costs no Python frame (bench/small_ops/
+    README.md). `fallback` itself where the extension has no such entry."""
+    make = getattr(_direct(), "fast_entry", None)
+    if make is None:
+        return fallback
+    return make(kind, fallback, global_process_set, config, fallback.__module__)
+
+
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
