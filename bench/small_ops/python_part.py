@@ -26,6 +26,8 @@ CALLS = {
     "broadcast core": "core.broadcast_tensor(t, 'pp.bc', 0, 0)",
     "broadcast whole": "hvd.broadcast_(t, 0, name='pp.bc')",
     "broadcast python": "_ops.broadcast_blocking_(t, 0, name='pp.bc')",
+    "allreduce copy": "hvd.allreduce(t, name='pp.arc', op=hvd.Sum)",
+    "allreduce async": "_autograd._allreduce(t, name='pp.arc', op=hvd.Sum)",
     "allgather core": "core.allgather_tensor(t, 'pp.ag', 0, 16384, _t.empty_like_with_address)",
     "allgather address": "core.allgather_into('pp.ag', t.data_ptr(), code, t.shape, 0, "
                          "_t.empty_with_address, t.dtype)",
@@ -44,7 +46,7 @@ def main():
     hvd.init()
     t = torch.ones(1)
     env = dict(hvd=hvd, t=t, core=_ops._direct(), code=_t.dense_cpu_code(t), _t=_t, torch=torch,
-               _ops=_ops, _ag=_autograd._allgather)
+               _ops=_ops, _ag=_autograd._allgather, _autograd=_autograd)
     best = {}
     for _ in range(args.reps):  # interleaved: every call sees the same machine
         for label, stmt in CALLS.items():

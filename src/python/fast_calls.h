@@ -14,5 +14,7 @@ PyObject* allreduceTensor(PyObject* self, PyObject* const* args, Py_ssize_t narg
 PyObject* broadcastTensor(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
 // (tensor, name, process_set, max_bytes, allocate): the gathered tensor
 PyObject* allgatherTensor(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+// (tensor, name, op, prescale, postscale, process_set, max_bytes): a new, reduced tensor
+PyObject* allreduceCopy(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace perseus_py

@@ -14,8 +14,8 @@
 namespace perseus_py {
 namespace {
 
-// The entry's state, its `self`: (fallback, global_set, config), config being the op table
-// (allreduce_), or (max_bytes, allocate) (allgather).
+// The entry's state, its `self`: (fallback, global_set, config), config being what the entry
+// says it is.
 enum : Py_ssize_t { kFallback, kGlobalSet, kConfig, kStateSize };
 
 PyObject* fallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -64,7 +64,7 @@ PyObject* orFallback(PyObject* result, PyObject* self, PyObject* const* args, Py
 }
 
 // allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-//            postscale_factor=1.0, process_set=global_process_set)
+//            postscale_factor=1.0, process_set=global_process_set); config: the op table
 PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
   static PyObject* const names[7] = {
@@ -88,6 +88,35 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   return orFallback(allreduceTensor(nullptr, call, 6), self, args, nargs, kwnames);
 }
 
+// allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+//           prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set); config:
+// (op table, Compression.none, the most bytes copied)
+PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                             PyObject* kwnames) {
+  static PyObject* const names[8] = {
+      intern("tensor"),           intern("average"),    intern("name"),
+      intern("compression"),      intern("op"),         intern("prescale_factor"),
+      intern("postscale_factor"), intern("process_set")};
+  static PyObject* const one = PyFloat_FromDouble(1.0);
+  static PyObject* const zero = PyLong_FromLong(0);
+  PyObject* config = PyTuple_GET_ITEM(self, kConfig);
+  PyObject* a[8] = {};
+  if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
+      a[2] == nullptr || !PyUnicode_CheckExact(a[2]) ||
+      (a[3] != nullptr && a[3] != PyTuple_GET_ITEM(config, 1)) || !globalSet(self, a[7])) {
+    return fallback(self, args, nargs, kwnames);
+  }
+  PyObject* op =
+      PyDict_GetItemWithError(PyTuple_GET_ITEM(config, 0), a[4] == nullptr ? Py_None : a[4]);
+  if (op == nullptr) {
+    PyErr_Clear();
+    return fallback(self, args, nargs, kwnames);
+  }
+  PyObject* call[7] = {
+      a[0], a[2], op, a[5] ? a[5] : one, a[6] ? a[6] : one, zero, PyTuple_GET_ITEM(config, 2)};
+  return orFallback(allreduceCopy(nullptr, call, 7), self, args, nargs, kwnames);
+}
+
 // broadcast_(tensor, root_rank, name=None, process_set=global_process_set)
 PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
@@ -103,7 +132,7 @@ PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   return orFallback(broadcastTensor(nullptr, call, 4), self, args, nargs, kwnames);
 }
 
-// allgather(tensor, name=None, process_set=global_process_set)
+// allgather(tensor, name=None, process_set=global_process_set); config: (max_bytes, allocate)
 PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
   static PyObject* const names[3] = {intern("tensor"), intern("name"), intern("process_set")};
@@ -129,6 +158,11 @@ PyMethodDef kEntries[] = {
      "allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, "
      "postscale_factor=1.0, process_set=global_process_set)\n\nIn-place allreduce of `tensor` "
      "over the set (op=None means Average); returns `tensor` when done."},
+    {"allreduce", asCFunction<allreduceCopyEntry>(), METH_FASTCALL | METH_KEYWORDS,
+     "allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, "
+     "prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set)\n\nReduces "
+     "`tensor` over the set (op=None: Average) and returns a new tensor; its gradient is the "
+     "allreduce of the gradient with the same op and factors."},
     {"broadcast_", asCFunction<broadcastEntry>(), METH_FASTCALL | METH_KEYWORDS,
      "broadcast_(tensor, root_rank, name=None, process_set=global_process_set)\n\nIn-place "
      "broadcast of root_rank's `tensor`; returns `tensor` when done."},
@@ -160,8 +194,8 @@ PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyMethodDef kFactory[] = {
     {"fast_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fastEntry)),
      METH_FASTCALL,
-     "fast_entry(kind, fallback, global_set, config, module): the C entry 'allreduce_', "
-     "'broadcast_' or 'allgather' standing for the Python function `fallback`."},
+     "fast_entry(kind, fallback, global_set, config, module): the C entry 'allreduce', "
+     "'allreduce_', 'broadcast_' or 'allgather' standing for the Python function `fallback`."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -85,8 +85,9 @@ def check_allreduce(rank, size):
 
 
 def call_forms(rank, size):
-    # allreduce_, broadcast_ and allgather bind their arguments in C (mpi_ops.fast_entry): every
-    # form of call their Python functions take, defaults included, negotiated then posted.
+    # allreduce, allreduce_, broadcast_ and allgather bind their arguments in C
+    # (mpi_ops.fast_entry): every form of call their Python functions take, defaults included,
+    # negotiated then posted.
     total = sum(r + 1 for r in range(size))
     for _ in range(4):
         t = torch.full((2,), float(rank + 1))
@@ -99,6 +100,14 @@ def call_forms(rank, size):
         assert hvd.broadcast_(b, root_rank=size - 1, name="forms.bc") is b
         assert torch.equal(b, torch.full((2,), float(size - 1)))
         assert hvd.allgather(torch.tensor([rank]), "forms.ag").tolist() == list(range(size))
+        x = torch.full((3,), float(rank + 1))
+        out = hvd.allreduce(x, None, "forms.out", hvd.Compression.none, hvd.Sum)
+        assert out is not x and torch.equal(out, torch.full((3,), float(total)))
+        assert torch.equal(x, torch.full((3,), float(rank + 1)))  # the input is untouched
+        avg = hvd.allreduce(x, name="forms.out.avg", prescale_factor=2, postscale_factor=0.5)
+        assert torch.allclose(avg, torch.full((3,), total / size))
+        empty = hvd.allreduce(torch.empty(0, 2), name="forms.out.empty", op=hvd.Sum)
+        assert empty.shape == (0, 2)
 
 
 def check_grouped_allreduce(rank, size):

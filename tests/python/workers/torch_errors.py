@@ -104,7 +104,8 @@ def main():
                              (hvd.allreduce_, (t, None, "bad.twice"), {"tensor": t}),
                              (hvd.allreduce_, (t,) + (None,) * 7, {}),
                              (hvd.broadcast_, (t,), {"name": "bad.noroot"}),
-                             (hvd.allgather, (), {"name": "bad.notensor"})):
+                             (hvd.allgather, (), {"name": "bad.notensor"}),
+                             (hvd.allreduce, (t,), {"name": "bad.kw", "comp": None})):
         e = expect(TypeError, fn, *args, **kwargs)
         assert fn.__name__ in str(e), str(e)
 
