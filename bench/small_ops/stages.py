@@ -14,6 +14,8 @@ Stages, per op (float32, in place where the op is):
   python      the Python function each of those stands for and falls back to (the whole call
               before they were C functions)
   handle      the asynchronous path: capsule, handle, wait, output
+  copy        allreduce only: hvd.allreduce, the result in a new tensor (a C entry too), with
+              "copy python" its Python function and "mpi4py copy" Allreduce into a buffer
   mpi4py      the peer, same sizes
 Prints one line per (op, bytes, stage): the fastest and the median repetition of the slowest
 rank's per-op time, and the fastest's ratio to mpi4py's. Short samples, many repetitions and
@@ -63,8 +65,12 @@ def allreduce_stages(t, tag, comm):
         "python": lambda: _ops.allreduce_blocking_(t, name=name, op=hvd.Sum),
         "handle": lambda: hvd.synchronize(hvd.allreduce_async_(t, name=name, op=hvd.Sum)),
     }
+    stages["copy"] = lambda: hvd.allreduce(t, name=name + ".copy", op=hvd.Sum)
+    stages["copy python"] = lambda: _autograd._allreduce(t, name=name + ".copy", op=hvd.Sum)
     if comm is not None:
+        out = a.copy()
         stages["mpi4py"] = lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+        stages["mpi4py copy"] = lambda: comm.Allreduce(a, out, op=MPI.SUM)
     return stages
 
 
