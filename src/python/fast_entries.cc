@@ -1,8 +1,8 @@
-// A framework layer's blocking collectives as C functions: hvd.allreduce_, hvd.broadcast_ and
-// hvd.allgather are these, so that a call a user makes reaches the tensor fast calls
-// (fast_calls.h) with no Python frame. The frame, its keyword matching and its global lookups
-// were about a fifth of a small allreduce_ (bench/small_ops/README.md). Each entry binds its
-// arguments as the Python function it stands for would, takes the fast call when the Python
+// A framework layer's blocking collectives as C functions: hvd.allreduce, hvd.allreduce_,
+// hvd.broadcast_ and hvd.allgather are these, so that a call a user makes reaches the tensor
+// fast calls (fast_calls.h) with no Python frame. The frame, its keyword matching and its global
+// lookups were about a fifth of a small allreduce_ (bench/small_ops/README.md). Each entry binds
+// its arguments as the Python function it stands for would, takes the fast call when the Python
 // function would (a named call of the global set, the same op table), and otherwise calls that
 // function with the arguments unchanged: it raises what Python raises for a wrong call, and
 // takes every other path (another process set, a CUDA tensor, a gradient).
