@@ -9,6 +9,9 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <array>
+#include <iterator>
+
 #include "fast_calls.h"
 
 namespace perseus_py {
@@ -29,15 +32,15 @@ PyObject* fallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
 // Binds positional and keyword arguments to the parameters `names` (interned) as a Python call
 // would: false when the call is not one Python would accept as written (too many arguments, an
 // unknown or repeated keyword), which the fallback then reports. Unbound parameters stay null.
-template <Py_ssize_t N>
-bool bind(PyObject* const (&names)[N], PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
-          PyObject* (&bound)[N]) {
-  if (nargs > N) return false;
+template <size_t N>
+bool bind(const std::array<PyObject*, N>& names, PyObject* const* args, Py_ssize_t nargs,
+          PyObject* kwnames, PyObject* (&bound)[N]) {
+  if (nargs > static_cast<Py_ssize_t>(N)) return false;
   for (Py_ssize_t i = 0; i < nargs; ++i) bound[i] = args[i];
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
   for (Py_ssize_t k = 0; k < nkw; ++k) {
     PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-    Py_ssize_t at = 0;
+    size_t at = 0;
     while (at < N && names[at] != key) ++at;  // a call site's keywords are interned
     if (at == N) {
       at = 0;
@@ -49,7 +52,22 @@ bool bind(PyObject* const (&names)[N], PyObject* const* args, Py_ssize_t nargs, 
   return bound[0] != nullptr;
 }
 
-PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
+// Each entry's parameters, in its Python function's order: fast_entry() refuses a function
+// with others, so that an entry never accepts a call its function would refuse.
+constexpr const char* kAllreduceInplaceParams[] = {
+    "tensor", "average", "name", "op", "prescale_factor", "postscale_factor", "process_set"};
+constexpr const char* kAllreduceParams[] = {"tensor",           "average",    "name",
+                                            "compression",      "op",         "prescale_factor",
+                                            "postscale_factor", "process_set"};
+constexpr const char* kBroadcastParams[] = {"tensor", "root_rank", "name", "process_set"};
+constexpr const char* kAllgatherParams[] = {"tensor", "name", "process_set"};
+
+template <size_t N>
+std::array<PyObject*, N> interned(const char* const (&params)[N]) {
+  std::array<PyObject*, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = PyUnicode_InternFromString(params[i]);
+  return out;
+}
 
 bool globalSet(PyObject* self, PyObject* process_set) {
   return process_set == nullptr || process_set == PyTuple_GET_ITEM(self, kGlobalSet);
@@ -67,9 +85,7 @@ PyObject* orFallback(PyObject* result, PyObject* self, PyObject* const* args, Py
 //            postscale_factor=1.0, process_set=global_process_set); config: the op table
 PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
-  static PyObject* const names[7] = {
-      intern("tensor"),          intern("average"),          intern("name"),       intern("op"),
-      intern("prescale_factor"), intern("postscale_factor"), intern("process_set")};
+  static const auto names = interned(kAllreduceInplaceParams);
   static PyObject* const one = PyFloat_FromDouble(1.0);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[7] = {};
@@ -93,10 +109,7 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 // (op table, Compression.none, the most bytes copied)
 PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                              PyObject* kwnames) {
-  static PyObject* const names[8] = {
-      intern("tensor"),           intern("average"),    intern("name"),
-      intern("compression"),      intern("op"),         intern("prescale_factor"),
-      intern("postscale_factor"), intern("process_set")};
+  static const auto names = interned(kAllreduceParams);
   static PyObject* const one = PyFloat_FromDouble(1.0);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* config = PyTuple_GET_ITEM(self, kConfig);
@@ -120,8 +133,7 @@ PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t n
 // broadcast_(tensor, root_rank, name=None, process_set=global_process_set)
 PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
-  static PyObject* const names[4] = {intern("tensor"), intern("root_rank"), intern("name"),
-                                     intern("process_set")};
+  static const auto names = interned(kBroadcastParams);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[4] = {};
   if (!bind(names, args, nargs, kwnames, a) || a[1] == nullptr || !PyLong_CheckExact(a[1]) ||
@@ -135,7 +147,7 @@ PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 // allgather(tensor, name=None, process_set=global_process_set); config: (max_bytes, allocate)
 PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                          PyObject* kwnames) {
-  static PyObject* const names[3] = {intern("tensor"), intern("name"), intern("process_set")};
+  static const auto names = interned(kAllgatherParams);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[3] = {};
   if (!bind(names, args, nargs, kwnames, a) || a[1] == nullptr || !PyUnicode_CheckExact(a[1]) ||
@@ -172,6 +184,44 @@ PyMethodDef kEntries[] = {
      "is the average of the gradients over ranks, sliced to this rank's rows."},
 };
 
+// kEntries' parameters, in its order.
+struct Params {
+  const char* const* names;
+  size_t count;
+};
+const Params kEntryParams[] = {{kAllreduceInplaceParams, std::size(kAllreduceInplaceParams)},
+                               {kAllreduceParams, std::size(kAllreduceParams)},
+                               {kBroadcastParams, std::size(kBroadcastParams)},
+                               {kAllgatherParams, std::size(kAllgatherParams)}};
+
+// 1 when the Python function `fn` takes exactly `params` (positional or keyword, no *args,
+// **kwargs or keyword-only ones), 0 when not, -1 with a Python error.
+int sameParams(PyObject* fn, const Params& params) {
+  PyObject* code = PyObject_GetAttrString(fn, "__code__");
+  if (code == nullptr) return -1;
+  PyObject* argcount = PyObject_GetAttrString(code, "co_argcount");
+  PyObject* kwonly = PyObject_GetAttrString(code, "co_kwonlyargcount");
+  PyObject* flags = PyObject_GetAttrString(code, "co_flags");
+  PyObject* names = PyObject_GetAttrString(code, "co_varnames");
+  Py_DECREF(code);
+  int same = -1;
+  if (argcount != nullptr && kwonly != nullptr && flags != nullptr && names != nullptr &&
+      PyTuple_Check(names)) {
+    constexpr long kVarArgs = 0x04, kVarKeywords = 0x08;  // CO_VARARGS, CO_VARKEYWORDS
+    same = PyLong_AsLong(argcount) == static_cast<long>(params.count) &&
+           PyLong_AsLong(kwonly) == 0 && (PyLong_AsLong(flags) & (kVarArgs | kVarKeywords)) == 0;
+    for (size_t i = 0; same == 1 && i < params.count; ++i) {
+      same = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(names, i), params.names[i]) == 0;
+    }
+    if (PyErr_Occurred()) same = -1;
+  }
+  Py_XDECREF(argcount);
+  Py_XDECREF(kwonly);
+  Py_XDECREF(flags);
+  Py_XDECREF(names);
+  return same;
+}
+
 // fast_entry(kind, fallback, global_set, config, module): the entry `kind` (a name in kEntries)
 // standing for the Python function `fallback`, as a function of module `module`.
 PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -179,8 +229,17 @@ PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "fast_entry(kind, fallback, global_set, config, module)");
     return nullptr;
   }
-  for (PyMethodDef& def : kEntries) {
+  for (size_t i = 0; i < std::size(kEntries); ++i) {
+    PyMethodDef& def = kEntries[i];
     if (PyUnicode_CompareWithASCIIString(args[0], def.ml_name) != 0) continue;
+    const int same = sameParams(args[1], kEntryParams[i]);
+    if (same <= 0) {
+      if (same == 0) {
+        PyErr_Format(PyExc_TypeError, "fast_entry: %R does not take the parameters of entry '%s'",
+                     args[1], def.ml_name);
+      }
+      return nullptr;
+    }
     PyObject* state = PyTuple_Pack(kStateSize, args[1], args[2], args[3]);
     if (state == nullptr) return nullptr;
     PyObject* fn = PyCFunction_NewEx(&def, state, args[4]);

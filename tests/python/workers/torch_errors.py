@@ -108,6 +108,11 @@ def main():
                              (hvd.allreduce, (t,), {"name": "bad.kw", "comp": None})):
         e = expect(TypeError, fn, *args, **kwargs)
         assert fn.__name__ in str(e), str(e)
+    # An entry is made only for a Python function with its parameters, in its order.
+    def renamed(tensor, root_rank, nam=None, process_set=None):
+        pass
+    e = expect(TypeError, hvd.mpi_ops.fast_entry, "broadcast_", renamed, None)
+    assert "broadcast_" in str(e), str(e)
 
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
