@@ -431,6 +431,28 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return awaitOutput(id, waited, args[4], args[0], &t);
 }
 
+namespace {
+
+// The allreduce of `t` in place through a handle, waited for as Handle.wait() waits (a late
+// one in slices: Ctrl-C interrupts it, and the stall diagnosis names this call's line, as it
+// did for hvd.allreduce before it was one call). False with a Python error.
+bool reduceInPlace(const TensorReduce& a, FlatTensor& t) {
+  perseus_handle id{};
+  perseus_status submitted, waited = PERSEUS_OK;
+  Py_BEGIN_ALLOW_THREADS;
+  submitted = perseus_allreduce(a.name, &t.t, &t.t, static_cast<int32_t>(a.op), a.prescale,
+                                a.postscale, static_cast<int32_t>(a.process_set), &id);
+  if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
+  Py_END_ALLOW_THREADS;
+  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allreduce") != nullptr;
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) return waitLate(id);
+  if (waited != PERSEUS_OK) return finish(waited, "perseus_wait") != nullptr;
+  return true;
+}
+
+}  // namespace
+
 // allreduce_copy(tensor, name, op, prescale, postscale, process_set, max_bytes): the in-place
 // allreduce of a copy of `tensor`, made through its type's exchange API, for a tensor of a
 // registered type of at most max_bytes that does not require grad; NotImplemented, with no
@@ -455,12 +477,10 @@ PyObject* allreduceCopy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   FlatTensor copy = t;
   copy.t.shape = copy.shape;
   copy.t.data = dataOrPlaceholder(data);
-  PyObject* done = allreduce(a.name, copy, a.op, a.prescale, a.postscale, a.process_set);
-  if (done == nullptr) {
+  if (!reduceInPlace(a, copy)) {
     Py_DECREF(out);
     return nullptr;
   }
-  Py_DECREF(done);
   return out;
 }
 

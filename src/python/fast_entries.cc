@@ -12,6 +12,7 @@
 #include <array>
 #include <iterator>
 
+#include "call_site.h"
 #include "fast_calls.h"
 
 namespace perseus_py {
@@ -73,9 +74,17 @@ bool globalSet(PyObject* self, PyObject* process_set) {
   return process_set == nullptr || process_set == PyTuple_GET_ITEM(self, kGlobalSet);
 }
 
-// The fast call's result, else (NotImplemented) the fallback's.
-PyObject* orFallback(PyObject* result, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+// The fast call's result, else (NotImplemented) the fallback's. The fast call runs inside an
+// InPerseusCall (call_site.h): a late collective's stall report then names the user's line that
+// waits for it, which the fallback's own Python frames show.
+template <typename FastCall>
+PyObject* orFallback(FastCall call, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                      PyObject* kwnames) {
+  PyObject* result;
+  {
+    const InPerseusCall marked;
+    result = call();
+  }
   if (result != Py_NotImplemented) return result;
   Py_DECREF(result);
   return fallback(self, args, nargs, kwnames);
@@ -101,7 +110,7 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     return fallback(self, args, nargs, kwnames);
   }
   PyObject* call[6] = {a[0], a[2], op, a[4] ? a[4] : one, a[5] ? a[5] : one, zero};
-  return orFallback(allreduceTensor(nullptr, call, 6), self, args, nargs, kwnames);
+  return orFallback([&] { return allreduceTensor(nullptr, call, 6); }, self, args, nargs, kwnames);
 }
 
 // allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -127,7 +136,7 @@ PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t n
   }
   PyObject* call[7] = {
       a[0], a[2], op, a[5] ? a[5] : one, a[6] ? a[6] : one, zero, PyTuple_GET_ITEM(config, 2)};
-  return orFallback(allreduceCopy(nullptr, call, 7), self, args, nargs, kwnames);
+  return orFallback([&] { return allreduceCopy(nullptr, call, 7); }, self, args, nargs, kwnames);
 }
 
 // broadcast_(tensor, root_rank, name=None, process_set=global_process_set)
@@ -141,7 +150,7 @@ PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     return fallback(self, args, nargs, kwnames);
   }
   PyObject* call[4] = {a[0], a[2], a[1], zero};
-  return orFallback(broadcastTensor(nullptr, call, 4), self, args, nargs, kwnames);
+  return orFallback([&] { return broadcastTensor(nullptr, call, 4); }, self, args, nargs, kwnames);
 }
 
 // allgather(tensor, name=None, process_set=global_process_set); config: (max_bytes, allocate)
@@ -156,7 +165,7 @@ PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   }
   PyObject* config = PyTuple_GET_ITEM(self, kConfig);
   PyObject* call[5] = {a[0], a[1], zero, PyTuple_GET_ITEM(config, 0), PyTuple_GET_ITEM(config, 1)};
-  return orFallback(allgatherTensor(nullptr, call, 5), self, args, nargs, kwnames);
+  return orFallback([&] { return allgatherTensor(nullptr, call, 5); }, self, args, nargs, kwnames);
 }
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)>
