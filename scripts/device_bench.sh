@@ -4,7 +4,9 @@
 #   gpu       the torch.distributed backend on the GPU: test_backend_cuda.py, the per-call cost
 #             of dist.all_reduce (bench/gpu/dist_percall.py), ResNet-50 DDP on backend nccl
 #             against backend perseus, alternated (bench/gpu/resnet50_synthetic.py);
-#   smallops  small collectives from Python against mpi4py and Gloo, 2 and 4 ranks;
+#   smallops  small collectives from Python against mpi4py and Gloo, 2 and 4 ranks; then one
+#             call's stages at 2 ranks (bench/small_ops/stages.py, the C entries against the
+#             Python functions they stand for and mpi4py);
 #   td        bench/torch_distributed/run.py (TD_ARGS, default --rounds 3 --fsdp-ranks 2,4): DDP
 #             at 2 CPU ranks and FSDP2 at 2 and 4, perseus against Gloo and the no-communication
 #             floor; and percall.py at 2 CPU ranks;
@@ -20,8 +22,8 @@
 #   run(command="PARTS='gpu td soak' bash scripts/device_bench.sh", carry=[".whl"], timeout_s=600)
 #   A second call on the still-warm machine skips the install when perseus imports already.
 # What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
-# percall.txt, resnet50.txt, small_ops.md/.jsonl, torchrun_start.md, diagnosis_cost.md, chaos_soak.md,
-# soak_raw.tgz, soak<i>.log).
+# percall.txt, resnet50.txt, small_ops.md/.jsonl, small_ops_stages.txt, torchrun_start.md,
+# diagnosis_cost.md, chaos_soak.md, soak_raw.tgz, soak<i>.log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
 # RESNET_ROUNDS (default 2); TD_ARGS.
 set -uo pipefail
@@ -74,6 +76,7 @@ fi
 if has smallops; then
   step "small ops, 2 and 4 ranks" 200 \
     python3 bench/small_ops/run.py --np 2 4 --reps 3 --out "$OUT/small_ops.md"
+  step "small ops stages, 2 ranks" 120 bash -c "mpirun --bind-to none -np 2 python3 bench/small_ops/stages.py --sizes 4,64,1024 --reps 21 | tee '$OUT/small_ops_stages.txt'"
 fi
 if has td; then
   step "td DDP 2 ranks, FSDP2 2 and 4 ranks" 330 \

@@ -9,8 +9,13 @@ Stages, per op (float32, in place where the op is):
   core        the extension call with the tensor: the view, binding, C API, engine, wait
   address     the by-address extension call with precomputed arguments (a tensor the view
               cannot read goes this way, after the Python getters)
-  whole       hvd.allreduce_ / hvd.broadcast_ / hvd.allgather as a user calls them
+  whole       hvd.allreduce_ / hvd.broadcast_ / hvd.allgather as a user calls them (C functions
+              that bind the arguments and make the core call, mpi_ops.fast_entry)
+  python      the Python function each of those stands for and falls back to (the whole call
+              before they were C functions)
   handle      the asynchronous path: capsule, handle, wait, output
+  copy        allreduce only: hvd.allreduce, the result in a new tensor (a C entry too), with
+              "copy python" its Python function and "mpi4py copy" Allreduce into a buffer
   mpi4py      the peer, same sizes
 Prints one line per (op, bytes, stage): the fastest and the median repetition of the slowest
 rank's per-op time, and the fastest's ratio to mpi4py's. Short samples, many repetitions and
@@ -29,6 +34,7 @@ import torch  # noqa: E402
 
 import perseus.torch as hvd  # noqa: E402
 from perseus.torch import _tensors as _t  # noqa: E402
+from perseus.torch import autograd_ops as _autograd  # noqa: E402
 from perseus.torch import mpi_ops as _ops  # noqa: E402
 from worker import sample  # noqa: E402  (the same sampling as run.py's)
 
@@ -56,10 +62,15 @@ def allreduce_stages(t, tag, comm):
         "core": lambda: core.allreduce_tensor(t, name, 0, 1.0, 1.0, 0),
         "address": lambda: core.allreduce_inplace(*args),
         "whole": lambda: hvd.allreduce_(t, name=name, op=hvd.Sum),
+        "python": lambda: _ops.allreduce_blocking_(t, name=name, op=hvd.Sum),
         "handle": lambda: hvd.synchronize(hvd.allreduce_async_(t, name=name, op=hvd.Sum)),
     }
+    stages["copy"] = lambda: hvd.allreduce(t, name=name + ".copy", op=hvd.Sum)
+    stages["copy python"] = lambda: _autograd._allreduce(t, name=name + ".copy", op=hvd.Sum)
     if comm is not None:
+        out = a.copy()
         stages["mpi4py"] = lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+        stages["mpi4py copy"] = lambda: comm.Allreduce(a, out, op=MPI.SUM)
     return stages
 
 
@@ -73,6 +84,7 @@ def broadcast_stages(t, tag, comm):
         "core": lambda: core.broadcast_tensor(t, name, 0, 0),
         "address": lambda: core.broadcast_inplace(*args),
         "whole": lambda: hvd.broadcast_(t, 0, name=name),
+        "python": lambda: _ops.broadcast_blocking_(t, 0, name=name),
         "handle": lambda: hvd.synchronize(hvd.broadcast_async_(t, 0, name=name)),
     }
     if comm is not None:
@@ -92,6 +104,7 @@ def allgather_stages(t, tag, comm):
         "address": lambda: core.allgather_into(name, t.data_ptr(), code, t.shape, 0,
                                                _t.empty_with_address, t.dtype),
         "whole": lambda: hvd.allgather(t, name=name),
+        "python": lambda: _autograd._allgather(t, name=name),
         "handle": lambda: hvd.synchronize(hvd.allgather_async(t, name=name)),
     }
     if comm is not None:

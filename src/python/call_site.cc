@@ -3,12 +3,14 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "perseus/c_api.h"
 
@@ -75,6 +77,46 @@ class FrameFilter {
   const std::string perseus_, torch_, stdlib_;
 };
 
+// A thread's InPerseusCall mark, registered while the thread lives (at its first call).
+struct ThreadMark {
+  ThreadMark();
+  ~ThreadMark();
+  std::atomic<bool> inside{false};
+  const unsigned long ident;
+};
+
+std::mutex& marksMutex() {
+  static auto* mu = new std::mutex();  // never destroyed: threads may exit during static exit
+  return *mu;
+}
+
+std::vector<const ThreadMark*>& marks() {
+  static auto* all = new std::vector<const ThreadMark*>();
+  return *all;
+}
+
+ThreadMark::ThreadMark() : ident(PyThread_get_thread_ident()) {
+  std::lock_guard<std::mutex> lock(marksMutex());
+  marks().push_back(this);
+}
+
+ThreadMark::~ThreadMark() {
+  std::lock_guard<std::mutex> lock(marksMutex());
+  auto& all = marks();
+  all.erase(std::remove(all.begin(), all.end(), this), all.end());
+}
+
+thread_local ThreadMark t_mark;
+
+// Whether the thread `ident` is inside an InPerseusCall.
+bool markedInside(unsigned long ident) {
+  std::lock_guard<std::mutex> lock(marksMutex());
+  for (const ThreadMark* m : marks()) {
+    if (m->ident == ident && m->inside.load(std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
 // threading.main_thread().ident, or None when threading was never imported.
 py::object mainThreadId() {
   py::object threading =
@@ -99,6 +141,7 @@ std::string waiterSite() {
     bool inside = false;
     std::string site =
         filter.userSite(reinterpret_cast<PyFrameObject*>(item.second.ptr()), &inside);
+    if (!inside) inside = markedInside(PyLong_AsUnsignedLong(item.first.ptr()));
     if (!inside || site.empty()) continue;
     if (item.first.equal(main_id)) return site;
     if (other.empty()) other = std::move(site);
@@ -185,6 +228,10 @@ int findSite(char* site, size_t capacity) {
 }
 
 }  // namespace
+
+InPerseusCall::InPerseusCall() { t_mark.inside.store(true, std::memory_order_relaxed); }
+
+InPerseusCall::~InPerseusCall() { t_mark.inside.store(false, std::memory_order_relaxed); }
 
 std::string callerSite() { return FrameFilter().userSite(PyEval_GetFrame(), nullptr); }
 

@@ -8,6 +8,8 @@
 // casters cost about as much as the engine's whole small allreduce (bench/small_ops/README.md has
 // the split). Every check of the core still runs: names, dtypes and shapes are matched across ranks
 // there.
+#include "fast_calls.h"
+
 #include <Python.h>
 
 #include <cstdint>
@@ -180,6 +182,26 @@ bool exactCount(const char* fn, Py_ssize_t nargs, Py_ssize_t expected) {
   return false;
 }
 
+// The (name, op, prescale, postscale, process_set) after the tensor of allreduce_tensor and
+// allreduce_copy.
+struct TensorReduce {
+  const char* name = nullptr;
+  long op = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  long process_set = 0;
+};
+
+bool parseTensorReduce(PyObject* const* args, TensorReduce& a) {
+  a.name = PyUnicode_AsUTF8(args[1]);
+  if (a.name == nullptr) return false;
+  a.op = PyLong_AsLong(args[2]);
+  a.prescale = PyFloat_AsDouble(args[3]);
+  a.postscale = PyFloat_AsDouble(args[4]);
+  a.process_set = PyLong_AsLong(args[5]);
+  return !PyErr_Occurred();
+}
+
 // The tensor itself after a successful call, else the call's exception.
 PyObject* returnTensor(PyObject* result, PyObject* tensor) {
   if (result == nullptr) return nullptr;
@@ -188,19 +210,16 @@ PyObject* returnTensor(PyObject* result, PyObject* tensor) {
   return tensor;
 }
 
+}  // namespace
+
 // allreduce_tensor(tensor, name, op, prescale, postscale, process_set)
 PyObject* allreduceTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allreduce_tensor", nargs, 6)) return nullptr;
   FlatTensor t;
   if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
-  const char* name = PyUnicode_AsUTF8(args[1]);
-  if (name == nullptr) return nullptr;
-  const long op = PyLong_AsLong(args[2]);
-  const double prescale = PyFloat_AsDouble(args[3]);
-  const double postscale = PyFloat_AsDouble(args[4]);
-  const long process_set = PyLong_AsLong(args[5]);
-  if (PyErr_Occurred()) return nullptr;
-  return returnTensor(allreduce(name, t, op, prescale, postscale, process_set), args[0]);
+  TensorReduce a;
+  if (!parseTensorReduce(args, a)) return nullptr;
+  return returnTensor(allreduce(a.name, t, a.op, a.prescale, a.postscale, a.process_set), args[0]);
 }
 
 // broadcast_tensor(tensor, name, root, process_set)
@@ -215,6 +234,8 @@ PyObject* broadcastTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (PyErr_Occurred()) return nullptr;
   return returnTensor(broadcast(name, t, root, process_set), args[0]);
 }
+
+namespace {
 
 // Releases a library handle on every way out.
 struct ReleaseHandle {
@@ -359,6 +380,26 @@ int requiresGrad(PyObject* tensor) {
   return truth;
 }
 
+// The bytes of a viewed tensor.
+long long viewBytes(const FlatTensor& t) {
+  long long bytes = dtypeSize(t.t.dtype);
+  for (int32_t i = 0; i < t.t.ndim; ++i) bytes *= t.shape[i];
+  return bytes;
+}
+
+// 1 with `t` filled when `tensor` is a tensor viewDenseCpu() reads, of at most `max_bytes`
+// (an int) bytes, that does not require grad; 0 for any other tensor; -1 with a Python error.
+int viewSmall(PyObject* tensor, PyObject* max_bytes, FlatTensor& t) {
+  if (!viewDenseCpu(tensor, t)) return 0;
+  const int grad = requiresGrad(tensor);
+  if (grad != 0) return grad < 0 ? -1 : 0;
+  const long long most = PyLong_AsLongLong(max_bytes);
+  if (most == -1 && PyErr_Occurred()) return -1;
+  return viewBytes(t) <= most ? 1 : 0;
+}
+
+}  // namespace
+
 // allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
 // of a registered type of at most max_bytes that does not require grad, the result made through
 // the type's exchange API (else by allocate(shape, tensor)); NotImplemented, with no call, for
@@ -367,15 +408,9 @@ int requiresGrad(PyObject* tensor) {
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
-  if (!viewDenseCpu(args[0], t)) Py_RETURN_NOTIMPLEMENTED;
-  const int grad = requiresGrad(args[0]);
-  if (grad < 0) return nullptr;
-  if (grad > 0) Py_RETURN_NOTIMPLEMENTED;
-  const long long max_bytes = PyLong_AsLongLong(args[3]);
-  if (max_bytes == -1 && PyErr_Occurred()) return nullptr;
-  long long bytes = dtypeSize(t.t.dtype);
-  for (int32_t i = 0; i < t.t.ndim; ++i) bytes *= t.shape[i];
-  if (bytes > max_bytes) Py_RETURN_NOTIMPLEMENTED;
+  const int small = viewSmall(args[0], args[3], t);
+  if (small < 0) return nullptr;
+  if (small == 0) Py_RETURN_NOTIMPLEMENTED;
   const char* name = PyUnicode_AsUTF8(args[1]);
   if (name == nullptr) return nullptr;
   const long process_set = PyLong_AsLong(args[2]);
@@ -395,6 +430,61 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (id == 0) return newTensorFrom(result, args[4], args[0], &t);  // finished into scratch
   return awaitOutput(id, waited, args[4], args[0], &t);
 }
+
+namespace {
+
+// The allreduce of `t` in place through a handle, waited for as Handle.wait() waits (a late
+// one in slices: Ctrl-C interrupts it, and the stall diagnosis names this call's line, as it
+// did for hvd.allreduce before it was one call). False with a Python error.
+bool reduceInPlace(const TensorReduce& a, FlatTensor& t) {
+  perseus_handle id{};
+  perseus_status submitted, waited = PERSEUS_OK;
+  Py_BEGIN_ALLOW_THREADS;
+  submitted = perseus_allreduce(a.name, &t.t, &t.t, static_cast<int32_t>(a.op), a.prescale,
+                                a.postscale, static_cast<int32_t>(a.process_set), &id);
+  if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
+  Py_END_ALLOW_THREADS;
+  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allreduce") != nullptr;
+  ReleaseHandle release{id};
+  if (waited == PERSEUS_ERR_IN_PROGRESS) return waitLate(id);
+  if (waited != PERSEUS_OK) return finish(waited, "perseus_wait") != nullptr;
+  return true;
+}
+
+}  // namespace
+
+// allreduce_copy(tensor, name, op, prescale, postscale, process_set, max_bytes): the in-place
+// allreduce of a copy of `tensor`, made through its type's exchange API, for a tensor of a
+// registered type of at most max_bytes that does not require grad; NotImplemented, with no
+// call, for any other tensor (or a type whose API cannot make one). For a small tensor the copy
+// costs less than the asynchronous path's capsules, handle and autograd function.
+PyObject* allreduceCopy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("allreduce_copy", nargs, 7)) return nullptr;
+  FlatTensor t;
+  const int small = viewSmall(args[0], args[6], t);
+  if (small < 0) return nullptr;
+  if (small == 0) Py_RETURN_NOTIMPLEMENTED;
+  const long long bytes = viewBytes(t);
+  TensorReduce a;
+  if (!parseTensorReduce(args, a)) return nullptr;
+  void* data = nullptr;
+  PyObject* out = newTensorLike(args[0], t, t.t.ndim, t.shape, &data);
+  if (out == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  if (bytes != 0) std::memcpy(data, t.t.data, static_cast<size_t>(bytes));
+  FlatTensor copy = t;
+  copy.t.shape = copy.shape;
+  copy.t.data = dataOrPlaceholder(data);
+  if (!reduceInPlace(a, copy)) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  return out;
+}
+
+namespace {
 
 template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t)>
 PyCFunction asCFunction() {
@@ -430,6 +520,10 @@ PyMethodDef kFastCalls[] = {
      "tensor of a registered type of at most max_bytes that does not require grad, the result "
      "made through the type's exchange API or by allocate(shape, tensor); NotImplemented "
      "without a call for any other tensor."},
+    {"allreduce_copy", asCFunction<allreduceCopy>(), METH_FASTCALL,
+     "allreduce_copy(tensor, name, op, prescale, postscale, process_set, max_bytes): the "
+     "blocking allreduce of a copy of a tensor of a registered type of at most max_bytes that "
+     "does not require grad, returned; NotImplemented without a call for any other tensor."},
     {"allgather_into", asCFunction<allgatherInto>(), METH_FASTCALL,
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "

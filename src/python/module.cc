@@ -11,6 +11,7 @@ namespace py = pybind11;
 namespace perseus_py {
 void registerCollectives(py::module_& m);
 void registerFastCalls(py::module_& m);
+void registerFastEntries(py::module_& m);
 void registerRuntime(py::module_& m);
 }  // namespace perseus_py
 
@@ -21,5 +22,6 @@ PYBIND11_MODULE(_core, m) {
   perseus_py::registerRuntime(m);
   perseus_py::registerCollectives(m);
   perseus_py::registerFastCalls(m);
+  perseus_py::registerFastEntries(m);
   perseus_py::registerSiteFinder();
 }

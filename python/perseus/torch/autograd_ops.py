@@ -40,8 +40,8 @@ class _Allreduce(torch.autograd.Function):
                           process_set=ps), None, None, None, None, None)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def _allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the set (op=None: Average) and returns a new tensor."""
     op = resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
@@ -50,9 +50,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(reduced, cctx)
 
 
-# The in-place forms are the blocking calls themselves: a forwarding frame would cost a tenth
-# of a small allreduce.
-allreduce_ = _ops.allreduce_blocking_
+# A named allreduce of a small CPU tensor that does not require grad, of the global set and
+# with no compression, is a copy reduced in place in one extension call (_core.allreduce_copy):
+# the autograd function and the asynchronous path cost several times the collective. The
+# function above takes every other call.
+allreduce = _ops.fast_entry("allreduce", _allreduce,
+                            (_ops._DIRECT_OPS, Compression.none, _ops._ALLREDUCE_COPY_MAX))
+
+
+# The in-place forms are the blocking calls themselves, as C functions (mpi_ops.fast_entry): a
+# Python frame was a fifth of a small allreduce_.
+allreduce_ = _ops.fast_entry("allreduce_", _ops.allreduce_blocking_, _ops._DIRECT_OPS)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -112,7 +120,7 @@ def _bind_core_allgather():
     return _core_allgather
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
+def _allgather(tensor, name=None, process_set=global_process_set):
     # A named call of the global set goes to the extension first, from this frame: it takes a
     # small dense CPU tensor that does not require grad and declines (NotImplemented) the rest.
     # A second Python frame and the autograd checks were a tenth of a small allgather.
@@ -128,6 +136,12 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if tried:
         return _ops.allgather_declined(tensor, name, 0)
     return _ops.allgather_blocking(tensor, name, process_set)
+
+
+# A named small allgather of the global set goes to the extension with no Python frame; the
+# function above takes every other call.
+allgather = _ops.fast_entry("allgather", _allgather,
+                            (_ops._ALLGATHER_COPY_MAX, _ops._empty_like_with_address))
 
 
 class _GroupedAllgather(torch.autograd.Function):
@@ -173,7 +187,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
-broadcast_ = _ops.broadcast_blocking_
+broadcast_ = _ops.fast_entry("broadcast_", _ops.broadcast_blocking_, None)
 
 
 class _Alltoall(torch.autograd.Function):

@@ -210,6 +210,9 @@ def allgather_declined(tensor, name, ps):
 # Up to this many bytes of input, allgather_blocking copies the result out of the library
 # (bench/small_ops/README.md); above, the result is the library's memory, shared zero-copy.
 _ALLGATHER_COPY_MAX = 16 * 1024
+# Up to this many bytes, hvd.allreduce reduces a copy of its input in place (autograd_ops): a
+# bound on the copy, whose cost grows with the size where the asynchronous path's does not.
+_ALLREDUCE_COPY_MAX = 16 * 1024
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -313,6 +316,18 @@ _strided = torch.strided
 _CORE_DTYPE = _t.CORE_DTYPE
 _empty_with_address = _t.empty_with_address
 _empty_like_with_address = _t.empty_like_with_address
+
+
+def fast_entry(kind, fallback, config):
+    """The extension's C function for the blocking call `kind` ('allreduce', 'allreduce_',
+    'broadcast_' or 'allgather'), standing for the Python function `fallback`: it binds the arguments as
+    `fallback` would, takes the fast call where `fallback` would, and calls `fallback` with the
+    arguments unchanged otherwise. A user's call so costs no Python frame (bench/small_ops/
+    README.md). `fallback` itself where the extension has no such entry."""
+    make = getattr(_direct(), "fast_entry", None)
+    if make is None:
+        return fallback
+    return make(kind, fallback, global_process_set, config, fallback.__module__)
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,

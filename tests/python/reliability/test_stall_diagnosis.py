@@ -51,6 +51,14 @@ def test_a_rank_sleeping_in_python_is_named_with_its_host_and_the_waiters_call_s
             assert "This rank (1) is one of them" in line, line
         else:
             assert re.search(r"waits for it at \S*stall_diagnosis\.py:\d+", line), line
+    # hvd.allreduce_ waits in a C function with no handle: the site finder names the line.
+    found = diagnoses(job, "diag.inplace")
+    assert sorted(found) == [0, 1, 2], job.output()
+    line_no = worker_line("hvd.allreduce_(small, name=\"diag.inplace\")  # a C function")
+    for rank, (_, _, line) in found.items():
+        if rank != 1:
+            assert re.search(r"its Python code is at \S*/stall_diagnosis\.py:%d in sleeper\."
+                             % line_no, line), line
     assert "Straggler" not in job.stderr, job.output()
     job.assert_clean()
 

@@ -71,6 +71,7 @@ def check_allreduce(rank, size):
         assert torch.equal(t, expect), (t, expect)
         b = torch.full((2, 3), float(rank)).t()
         assert hvd.broadcast_(b, 0, name="view.bc") is b and torch.equal(b, torch.zeros(3, 2))
+    call_forms(rank, size)
     nc = torch.arange(12.0).reshape(3, 4).t()
     assert not nc.is_contiguous()
     expect = nc * size
@@ -81,6 +82,32 @@ def check_allreduce(rank, size):
     # scalar and empty tensors
     assert hvd.allreduce(torch.tensor(float(rank)), op=hvd.Sum).item() == sum(ranks)
     assert hvd.allreduce(torch.empty(0, 3), op=hvd.Sum).shape == (0, 3)
+
+
+def call_forms(rank, size):
+    # allreduce, allreduce_, broadcast_ and allgather bind their arguments in C
+    # (mpi_ops.fast_entry): every form of call their Python functions take, defaults included,
+    # negotiated then posted.
+    total = sum(r + 1 for r in range(size))
+    for _ in range(4):
+        t = torch.full((2,), float(rank + 1))
+        assert hvd.allreduce_(t, None, "forms.ar", hvd.Sum, 2, 0.5, hvd.global_process_set) is t
+        assert torch.equal(t, torch.full((2,), float(total)))
+        t = torch.full((2,), float(rank + 1))
+        assert hvd.allreduce_(tensor=t, name="forms.avg") is t  # op=None: Average
+        assert torch.allclose(t, torch.full((2,), total / size))
+        b = torch.full((2,), float(rank))
+        assert hvd.broadcast_(b, root_rank=size - 1, name="forms.bc") is b
+        assert torch.equal(b, torch.full((2,), float(size - 1)))
+        assert hvd.allgather(torch.tensor([rank]), "forms.ag").tolist() == list(range(size))
+        x = torch.full((3,), float(rank + 1))
+        out = hvd.allreduce(x, None, "forms.out", hvd.Compression.none, hvd.Sum)
+        assert out is not x and torch.equal(out, torch.full((3,), float(total)))
+        assert torch.equal(x, torch.full((3,), float(rank + 1)))  # the input is untouched
+        avg = hvd.allreduce(x, name="forms.out.avg", prescale_factor=2, postscale_factor=0.5)
+        assert torch.allclose(avg, torch.full((3,), total / size))
+        empty = hvd.allreduce(torch.empty(0, 2), name="forms.out.empty", op=hvd.Sum)
+        assert empty.shape == (0, 2)
 
 
 def check_grouped_allreduce(rank, size):

@@ -97,6 +97,23 @@ def main():
     expect(ValueError, hvd.broadcast_, torch.ones(2), 5, name="bad.rootrange_")
     expect(UnsupportedError, hvd.allreduce_, torch.ones(2, dtype=torch.int16))
 
+    # A call Python would refuse is refused alike by the C functions that these are
+    # (mpi_ops.fast_entry): unknown or repeated arguments, too many, a missing one.
+    t = torch.ones(2)
+    for fn, args, kwargs in ((hvd.allreduce_, (t,), {"nam": "bad.kw"}),
+                             (hvd.allreduce_, (t, None, "bad.twice"), {"tensor": t}),
+                             (hvd.allreduce_, (t,) + (None,) * 7, {}),
+                             (hvd.broadcast_, (t,), {"name": "bad.noroot"}),
+                             (hvd.allgather, (), {"name": "bad.notensor"}),
+                             (hvd.allreduce, (t,), {"name": "bad.kw", "comp": None})):
+        e = expect(TypeError, fn, *args, **kwargs)
+        assert fn.__name__ in str(e), str(e)
+    # An entry is made only for a Python function with its parameters, in its order.
+    def renamed(tensor, root_rank, nam=None, process_set=None):
+        pass
+    e = expect(TypeError, hvd.mpi_ops.fast_entry, "broadcast_", renamed, None)
+    assert "broadcast_" in str(e), str(e)
+
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
     assert torch.equal(out, torch.full((3,), float(hvd.size())))

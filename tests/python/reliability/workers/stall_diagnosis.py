@@ -28,6 +28,11 @@ def sleeper(res):
     if RANK == 1:
         time.sleep(SLEEP_S)
     hvd.allreduce(small, name="diag.metric")  # the others wait here for rank 1
+    for _ in range(3):
+        hvd.allreduce_(small, name="diag.inplace")
+    if RANK == 1:
+        time.sleep(SLEEP_S)
+    hvd.allreduce_(small, name="diag.inplace")  # a C function: no perseus frame, no handle
     res.report(outcome="ok")
 
 
