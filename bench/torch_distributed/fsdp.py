@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+import placement
 from collective_clock import CollectiveClock
 
 
@@ -79,6 +80,8 @@ def time_steps(args, model, rank, clock):
 
 
 def worker(rank, args, port):
+    if args.bind_to == "core":
+        placement.bind(rank, args.ranks, args.backend)
     torch.set_num_threads(1)
     if args.backend == "perseus":
         import perseus.torch  # noqa: F401  (registers the backend)
@@ -119,6 +122,7 @@ def main():
     p.add_argument("--steps", type=int, default=2, help="steps per timed window")
     p.add_argument("--iters", type=int, default=3, help="timed windows")
     p.add_argument("--warmup", type=int, default=1)
+    placement.add_argument(p)
     args = p.parse_args()
     mp.start_processes(worker, args=(args, free_port()), nprocs=args.ranks, start_method="spawn")
 
