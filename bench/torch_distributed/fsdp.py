@@ -14,7 +14,8 @@ gathered before its forward and again before its backward; the root holds none) 
 reduce-scatters (each block's gradients, ReduceOp.AVG) at the defaults. On perseus an
 all-gather writes into FSDP2's output itself, whose chunk of this rank already holds its shard
 (FSDP2's input is a view of it), reading the other ranks' shards from their memory
-(single-copy, src/collectives/single_copy_shm.cc); a reduce-scatter stages the gradients through
+(single-copy, src/collectives/single_copy_shm.cc; split among threads where a rank has cores
+to spare); a reduce-scatter stages the gradients through
 the shared-memory slots and reduces this rank's block into FSDP2's output, scaling each reduced
 piece by 1/ranks while it is in cache (AVG is SUM and a postscale). Both run on the engine's
 thread while FSDP2's waits.
