@@ -24,8 +24,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "training"))
 from model_spec import ModelSpec  # noqa: E402
 from torch_train_bench import Net, train  # noqa: E402
 
+import placement  # noqa: E402
+
 
 def worker(rank, args, port):
+    if args.bind_to == "core":
+        placement.bind(rank, args.ranks, args.backend)
     torch.set_num_threads(1)
     if args.backend == "perseus":
         import perseus.torch  # noqa: F401  (registers the backend)
@@ -65,6 +69,7 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="steps per timed window")
     p.add_argument("--iters", type=int, default=5, help="timed windows")
     p.add_argument("--warmup", type=int, default=5)
+    placement.add_argument(p)
     ModelSpec.add_arguments(p)
     args = p.parse_args()
     args.spec = ModelSpec.from_args(args)

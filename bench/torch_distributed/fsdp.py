@@ -14,7 +14,8 @@ gathered before its forward and again before its backward; the root holds none) 
 reduce-scatters (each block's gradients, ReduceOp.AVG) at the defaults. On perseus an
 all-gather writes into FSDP2's output itself, whose chunk of this rank already holds its shard
 (FSDP2's input is a view of it), reading the other ranks' shards from their memory
-(single-copy, src/collectives/single_copy_shm.cc); a reduce-scatter stages the gradients through
+(single-copy, src/collectives/single_copy_shm.cc; split among threads where a rank has cores
+to spare); a reduce-scatter stages the gradients through
 the shared-memory slots and reduces this rank's block into FSDP2's output, scaling each reduced
 piece by 1/ranks while it is in cache (AVG is SUM and a postscale). Both run on the engine's
 thread while FSDP2's waits.
@@ -41,6 +42,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+import placement
 from collective_clock import CollectiveClock
 
 
@@ -79,6 +81,8 @@ def time_steps(args, model, rank, clock):
 
 
 def worker(rank, args, port):
+    if args.bind_to == "core":
+        placement.bind(rank, args.ranks, args.backend)
     torch.set_num_threads(1)
     if args.backend == "perseus":
         import perseus.torch  # noqa: F401  (registers the backend)
@@ -119,6 +123,7 @@ def main():
     p.add_argument("--steps", type=int, default=2, help="steps per timed window")
     p.add_argument("--iters", type=int, default=3, help="timed windows")
     p.add_argument("--warmup", type=int, default=1)
+    placement.add_argument(p)
     args = p.parse_args()
     mp.start_processes(worker, args=(args, free_port()), nprocs=args.ranks, start_method="spawn")
 

@@ -71,7 +71,9 @@ def write_report(rows, cmd, machine, stamp, path):
     lines = ["# torch.distributed: backend perseus against Gloo (CPU)", "",
              "Made by `%s` at %s on %s. Every bench ran its backends in interleaved rounds "
              "(order rotated per round); the row is the median round. Every rank computes with "
-             "one thread. Row `local` is the floor: the same step on a backend that "
+             "one thread and, where the machine line says so, runs bound to its own share of "
+             "the cores, whatever its backend (placement.py; perseusrun binds the `hvd` row's "
+             "ranks alike). Row `local` is the floor: the same step on a backend that "
              "communicates nothing (bench/torch_distributed/local_backend.py); its ratio to "
              "Gloo is the best any backend could reach. Row `hvd` is the Horovod API's "
              "DistributedOptimizer on the same model and steps (bench/training)." %

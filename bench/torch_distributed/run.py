@@ -2,6 +2,7 @@
 
     python bench/torch_distributed/run.py [--rounds 3] [--fsdp-ranks 2,4] [--quick]
                                           [--skip ddp,fsdp] [--build-dir build/rel]
+                                          [--bind-to core|none]
 
 Runs the source tree with --build-dir's extension, or the installed package where that
 directory does not exist.
@@ -32,19 +33,21 @@ from make_report import write_report  # noqa: E402
 BACKENDS = ("perseus", "gloo", "local")
 
 
-def bench_runs(script, ranks, extra, label):
+def bench_runs(script, ranks, extra, label, bind_to):
     return [("%s %s x%d" % (label, b, ranks), b,
-             [sys.executable, os.path.join(HERE, script), "--backend", b, "--ranks", str(ranks)]
-             + extra, {"timeout": 1200}) for b in BACKENDS]
+             [sys.executable, os.path.join(HERE, script), "--backend", b, "--ranks", str(ranks),
+              "--bind-to", bind_to] + extra, {"timeout": 1200}) for b in BACKENDS]
 
 
-def hvd_run(ranks, extra):
+def hvd_run(ranks, extra, bind_to):
     """The Horovod API's DistributedOptimizer on DDP's model and steps (bench/training), the
-    figure the backend is held to not give away."""
+    figure the backend is held to not give away; perseusrun places its ranks as --bind-to
+    places the others."""
     script = os.path.join(os.path.dirname(HERE), "training", "torch_train_bench.py")
     return ("ddp hvd x%d" % ranks, "hvd",
-            [sys.executable, "-m", "perseus.runner", "-np", str(ranks), sys.executable, script,
-             "--library", "perseus", "--label", "hvd"] + extra, {"timeout": 1200})
+            [sys.executable, "-m", "perseus.runner", "-np", str(ranks), "--bind-to", bind_to,
+             sys.executable, script, "--library", "perseus", "--label", "hvd"] + extra,
+            {"timeout": 1200})
 
 
 def as_ddp_rows(rounds):
@@ -63,6 +66,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="short windows: checks the tooling")
     p.add_argument("--skip", default="", help="ddp,fsdp")
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build", "rel"))
+    p.add_argument("--bind-to", choices=("core", "none"), default="core",
+                   help="every rank of every backend on its own share of the cores (core, as "
+                        "perseusrun does), or where the scheduler puts it (placement.py)")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()[0]
@@ -72,14 +78,16 @@ def main():
     rows = []
     if "ddp" not in skip:
         steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if args.quick else []
-        runs = bench_runs("ddp.py", args.ranks, steps, "ddp") + [hvd_run(args.ranks, steps)]
+        runs = bench_runs("ddp.py", args.ranks, steps, "ddp", args.bind_to) + [
+            hvd_run(args.ranks, steps, args.bind_to)]
         rounds = as_ddp_rows(interleaved(r, runs, args.rounds))
         rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
     if "fsdp" not in skip:
         steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
             if args.quick else []
         for n in (int(x) for x in args.fsdp_ranks.split(",")):
-            rounds = interleaved(r, bench_runs("fsdp.py", n, steps, "fsdp2"), args.rounds)
+            rounds = interleaved(r, bench_runs("fsdp.py", n, steps, "fsdp2", args.bind_to),
+                                 args.rounds)
             rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
     rows += [row for row in r.rows if row.get("collective") == "skipped"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
@@ -91,6 +99,7 @@ def main():
     # Other processes on the machine move these figures more than anything measured here.
     machine = "%s, 1-min load average %.1f before and %.1f after" % (
         machine_description(), load_before, os.getloadavg()[0])
+    machine += "; ranks bound to cores" if args.bind_to == "core" else "; ranks not bound"
     path = write_report(rows, cmd, machine, stamp,
                         os.path.join(RESULTS, "torch_distributed.md"))
     print(path)

@@ -8,15 +8,29 @@
 // Note [Scaled shm reduce-scatter]: a postscale (Average = Sum x 1/n) is applied to each
 // reduced piece while it is still in cache, not in a pass over the whole output afterwards;
 // the bits are those of reducing and then scaling.
+//
+// Note [Reduce-scatter threads]: a rank with cores to spare (its share of the host's cores
+// over the host's ranks, or PERSEUS_REDUCE_THREADS, as Note [Reduce threads] in
+// allreduce_shm.cc counts them) splits each round, its reduce of piece k and its copy-in of
+// round k+1, among that many threads of the process's WorkerPool, each taking an equal run of
+// every piece, no run under kMinThreadShareBytes. Only the calling thread passes barriers and
+// the parts run strictly between two of them, so the rounds, the barriers and the slot
+// discipline are those of one thread; each element is still reduced by one thread in rank
+// order, so the bits do not change. The count is this rank's own: it changes nothing its
+// peers see.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "collectives/arena_view.h"
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "collectives/slot_stores.h"
+#include "common/reduce_threads.h"
+#include "common/worker_pool.h"
 #include "kernels/reduce.h"
+#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives {
 namespace {
@@ -40,6 +54,16 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
   return (rounds + 1) * cost::kBarrierUs + 2.0 * args.totalBytes() * cost::kArenaUsPerByte;
 }
 
+// Threads this rank splits each round among (Note [Reduce-scatter threads]): no run of a
+// `piece_bytes` piece under kMinThreadShareBytes.
+int roundThreads(const Communicator& comm, size_t piece_bytes) {
+  const int local = comm.arena()->localSize();
+  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
+                                                         transport::shm::sharedCpus(local), local);
+  const size_t fit = piece_bytes / reduce_threads::kMinThreadShareBytes;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(own), fit)));
+}
+
 void run(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
   const int p = comm.size(), r = comm.rank();
@@ -51,33 +75,56 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const size_t rounds = (largest + c - 1) / c;
   const auto* in = detail::bytePtr(args.in);
   auto* out = detail::bytePtr(args.out);
-  std::vector<const void*> srcs(p);
   SlotWriter slot_writer(comm, Collective::kReducescatterv, args.totalBytes());
+  const int threads = roundThreads(comm, std::min(c, largest) * esize);
+  const size_t align = std::max<size_t>(1, 64 / esize);
+  std::vector<std::vector<const void*>> srcs(static_cast<size_t>(threads),
+                                             std::vector<const void*>(static_cast<size_t>(p)));
 
   auto pieceLen = [&](int q, size_t k) {
     size_t begin = std::min(counts[q], k * c);
     return std::min(counts[q], begin + c) - begin;
   };
-  auto copyIn = [&](size_t k) {
-    for (int q = 0; q < p; ++q) {
-      size_t n = pieceLen(q, k);
-      if (n > 0)
-        slot_writer.copy(view.half(r, k % 2) + q * c * esize, in + off[q] + k * c * esize,
-                         n * esize);
-    }
-    slot_writer.publish();
+  // Part t's run [begin, begin + len) of an n-element piece.
+  auto runOf = [&](size_t n, int t) {
+    detail::Blocks runs(n, threads, align);
+    return std::make_pair(runs.begin(t), runs.size(t));
   };
-  copyIn(0);
+  auto copyIn = [&](size_t k, int t) {
+    for (int q = 0; q < p; ++q) {
+      auto [begin, len] = runOf(pieceLen(q, k), t);
+      if (len > 0)
+        slot_writer.copy(view.half(r, k % 2) + (q * c + begin) * esize,
+                         in + off[q] + (k * c + begin) * esize, len * esize);
+    }
+  };
+  auto reduce = [&](size_t k, int t) {
+    auto [begin, len] = runOf(pieceLen(r, k), t);
+    if (len == 0) return;
+    const void** from = srcs[static_cast<size_t>(t)].data();
+    for (int q = 0; q < p; ++q) from[q] = view.half(q, k % 2) + (r * c + begin) * esize;
+    unsigned char* to = out + (k * c + begin) * esize;
+    kernels::reduceN(to, from, p, len, args.dtype, args.op);
+    if (args.postscale != 1.0) kernels::scale(to, len, args.dtype, args.postscale);
+  };
+  WorkerPool& pool = WorkerPool::instance();
+  const int64_t spin_us = comm.params().spin_us;
+  auto first = [&](int t) {
+    copyIn(0, t);
+    slot_writer.publish();  // every thread that copied fences its own streaming stores
+  };
+  pool.run(threads, first, spin_us);
   view.barrier();
   slot_writer.startClock();
   for (size_t k = 0; k < rounds; ++k) {
-    size_t n = pieceLen(r, k);
-    if (n > 0) {
-      for (int q = 0; q < p; ++q) srcs[q] = view.half(q, k % 2) + r * c * esize;
-      kernels::reduceN(out + k * c * esize, srcs.data(), p, n, args.dtype, args.op);
-      if (args.postscale != 1.0) kernels::scale(out + k * c * esize, n, args.dtype, args.postscale);
-    }
-    if (k + 1 < rounds) copyIn(k + 1);
+    auto step = [&](int t) {
+      reduce(k, t);
+      if (k + 1 < rounds) {
+        copyIn(k + 1, t);
+        slot_writer.publish();
+      }
+    };
+    pool.run(threads, step, spin_us);
     slot_writer.barrier(view, k + 1 == rounds);
   }
 }

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "collectives/arena_view.h"
 #include "collectives/collectives.h"
@@ -24,6 +25,9 @@
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "common/logging.h"
+#include "common/reduce_threads.h"
+#include "common/worker_pool.h"
+#include "transport/shm/cpu_budget.h"
 #include "transport/shm/cross_memory.h"
 
 namespace perseus::collectives {
@@ -61,12 +65,55 @@ void publish(const detail::ArenaView& view, int rank, const void* buffer) {
   std::memcpy(view.half(rank, 0), &p, sizeof p);
 }
 
-// Copies the first `bytes` of member `q`'s published buffer to `to`; 0 or the errno.
-int readFrom(const detail::ArenaView& view, int q, void* to, size_t bytes) {
+// Copies `bytes` from offset `at` of member `q`'s published buffer to `to`; 0 or the errno.
+int readRange(const detail::ArenaView& view, int q, size_t at, void* to, size_t bytes) {
   Published p;
   std::memcpy(&p, view.half(q, 0), sizeof p);
   return transport::shm::readPeerMemory(static_cast<pid_t>(p.pid),
-                                        reinterpret_cast<const void*>(p.address), to, bytes);
+                                        reinterpret_cast<const void*>(p.address + at), to, bytes);
+}
+
+int readFrom(const detail::ArenaView& view, int q, void* to, size_t bytes) {
+  return readRange(view, q, 0, to, bytes);
+}
+
+// Below this a run's system call and page pinning would cost more than a second thread saves
+// (Note [Split single-copy reads]).
+constexpr size_t kMinReadRun = 256 * 1024;
+
+// Threads this rank splits its reads of `bytes` among (Note [Split single-copy reads]).
+int readThreads(const Communicator& comm, size_t bytes) {
+  const int local = comm.arena()->localSize();
+  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
+                                                         transport::shm::sharedCpus(local), local);
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(own, bytes / kMinReadRun)));
+}
+
+// Reads every peer's piece into `out` (pieces at `off`, sizes `bytes`), split among threads;
+// 0 or the errno of a failed read.
+int readPeers(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
+              const std::vector<size_t>& off, const std::vector<size_t>& bytes) {
+  const int p = comm.size(), r = comm.rank();
+  size_t largest = 0;
+  for (int q = 0; q < p; ++q) largest = q == r ? largest : std::max(largest, bytes[q]);
+  const int threads = readThreads(comm, largest);
+  std::atomic<int> first_err{0};
+  auto part = [&](int t) {
+    for (int k = 1; k < p && first_err.load(std::memory_order_relaxed) == 0; ++k) {
+      const int q = (r + k) % p;  // members start at different peers
+      const size_t run = (bytes[q] + static_cast<size_t>(threads) - 1) / threads;
+      const size_t begin = std::min(bytes[q], run * static_cast<size_t>(t));
+      const size_t len = std::min(bytes[q] - begin, run);
+      if (len == 0) continue;
+      const int err = readRange(view, q, begin, out + off[q] + begin, len);
+      if (err != 0) {
+        int none = 0;
+        first_err.compare_exchange_strong(none, err);
+      }
+    }
+  };
+  WorkerPool::instance().run(threads, part, comm.params().spin_us);
+  return first_err.load();
 }
 
 bool supports(const Communicator& comm, const CollectiveArgs&) {
@@ -97,18 +144,14 @@ double allgatherEstimate(const Communicator& comm, const CollectiveArgs& args) {
 
 void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
-  const int p = comm.size(), r = comm.rank();
+  const int r = comm.rank();
   const auto& bytes = *args.sizes;
   const auto off = detail::offsetsOf(bytes);
   auto* out = detail::bytePtr(args.out);
   publish(view, r, args.in);
   view.barrier();
   const bool refuse = !comm.params().shm_single_copy;
-  int err = 0;
-  for (int k = 1; k < p && !refuse && err == 0; ++k) {
-    const int q = (r + k) % p;  // members start at different peers
-    if (bytes[q] > 0) err = readFrom(view, q, out + off[q], bytes[q]);
-  }
+  const int err = refuse ? 0 : readPeers(comm, view, out, off, bytes);
   const auto* in = detail::bytePtr(args.in);
   const bool failed = refuse || err != 0;
   if (!failed && bytes[r] > 0 && out + off[r] != in) std::memmove(out + off[r], in, bytes[r]);

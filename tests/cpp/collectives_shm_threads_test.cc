@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "collectives/registry.h"
@@ -131,6 +133,61 @@ INSTANTIATE_TEST_SUITE_P(RanksAndThreads, ShmThreads,
                                   std::to_string(std::get<1>(info.param)) + "_threads_" +
                                   std::get<2>(info.param);
                          });
+
+// Note [Reduce-scatter threads]: rounds split among 1 or 3 threads give each rank its block of
+// the reference reduction, out of place (float32 sum) and in place over the rank's own block
+// of the input (float16 max), with odd blocks that leave the last runs short or empty.
+void expectShmReduceScatter(int size, int threads) {
+  const std::vector<size_t> counts = [&] {
+    std::vector<size_t> c(static_cast<size_t>(size));
+    for (int q = 0; q < size; ++q) c[static_cast<size_t>(q)] = 150001 + 70003 * q;
+    c.back() = 5;  // a block far shorter than one run
+    return c;
+  }();
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  const Bytes sums = testing::referenceReduce(size, total, DataType::kFloat32, ReduceOp::kSum, 8);
+  const Bytes maxes = testing::referenceReduce(size, total, DataType::kFloat16, ReduceOp::kMax, 9);
+  testing::InProcWorldOptions o;
+  o.size = size;
+  o.slot_bytes = kSlotBytes;
+  o.params.reduce_threads = threads;
+  testing::InProcWorld world(o);
+  world.runOk([&](int rank) {
+    auto comm = world.makeWorldComm(rank);
+    size_t at = 0;
+    for (int q = 0; q < rank; ++q) at += counts[static_cast<size_t>(q)];
+    const size_t mine = counts[static_cast<size_t>(rank)];
+    Bytes in = testing::testVector(rank, total, DataType::kFloat32, 8), out(mine * 4, 0xEE);
+    CollectiveArgs args;
+    args.kind = Collective::kReducescatterv;
+    args.in = in.data();
+    args.out = out.data();
+    args.sizes = &counts;
+    args.dtype = DataType::kFloat32;
+    args.op = ReduceOp::kSum;
+    runCollective(*comm, args, "shm");
+    if (!std::equal(out.begin(), out.end(), sums.begin() + static_cast<long>(at * 4)))
+      throw std::runtime_error(PERSEUS_STR(threads << " threads: wrong float32 block"));
+    Bytes half = testing::testVector(rank, total, DataType::kFloat16, 9);
+    args.in = half.data();
+    args.out = half.data() + at * 2;  // in place: the rank's own block of the input
+    args.dtype = DataType::kFloat16;
+    args.op = ReduceOp::kMax;
+    runCollective(*comm, args, "shm");
+    if (!std::equal(half.begin() + static_cast<long>(at * 2),
+                    half.begin() + static_cast<long>((at + mine) * 2),
+                    maxes.begin() + static_cast<long>(at * 2)))
+      throw std::runtime_error(PERSEUS_STR(threads << " threads: wrong in-place float16 block"));
+  });
+}
+
+TEST(ShmReduceScatterThreads, TwoRanks) {
+  expectShmReduceScatter(2, 1);
+  expectShmReduceScatter(2, 3);
+}
+
+TEST(ShmReduceScatterThreads, ThreeRanks) { expectShmReduceScatter(3, 3); }
 
 // A float32 sum of `count` elements on 2 in-process ranks through "shm", out of place and then
 // in place, checked against the reference.

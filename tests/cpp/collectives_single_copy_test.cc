@@ -130,6 +130,19 @@ TEST(SingleCopy, BroadcastsAndAllgathersBetweenProcesses) {
       3, [](int) { return withDefaultSlots(shmTestParams()); }, false);
 }
 
+// Note [Split single-copy reads]: forced threads split each read into runs, the last one short
+// (the 300007-scale pieces are not multiples of the thread count), and give the same bytes.
+TEST(SingleCopy, AllgathersSplitAmongThreadsGiveTheSameBytes) {
+  expectRanksOk(
+      3,
+      [](int) {
+        Params p = withDefaultSlots(shmTestParams());
+        p.reduce_threads = 3;
+        return p;
+      },
+      false);
+}
+
 TEST(SingleCopy, ARankThatDoesNotReadSendsEveryRankThroughTheSlots) {
   expectRanksOk(
       3,
