@@ -58,8 +58,9 @@ def main():
                  args.load_before, args.load_after),
              "",
              "Each pair runs the probe with the accounting on (PERSEUS_STALL_DIAGNOSIS=2, "
-             "PERSEUS_STRAGGLER_THRESHOLD=0.05) and then off (both 0), so that a noisy host "
-             "shifts both alike; a ratio below 1 is the cost.",
+             "PERSEUS_STRAGGLER_THRESHOLD=0.05) and off (both 0), on first in odd pairs and off "
+             "first in even ones, so that a noisy host and the order shift both alike; a "
+             "ratio below 1 is the cost.",
              ""]
     for probe in dict.fromkeys(r["probe"] for r in rows):
         lines += probe_lines(probe, [r for r in rows if r["probe"] == probe])
