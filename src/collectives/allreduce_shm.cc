@@ -72,7 +72,6 @@
 #include "common/reduce_threads.h"
 #include "common/worker_pool.h"
 #include "kernels/reduce.h"
-#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives {
 namespace {
@@ -217,10 +216,7 @@ int segmentThreads(const Communicator& comm, size_t bytes, size_t buffer) {
 // Threads this rank splits a segment of `segment_threads` shares among (Note [Reduce threads]):
 // no more than its own CPUs give it.
 int ownThreads(const Communicator& comm, int segment_threads) {
-  const int local = comm.arena()->localSize();
-  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
-                                                         transport::shm::sharedCpus(local), local);
-  return std::max(1, std::min(own, segment_threads));
+  return std::max(1, std::min(detail::ownReduceThreads(comm), segment_threads));
 }
 
 void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** big_srcs,

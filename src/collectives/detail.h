@@ -9,6 +9,8 @@
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
 #include "collectives/registry.h"
+#include "common/reduce_threads.h"
+#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives::detail {
 
@@ -16,6 +18,15 @@ namespace perseus::collectives::detail {
 // (PERSEUS_ALLREDUCE_ALGO names the top-level algorithm, not the ones it is built from), with
 // the one-rank and empty cases handled.
 void run(Communicator& comm, const CollectiveArgs& args);
+
+// Threads this rank may split its share of a shared-memory collective among: its share of the
+// host's cores over the host's ranks, or PERSEUS_REDUCE_THREADS (Note [Reduce threads] in
+// allreduce_shm.cc). This rank's own count: nothing its peers see may depend on it.
+inline int ownReduceThreads(const Communicator& comm) {
+  const int local = comm.arena()->localSize();
+  return reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
+                                                transport::shm::sharedCpus(local), local);
+}
 
 // Splits `count` elements into `parts` contiguous blocks whose starts are multiples of
 // `align` elements (the last blocks may be short or empty). Deterministic: every rank gets

@@ -30,7 +30,6 @@
 #include "common/reduce_threads.h"
 #include "common/worker_pool.h"
 #include "kernels/reduce.h"
-#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives {
 namespace {
@@ -57,9 +56,7 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
 // Threads this rank splits each round among (Note [Reduce-scatter threads]): no run of a
 // `piece_bytes` piece under kMinThreadShareBytes.
 int roundThreads(const Communicator& comm, size_t piece_bytes) {
-  const int local = comm.arena()->localSize();
-  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
-                                                         transport::shm::sharedCpus(local), local);
+  const int own = detail::ownReduceThreads(comm);
   const size_t fit = piece_bytes / reduce_threads::kMinThreadShareBytes;
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(own), fit)));
 }

@@ -25,9 +25,7 @@
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "common/logging.h"
-#include "common/reduce_threads.h"
 #include "common/worker_pool.h"
-#include "transport/shm/cpu_budget.h"
 #include "transport/shm/cross_memory.h"
 
 namespace perseus::collectives {
@@ -83,9 +81,7 @@ constexpr size_t kMinReadRun = 256 * 1024;
 
 // Threads this rank splits its reads of `bytes` among (Note [Split single-copy reads]).
 int readThreads(const Communicator& comm, size_t bytes) {
-  const int local = comm.arena()->localSize();
-  const int own = reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
-                                                         transport::shm::sharedCpus(local), local);
+  const int own = detail::ownReduceThreads(comm);
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(own, bytes / kMinReadRun)));
 }
 
