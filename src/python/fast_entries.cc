@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "call_site.h"
+#include "fast_call_args.h"
 #include "fast_calls.h"
 
 namespace perseus_py {
@@ -168,11 +169,6 @@ PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   return orFallback([&] { return allgatherTensor(nullptr, call, 5); }, self, args, nargs, kwnames);
 }
 
-template <PyObject* (*Fn)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*)>
-PyCFunction asCFunction() {
-  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Fn));
-}
-
 // One definition per entry, alive for the process: the functions made from them point to it.
 PyMethodDef kEntries[] = {
     {"allreduce_", asCFunction<allreduceEntry>(), METH_FASTCALL | METH_KEYWORDS,
@@ -260,8 +256,7 @@ PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyMethodDef kFactory[] = {
-    {"fast_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fastEntry)),
-     METH_FASTCALL,
+    {"fast_entry", asCFunction<fastEntry>(), METH_FASTCALL,
      "fast_entry(kind, fallback, global_set, config, module): the C entry 'allreduce', "
      "'allreduce_', 'broadcast_' or 'allgather' standing for the Python function `fallback`."},
     {nullptr, nullptr, 0, nullptr}};

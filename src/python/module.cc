@@ -12,6 +12,7 @@ namespace perseus_py {
 void registerCollectives(py::module_& m);
 void registerFastCalls(py::module_& m);
 void registerFastEntries(py::module_& m);
+void registerFastOutputs(py::module_& m);
 void registerRuntime(py::module_& m);
 }  // namespace perseus_py
 
@@ -22,6 +23,7 @@ PYBIND11_MODULE(_core, m) {
   perseus_py::registerRuntime(m);
   perseus_py::registerCollectives(m);
   perseus_py::registerFastCalls(m);
+  perseus_py::registerFastOutputs(m);
   perseus_py::registerFastEntries(m);
   perseus_py::registerSiteFinder();
 }
