@@ -10,7 +10,6 @@
 #include "collectives/cost_model.h"
 #include "collectives/registry.h"
 #include "common/reduce_threads.h"
-#include "transport/shm/cpu_budget.h"
 
 namespace perseus::collectives::detail {
 
@@ -19,13 +18,13 @@ namespace perseus::collectives::detail {
 // the one-rank and empty cases handled.
 void run(Communicator& comm, const CollectiveArgs& args);
 
-// Threads this rank may split its share of a shared-memory collective among: its share of the
-// host's cores over the host's ranks, or PERSEUS_REDUCE_THREADS (Note [Reduce threads] in
-// allreduce_shm.cc). This rank's own count: nothing its peers see may depend on it.
+// Threads this rank may split its share of a shared-memory collective among: the CPUs the
+// host's ranks run on over the host's ranks, or PERSEUS_REDUCE_THREADS (Note [Reduce threads]
+// in allreduce_shm.cc). This rank's own count: nothing its peers see may depend on it.
 inline int ownReduceThreads(const Communicator& comm) {
-  const int local = comm.arena()->localSize();
-  return reduce_threads::requestedReduceThreads(comm.params().reduce_threads,
-                                                transport::shm::sharedCpus(local), local);
+  const transport::ShmArena& arena = *comm.arena();
+  return reduce_threads::requestedReduceThreads(comm.params().reduce_threads, arena.hostCpus(),
+                                                arena.localSize());
 }
 
 // Splits `count` elements into `parts` contiguous blocks whose starts are multiples of

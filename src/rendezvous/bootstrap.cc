@@ -361,7 +361,8 @@ std::unique_ptr<World> bootstrap(const Params& params) {
   const std::vector<std::string> addresses = readRecords(records, &t);
   derivePlacement(&t);
   reconcilePlacement(info, &t);
-  // Before the shared-memory group: its waiters size their spinning by the cores they own.
+  // Before the shared-memory group: each rank publishes there the CPUs it may run on, and the
+  // host's ranks size their spinning and reduce threads by all of them.
   if (params.bind_to == "core") bindRank(t);
 
   Channels channels(t.size);

@@ -1,5 +1,6 @@
-// Binding a rank to its share of the cores (Note [Binding ranks to cores]): in forked children,
-// so the test process keeps its mask. Expectations follow the cores this machine lends.
+// Binding a rank to its share of the cores, and what the host's ranks make of each other's masks
+// (Note [Binding ranks to cores]): in forked children, so the test process keeps its mask.
+// Expectations follow the cores this machine lends.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
@@ -11,13 +12,19 @@
 #include <vector>
 
 #include "support/forked_ranks.h"
+#include "support/shared_barrier.h"
+#include "support/shm_groups.h"
 #include "transport/shm/cpu_budget.h"
+#include "transport/shm/shm_local_group.h"
 
 namespace perseus::transport::shm {
 namespace {
 
 using namespace std::chrono_literals;
 using perseus::testing::runForked;
+using perseus::testing::SharedBarrier;
+using perseus::testing::shmTestParams;
+using perseus::testing::uniqueJobId;
 
 std::vector<int> maskOf(pthread_t thread) {
   cpu_set_t set;
@@ -56,10 +63,6 @@ TEST(CpuBinding, EachLocalRankGetsItsOwnBlockAndThreadsStartedBeforeFollow) {
           code = 12;
         else if (usableCpus() != static_cast<int>(per))
           code = 13;
-        // Bound ranks own their cores: spinning through is right, as when unbound with enough
-        // cores.
-        else if (sharedCpus(n) != static_cast<int>(per) * n || oversubscribed(n))
-          code = 14;
         stop = true;
         earlier.join();
         return code;
@@ -92,12 +95,68 @@ TEST(CpuBinding, MoreRanksThanCoresOrOneRankStayUnbound) {
         if (!bindToShare(0, static_cast<int>(all.size()) + 1).empty()) return 10;
         if (!bindToShare(0, 1).empty()) return 11;
         if (maskOf(pthread_self()) != all) return 12;
-        if (sharedCpus(static_cast<int>(all.size()) + 1) != static_cast<int>(all.size())) return 13;
-        if (!oversubscribed(static_cast<int>(all.size()) + 1)) return 14;
         return 0;
       },
       20s);
   EXPECT_TRUE(st[0].ok()) << st[0].describe();
+}
+
+TEST(CpuBinding, RanksOversubscribeOnlyWhenTheyCannotEachHaveACpu) {
+  // Unbound: every rank sees the host's mask.
+  EXPECT_FALSE(hostCpus({{0, 1, 2, 3}, {0, 1, 2, 3}}).oversubscribed);
+  EXPECT_EQ(hostCpus({{0, 1, 2, 3}, {0, 1, 2, 3}}).cpus, 4);
+  EXPECT_TRUE(hostCpus({{0, 1}, {0, 1}, {0, 1}}).oversubscribed);
+  // Bound to a core each, by perseusrun or from outside (mpirun, srun --cpu-bind, taskset).
+  EXPECT_FALSE(hostCpus({{0}, {1}}).oversubscribed);
+  EXPECT_EQ(hostCpus({{0}, {1}}).cpus, 2);
+  EXPECT_FALSE(hostCpus({{0, 4}, {1, 5}}).oversubscribed);  // a core and its sibling each
+  // Bound to one CPU together.
+  EXPECT_TRUE(hostCpus({{0}, {0}}).oversubscribed);
+  EXPECT_EQ(hostCpus({{0}, {0}}).cpus, 1);
+  EXPECT_TRUE(hostCpus({{2}, {0, 1}, {2}}).oversubscribed);
+  // Enough CPUs in all, but three ranks share two of them.
+  EXPECT_TRUE(hostCpus({{0, 1}, {0, 1}, {0, 1}, {2, 3}}).oversubscribed);
+  // Overlapping masks that still leave a CPU each, whichever rank comes first.
+  EXPECT_FALSE(hostCpus({{0}, {0, 1}}).oversubscribed);
+  EXPECT_FALSE(hostCpus({{0, 1}, {0}}).oversubscribed);
+  EXPECT_FALSE(hostCpus({{0, 1}, {1, 2}, {0}}).oversubscribed);
+  EXPECT_FALSE(hostCpus({{5}}).oversubscribed);
+  // A mask that could not be read counts as the others' CPUs.
+  EXPECT_FALSE(hostCpus({{}, {0, 1}}).oversubscribed);
+  EXPECT_TRUE(hostCpus({{}, {0}}).oversubscribed);
+  EXPECT_TRUE(hostCpus({{}, {}}).oversubscribed);
+  EXPECT_EQ(hostCpus({{}, {}}).cpus, 1);
+}
+
+// Two processes that bind themselves before they connect, as a launcher would bind them:
+// whether their waiters yield follows both masks, not each one's own.
+void expectDecision(const std::vector<int>& cpu_of_rank, bool oversubscribed) {
+  const int n = static_cast<int>(cpu_of_rank.size());
+  const std::string job = uniqueJobId("cpus");
+  SharedBarrier barrier(n);
+  const Params params = shmTestParams();
+  auto st = runForked(
+      n,
+      [&](int rank) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu_of_rank[rank], &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) return 10;
+        auto group = createShmLocalGroup(job, rank, {0, 1}, params, [&] { barrier.wait(); });
+        if (group->doorbell->oversubscribed() != oversubscribed) return 11;
+        const int distinct = cpu_of_rank[0] == cpu_of_rank[1] ? 1 : 2;
+        if (group->arena->hostCpus() != distinct) return 12;
+        return 0;
+      },
+      20s);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+TEST(CpuBinding, RanksBoundApartSpinAndRanksBoundTogetherYield) {
+  const std::vector<int> all = maskOf(pthread_self());
+  if (all.size() < 2) GTEST_SKIP() << "one usable core: nothing to bind apart (needs >= 2)";
+  expectDecision({all[0], all[1]}, false);
+  expectDecision({all[0], all[0]}, true);
 }
 
 }  // namespace

@@ -4,10 +4,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -15,19 +15,6 @@
 namespace perseus::transport::shm {
 
 namespace {
-
-std::atomic<bool> g_bound{false};  // bound to its share by bindToShare()
-
-std::vector<int> allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
 
 // Every thread of this process: sched_setaffinity binds one thread, and threads started
 // before it (a framework's pools) would keep the old mask.
@@ -59,7 +46,65 @@ CpuPlace sysfsPlace(int cpu) {
                   readTopology(cpu, "core_id", cpu)};
 }
 
+// Gives rank `r` a CPU of its mask, moving ranks that hold them to other CPUs of theirs where
+// that frees one (an augmenting path); `tried` marks the CPUs this search has visited.
+bool placeRank(const std::vector<std::vector<int>>& masks, int r, std::vector<int>& holder,
+               std::vector<char>& tried) {
+  for (int c : masks[r]) {
+    if (tried[c]) continue;
+    tried[c] = 1;
+    if (holder[c] < 0 || placeRank(masks, holder[c], holder, tried)) {
+      holder[c] = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+// True when the ranks can each have a CPU of their own from their masks: a matching of ranks
+// to distinct CPUs (Kuhn's algorithm). Where a rank finds a free CPU, as every unbound rank
+// does, no search is needed.
+bool cpuForEachRank(const std::vector<std::vector<int>>& masks, int max_cpu) {
+  std::vector<int> holder(static_cast<size_t>(max_cpu) + 1, -1);
+  std::vector<char> tried(holder.size());
+  for (size_t r = 0; r < masks.size(); ++r) {
+    const auto free =
+        std::find_if(masks[r].begin(), masks[r].end(), [&](int c) { return holder[c] < 0; });
+    if (free != masks[r].end()) {
+      holder[*free] = static_cast<int>(r);
+      continue;
+    }
+    std::fill(tried.begin(), tried.end(), 0);
+    if (!placeRank(masks, static_cast<int>(r), holder, tried)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+HostCpus hostCpus(std::vector<std::vector<int>> masks) {
+  std::set<int> all;
+  for (const auto& mask : masks) all.insert(mask.begin(), mask.end());
+  for (auto& mask : masks) {
+    if (mask.empty()) mask.assign(all.begin(), all.end());
+  }
+  HostCpus host;
+  host.cpus = std::max(1, static_cast<int>(all.size()));
+  host.oversubscribed =
+      all.size() < masks.size() || !cpuForEachRank(masks, all.empty() ? 0 : *all.rbegin());
+  return host;
+}
 
 std::vector<int> coreOrder(std::vector<int> cpus, CpuPlace (*place)(int cpu)) {
   if (place == nullptr) place = sysfsPlace;
@@ -82,12 +127,6 @@ int usableCpus() {
   return n > 0 ? n : 1;
 }
 
-int sharedCpus(int local_processes) {
-  return g_bound.load() ? usableCpus() * local_processes : usableCpus();
-}
-
-bool oversubscribed(int local_processes) { return local_processes > sharedCpus(local_processes); }
-
 std::vector<int> bindToShare(int local_rank, int local_size) {
   const std::vector<int> cpus = coreOrder(allowedCpus());
   if (local_size < 2 || local_rank < 0 || local_rank >= local_size ||
@@ -101,7 +140,6 @@ std::vector<int> bindToShare(int local_rank, int local_size) {
   CPU_ZERO(&set);
   for (int c : share) CPU_SET(c, &set);
   if (!bindAllThreads(set)) return {};
-  g_bound.store(true);
   return share;
 }
 

@@ -11,6 +11,11 @@
 // perseusrun asks for binding (--bind-to,
 // PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has included (a
 // framework's pools start before init), so remote ranks need nothing on their host.
+// Whoever bound the ranks (Perseus, mpirun --bind-to core, srun --cpu-bind=cores, taskset or
+// numactl per rank, a container's cpuset), a rank sees only its own mask, which says nothing of
+// whether its peers share those CPUs. So each local rank publishes its mask in its
+// shared-memory segment (shm_layout.h), and every rank of the host decides from all of them
+// (hostCpus()): ranks with a CPU each spin while they wait, ranks that must share one yield it.
 #pragma once
 
 #include <vector>
@@ -20,16 +25,25 @@ namespace perseus::transport::shm {
 // Cores this process may run on (sched_getaffinity), at least 1.
 int usableCpus();
 
-// The cores that the `local_processes` ranks of this host share: this process's own when it is
-// not bound (every rank of the host sees the same mask), its share times the ranks when it
-// was bound to its share.
-int sharedCpus(int local_processes);
+// The CPUs this thread may run on (sched_getaffinity), ascending; none when the mask cannot be
+// read.
+std::vector<int> allowedCpus();
 
-// True when `local_processes` ranks share fewer cores than that. A waiter then yields its core
-// on every idle pass, so that the rank it waits for (often runnable on the same core) runs
-// now instead of after the spinner's time slice; with one core per rank, spinning through is
-// cheaper than the syscall.
-bool oversubscribed(int local_processes);
+// What the local ranks of a host make of their masks (Note [Binding ranks to cores]).
+struct HostCpus {
+  // The CPUs that any of them may run on, at least 1. The ranks' reduce threads split these.
+  int cpus = 1;
+  // True when the ranks cannot each have a CPU of their own: fewer CPUs than ranks in all, or
+  // some ranks bound to fewer CPUs than there are of them (two ranks bound to one CPU). A
+  // waiter then yields its core on every idle pass, so that the rank it waits for (often
+  // runnable on the same core) runs now instead of after the spinner's time slice; with a CPU
+  // per rank, spinning through is cheaper than the syscall.
+  bool oversubscribed = false;
+};
+
+// HostCpus from each local rank's allowed CPUs (`masks[lr]`, as allowedCpus() read them). A
+// mask that could not be read (empty) counts as the union of the others.
+HostCpus hostCpus(std::vector<std::vector<int>> masks);
 
 // Binds every thread of this process to local rank `local_rank`'s share of the cores it may
 // run on: the CPUs in core order (coreOrder()) cut into `local_size` equal blocks, the

@@ -29,6 +29,9 @@ class ShmArena {
   // The global rank of each local rank, in local-rank order.
   virtual const std::vector<int>& globalRanks() const = 0;
   virtual size_t slotBytes() const = 0;
+  // The CPUs that the ranks of this host may run on together: the union of their affinity
+  // masks (Note [Binding ranks to cores], shm/cpu_budget.h).
+  virtual int hostCpus() const = 0;
   // Local rank `local_rank`'s slot as mapped in this process.
   virtual void* slot(int local_rank) = 0;
   // Waits until every rank in `members` (local ranks, sorted, including this one) has reached

@@ -28,6 +28,7 @@ class ShmArenaImpl : public ShmArena {
   int localSize() const override { return set_->localSize(); }
   const std::vector<int>& globalRanks() const override { return set_->globalRanks(); }
   size_t slotBytes() const override { return set_->layout().slot_bytes; }
+  int hostCpus() const override { return doorbell_->hostCpus().cpus; }
   void* slot(int local_rank) override;
   // Each member bumps its own counter for `group_id` (release), rings the members that sleep,
   // and waits until every member's counter reaches its own (acquire). So writes to slots made

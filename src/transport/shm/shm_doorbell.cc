@@ -1,12 +1,11 @@
 #include "transport/shm/shm_doorbell.h"
 
-#include "transport/shm/cpu_budget.h"
 #include "transport/shm/futex.h"
 
 namespace perseus::transport::shm {
 
 ShmDoorbell::ShmDoorbell(std::shared_ptr<ShmSegmentSet> set)
-    : set_(std::move(set)), oversubscribed_(shm::oversubscribed(set_->localSize())) {}
+    : set_(std::move(set)), host_cpus_(shm::hostCpus(set_->cpuMasks())) {}
 
 uint32_t ShmDoorbell::arm() {
   SegmentHeader* h = set_->header(set_->localRank());

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "transport/channel_transport.h"
+#include "transport/shm/cpu_budget.h"
 #include "transport/shm/shm_segment_set.h"
 
 namespace perseus::transport::shm {
@@ -18,12 +19,14 @@ class ShmDoorbell : public Doorbell {
   uint32_t rings() override;
   void disarm() override;
   void ring() override;
-  // More local ranks than usable cores (decided once, at construction).
-  bool oversubscribed() const override { return oversubscribed_; }
+  // The local ranks cannot each have a CPU of their own (decided once, at construction, from
+  // every local rank's mask: hostCpus()).
+  bool oversubscribed() const override { return host_cpus_.oversubscribed; }
+  const HostCpus& hostCpus() const { return host_cpus_; }
 
  private:
   std::shared_ptr<ShmSegmentSet> set_;
-  bool oversubscribed_;
+  HostCpus host_cpus_;
 };
 
 }  // namespace perseus::transport::shm

@@ -21,7 +21,9 @@ constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
 constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
-constexpr uint32_t kLayoutVersion = 4;
+constexpr uint32_t kLayoutVersion = 5;
+// CPUs a segment header can name (glibc's CPU_SETSIZE).
+constexpr int kMaxCpus = 1024;
 // ShmArena::sharedArea(), sized for the post board (collectives/post_board.h): two cache lines
 // of per-rank words and 4096 slot states, and two payload pools of 1 MiB.
 constexpr size_t kSharedWords = 2 * (kCacheLine / sizeof(uint64_t)) + 4096;
@@ -41,6 +43,9 @@ struct SegmentHeader {
   uint64_t ring_bytes;
   uint64_t slot_bytes;
   uint64_t total_bytes;
+  // The CPUs the owner may run on as it created the segment, bit c % 64 of word c / 64 for CPU
+  // c (none when it could not read its mask): every local rank's HostCpus (cpu_budget.h).
+  uint64_t cpus[kMaxCpus / 64];
   // Set (release) by the owner when it shuts its transport down, after its last write.
   alignas(kCacheLine) std::atomic<uint32_t> closed;
   // Eventcount the owner sleeps on: `sleepers` > 0 while it may be in FUTEX_WAIT on `doorbell`;

@@ -87,9 +87,14 @@ std::unique_ptr<ShmLocalGroup> createShmLocalGroup(const std::string& job_id, in
     if (lr != local_rank)
       group->channels[global_ranks_of_host[lr]] = std::make_unique<ShmChannel>(set, lr);
   }
+  const HostCpus& cpus = doorbell->hostCpus();
   PERSEUS_LOG(DEBUG, kTransport) << "shared memory connected: local rank " << local_rank << " of "
                                  << set->localSize() << ", " << set->layout().total_bytes
-                                 << " bytes per segment";
+                                 << " bytes per segment; the local ranks run on " << cpus.cpus
+                                 << " CPUs, "
+                                 << (cpus.oversubscribed
+                                         ? "too few to give each its own: waiters yield when idle"
+                                         : "enough for one each: waiters spin");
   return group;
 }
 

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "common/status.h"
+#include "transport/shm/cpu_budget.h"
 #include "transport/shm/futex.h"
 
 namespace perseus::transport::shm {
@@ -42,6 +43,9 @@ ShmSegmentSet::ShmSegmentSet(const std::string& job_id, int local_rank,
   h->ring_bytes = ring_bytes;
   h->slot_bytes = slot_bytes;
   h->total_bytes = layout_.total_bytes;
+  for (int c : allowedCpus()) {
+    if (c < kMaxCpus) h->cpus[c / 64] |= uint64_t{1} << (c % 64);
+  }
   h->magic.store(kSegmentMagic, std::memory_order_release);
 }
 
@@ -89,6 +93,16 @@ void ShmSegmentSet::mapPeers() {
     watches_[lr] = std::make_unique<ProcessWatch>(static_cast<pid_t>(h->owner_pid));
     segments_[lr] = std::move(seg);
   }
+}
+
+std::vector<std::vector<int>> ShmSegmentSet::cpuMasks() const {
+  std::vector<std::vector<int>> masks(localSize());
+  for (int lr = 0; lr < localSize(); ++lr) {
+    for (int c = 0; c < kMaxCpus; ++c) {
+      if ((header(lr)->cpus[c / 64] >> (c % 64)) & 1u) masks[lr].push_back(c);
+    }
+  }
+  return masks;
 }
 
 void ShmSegmentSet::unlinkOwn() {

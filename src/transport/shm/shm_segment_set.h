@@ -35,6 +35,9 @@ class ShmSegmentSet {
   int localSize() const { return static_cast<int>(global_ranks_.size()); }
   const std::vector<int>& globalRanks() const { return global_ranks_; }
   const SegmentLayout& layout() const { return layout_; }
+  // The CPUs each local rank may run on, as it published them in its header when it created
+  // its segment (after mapPeers(); Note [Binding ranks to cores] in cpu_budget.h).
+  std::vector<std::vector<int>> cpuMasks() const;
 
   SegmentHeader* header(int lr) const { return reinterpret_cast<SegmentHeader*>(base(lr)); }
   std::atomic<uint64_t>* epoch(int lr, int group) const {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/status.h"
+#include "transport/shm/cpu_budget.h"
 
 namespace perseus::testing {
 
@@ -20,6 +21,8 @@ class InProcArenaView : public transport::ShmArena {
   int localSize() const override { return static_cast<int>(host_->global_ranks_.size()); }
   const std::vector<int>& globalRanks() const override { return host_->global_ranks_; }
   size_t slotBytes() const override { return host_->slot_bytes_; }
+  // The ranks are threads of this process: they share its CPUs.
+  int hostCpus() const override { return transport::shm::usableCpus(); }
   void* slot(int local_rank) override {
     if (local_rank < 0 || local_rank >= localSize()) {
       throw InvalidArgumentError("InProcArena::slot: bad local rank");
