@@ -7,10 +7,11 @@
 // needs, and the op waits for a time slice. Binding cuts the time a small-op loop spends in
 // such slow ops several-fold where the host keeps its cores apart (compare `perseusrun -np 2
 // [--bind-to none] bench/engine_latency_bench`, counting the ops over a few µs); where it does
-// not, it costs nothing. Open MPI's mpirun binds to cores by default for the same reason.
-// perseusrun asks for binding (--bind-to,
+// not, it costs nothing. Open MPI's mpirun binds by default for the same reason (to cores up
+// to 2 ranks, to packages beyond). perseusrun asks for binding (--bind-to,
 // PERSEUS_BIND_TO=core); the rank binds itself at start-up, every thread it already has included (a
 // framework's pools start before init), so remote ranks need nothing on their host.
+//
 // Whoever bound the ranks (Perseus, mpirun --bind-to core, srun --cpu-bind=cores, taskset or
 // numactl per rank, a container's cpuset), a rank sees only its own mask, which says nothing of
 // whether its peers share those CPUs. So each local rank publishes its mask in its
