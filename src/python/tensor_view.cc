@@ -130,6 +130,11 @@ DLManagedTensorVersioned* newHostBlock(DLDataType dtype, int32_t ndim, const int
 
 }  // namespace
 
+bool makesTensors(PyObject* obj) {
+  const DLPackExchangeAPI* api = apiOf(Py_TYPE(obj));
+  return api != nullptr && api->managed_tensor_to_py_object_no_sync != nullptr;
+}
+
 PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
                         void** data) {
   const DLPackExchangeAPI* api = apiOf(Py_TYPE(like));

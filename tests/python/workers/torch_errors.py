@@ -1,5 +1,8 @@
 """Error cases raise (never hang) and leave the job usable. Run on 2 ranks."""
 
+import inspect
+import pydoc
+
 import torch
 
 import perseus.torch as hvd
@@ -113,6 +116,20 @@ def main():
         pass
     e = expect(TypeError, hvd.mpi_ops.fast_entry, "broadcast_", renamed, None)
     assert "broadcast_" in str(e), str(e)
+    # They show the signature, name and doc of the Python function each stands for.
+    for fn, params in ((hvd.allreduce_, ["tensor", "average", "name", "op", "prescale_factor",
+                                         "postscale_factor", "process_set"]),
+                       (hvd.allreduce, ["tensor", "average", "name", "compression", "op",
+                                        "prescale_factor", "postscale_factor", "process_set"]),
+                       (hvd.broadcast_, ["tensor", "root_rank", "name", "process_set"]),
+                       (hvd.allgather, ["tensor", "name", "process_set"])):
+        sig = inspect.signature(fn)
+        assert list(sig.parameters) == params, (fn, sig)
+        assert sig.parameters["process_set"].default is hvd.global_process_set, sig
+        assert sig.parameters["name"].default is None, sig
+        assert sig == inspect.signature(fn.__wrapped__), sig
+        shown = pydoc.render_doc(fn, renderer=pydoc.plaintext)
+        assert fn.__doc__ and fn.__name__ + str(sig) in shown, shown
 
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
