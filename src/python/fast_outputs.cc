@@ -107,13 +107,19 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
   return newTensorFrom(out, allocate, like, view);
 }
 
+// What a collective that a signal interrupted the wait for may still read or write: never
+// freed (a small tensor or two per interrupted call), rather than freed under it. Null: none.
+void keepForInterrupted(PyObject* obj) { Py_XINCREF(obj); }
+
 // The rest of a wait whose first slice returned `waited` (Handle.wait()'s way, waitLate), then
-// the handle's output as a new tensor (copyOutput).
+// the handle's output as a new tensor (copyOutput). `input`: the input's tensor object, if any.
 PyObject* awaitOutput(perseus_handle id, perseus_status waited, PyObject* allocate, PyObject* like,
-                      const FlatTensor* view) {
+                      const FlatTensor* view, PyObject* input) {
   ReleaseHandle release{id};
   if (waited == PERSEUS_ERR_IN_PROGRESS) {
-    if (waitLate(id) != Waited::kDone) return nullptr;  // the handle's output, not the caller's
+    const Waited late = waitLate(id);
+    if (late == Waited::kInterrupted) keepForInterrupted(input);
+    if (late != Waited::kDone) return nullptr;  // the output is the handle's
   } else if (waited != PERSEUS_OK) {
     return finish(waited, "perseus_wait");
   }
@@ -124,7 +130,7 @@ PyObject* awaitOutput(perseus_handle id, perseus_status waited, PyObject* alloca
 // makes, or with `view` copyOutput()'s way. The output's shape comes from the core, so ranks may
 // differ in the first dimension as on the handle path.
 PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject* allocate,
-                    PyObject* like, const FlatTensor* view) {
+                    PyObject* like, const FlatTensor* view, PyObject* input) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -132,7 +138,7 @@ PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject*
   if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
   Py_END_ALLOW_THREADS;
   if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather");
-  return awaitOutput(id, waited, allocate, like, view);
+  return awaitOutput(id, waited, allocate, like, view, input);
 }
 
 // allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
@@ -146,7 +152,7 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
   const long process_set = PyLong_AsLong(args[4]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  return allgather(name, t, process_set, args[5], args[6], nullptr);
+  return allgather(name, t, process_set, args[5], args[6], nullptr, nullptr);
 }
 
 // 1 when `tensor.requires_grad` is true, 0 when it is false or the type has no such attribute
@@ -251,7 +257,7 @@ PyObject* allgatherOpened(const char* name, FlatTensor& t, PyObject* like, PyObj
   if (out == nullptr || id == 0) return out;
   // Late: the result is the handle's, whose shape is the negotiated one if the post fell back.
   Py_DECREF(out);
-  return awaitOutput(id, PERSEUS_ERR_IN_PROGRESS, allocate, like, &t);
+  return awaitOutput(id, PERSEUS_ERR_IN_PROGRESS, allocate, like, &t, like);
 }
 
 }  // namespace
@@ -276,7 +282,7 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (out != Py_NotImplemented) return out;
     Py_DECREF(out);
   }
-  return allgather(name, t, process_set, args[4], args[0], &t);
+  return allgather(name, t, process_set, args[4], args[0], &t, args[0]);
 }
 
 namespace {
@@ -305,12 +311,12 @@ Waited reduceInPlace(const TensorReduce& a, FlatTensor& t) {
   return Waited::kDone;
 }
 
-// `out`, the tensor that a late allreduce writes into, once its wait ended as `waited`. An
-// interrupted one (Ctrl-C) may still be running and write into it: that tensor is then never
-// freed (one small tensor per interrupted call), rather than freed under the collective.
-PyObject* afterWait(Waited waited, PyObject* out) {
+// `out`, the tensor that a late allreduce of `input` (a tensor object, or null) writes into,
+// once its wait ended as `waited`; an interrupted one keeps both (keepForInterrupted).
+PyObject* afterWait(Waited waited, PyObject* out, PyObject* input) {
   if (waited == Waited::kDone) return out;
   if (waited == Waited::kFailed) Py_DECREF(out);
+  if (waited == Waited::kInterrupted) keepForInterrupted(input);  // and `out`, not dropped
   return nullptr;
 }
 
@@ -331,7 +337,7 @@ PyObject* allreduceOpened(const TensorReduce& a, FlatTensor& t, PyObject* like) 
   if (out == nullptr || id == 0) return out;
   // Late: the handle writes the result into `out` when it completes.
   ReleaseHandle release{id};
-  return afterWait(waitLate(id), out);
+  return afterWait(waitLate(id), out, like);
 }
 
 // A copy of `t` (a new tensor of `like`'s type) reduced in place through a handle.
@@ -347,7 +353,7 @@ PyObject* allreduceCopied(const TensorReduce& a, FlatTensor& t, PyObject* like) 
   FlatTensor copy = t;
   copy.t.shape = copy.shape;
   copy.t.data = dataOrPlaceholder(data);
-  return afterWait(reduceInPlace(a, copy), out);
+  return afterWait(reduceInPlace(a, copy), out, nullptr);
 }
 
 }  // namespace
@@ -377,6 +383,17 @@ PyObject* allreduceCopy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 namespace {
 
+// new_tensor_like(tensor): a new tensor of `tensor`'s type, dtype and shape, its data not
+// written, made as the calls above make their results; NotImplemented for a tensor they do not
+// read. For benchmarks: what a call that returns a new tensor pays for it at least.
+PyObject* newTensorLikeCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("new_tensor_like", nargs, 1)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t) || !makesTensors(args[0])) Py_RETURN_NOTIMPLEMENTED;
+  void* data = nullptr;
+  return newTensorLike(args[0], t, t.t.ndim, t.shape, &data);
+}
+
 PyMethodDef kFastOutputs[] = {
     {"allgather_tensor", asCFunction<allgatherTensor>(), METH_FASTCALL,
      "allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a "
@@ -391,6 +408,10 @@ PyMethodDef kFastOutputs[] = {
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "
      "dtype_object) -> (tensor, address) made for the result."},
+    {"new_tensor_like", asCFunction<newTensorLikeCall>(), METH_FASTCALL,
+     "new_tensor_like(tensor): a new tensor like `tensor`, its data not written, made as "
+     "allgather_tensor and allreduce_copy make their results (for benchmarks); NotImplemented "
+     "for a tensor they do not read."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -1,7 +1,11 @@
 """Error cases raise (never hang) and leave the job usable. Run on 2 ranks."""
 
 import inspect
+import os
 import pydoc
+import signal
+import threading
+import time
 
 import torch
 
@@ -17,6 +21,25 @@ def expect(exc, fn, *args, **kwargs):
     except exc as e:
         return e
     raise AssertionError("%s did not raise %s" % (fn.__name__, exc.__name__))
+
+
+def interrupted_waits(rank):
+    # A late call of a posted name (hvd.allgather and hvd.allreduce make their result after
+    # posting) waits in slices: Ctrl-C interrupts it. The peer's later call completes it.
+    for _ in range(3):
+        hvd.allgather(torch.ones(1), name="int.ag")
+        hvd.allreduce(torch.ones(1), name="int.ar")
+    for fn, name in ((hvd.allgather, "int.ag"), (hvd.allreduce, "int.ar")):
+        if rank == 1:
+            time.sleep(1.0)
+            fn(torch.ones(1), name=name)
+            continue
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        expect(KeyboardInterrupt, fn, torch.ones(1), name=name)
+        assert time.monotonic() - start < 0.8, time.monotonic() - start
+    out = hvd.allreduce(torch.ones(2), name="int.after", op=hvd.Sum)
+    assert torch.equal(out, torch.full((2,), 2.0)), out
 
 
 def main():
@@ -131,6 +154,7 @@ def main():
         shown = pydoc.render_doc(fn, renderer=pydoc.plaintext)
         assert fn.__doc__ and fn.__name__ + str(sig) in shown, shown
 
+    interrupted_waits(hvd.rank())
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
     assert torch.equal(out, torch.full((3,), float(hvd.size())))
