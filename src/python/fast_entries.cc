@@ -274,6 +274,21 @@ PyObject* reprEntry(PyObject* self) {
   return PyUnicode_FromFormat("<perseus function %S>", name != nullptr ? name : Py_None);
 }
 
+// Pickled, and copied, as a function is: by its module and name (a string __reduce__).
+PyObject* reduceEntry(PyObject* self, PyObject*) {
+  PyObject* name = PyDict_GetItemString(entryOf(self)->dict, "__qualname__");
+  if (name == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "a fast entry without a __qualname__");
+    return nullptr;
+  }
+  Py_INCREF(name);
+  return name;
+}
+
+PyMethodDef kEntryMethods[] = {
+    {"__reduce__", reduceEntry, METH_NOARGS, "Pickled by module and name, as a function is."},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyMemberDef kEntryMembers[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(Entry, call), READONLY, nullptr},
     {"__dictoffset__", T_PYSSIZET, offsetof(Entry, dict), READONLY, nullptr},
@@ -286,6 +301,7 @@ PyType_Slot kEntrySlots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_C
                              {Py_tp_clear, reinterpret_cast<void*>(clearEntry)},
                              {Py_tp_dealloc, reinterpret_cast<void*>(deallocEntry)},
                              {Py_tp_members, kEntryMembers},
+                             {Py_tp_methods, kEntryMethods},
                              {0, nullptr}};
 
 // Only fast_entry() makes entries, and nobody changes their type.

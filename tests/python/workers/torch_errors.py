@@ -1,7 +1,9 @@
 """Error cases raise (never hang) and leave the job usable. Run on 2 ranks."""
 
+import copy
 import inspect
 import os
+import pickle
 import pydoc
 import signal
 import threading
@@ -153,6 +155,8 @@ def main():
         assert sig == inspect.signature(fn.__wrapped__), sig
         shown = pydoc.render_doc(fn, renderer=pydoc.plaintext)
         assert fn.__doc__ and fn.__name__ + str(sig) in shown, shown
+        # Pickled and copied as a function: by module and name.
+        assert pickle.loads(pickle.dumps(fn)) is fn and copy.deepcopy(fn) is fn, fn
 
     interrupted_waits(hvd.rank())
     # The job still works after all of that.
