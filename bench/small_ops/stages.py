@@ -16,6 +16,9 @@ Stages, per op (float32, in place where the op is):
   handle      the asynchronous path: capsule, handle, wait, output
   copy        allreduce only: hvd.allreduce, the result in a new tensor (a C entry too), with
               "copy python" its Python function and "mpi4py copy" Allreduce into a buffer
+  new tensor  allreduce and allgather: the extension making a tensor of the result's size from
+              C, alone (no collective): what copy and allgather's whole pay beyond the
+              collective at least
   mpi4py      the peer, same sizes
 Prints one line per (op, bytes, stage): the fastest and the median repetition of the slowest
 rank's per-op time, and the fastest's ratio to mpi4py's. Short samples, many repetitions and
@@ -67,6 +70,7 @@ def allreduce_stages(t, tag, comm):
     }
     stages["copy"] = lambda: hvd.allreduce(t, name=name + ".copy", op=hvd.Sum)
     stages["copy python"] = lambda: _autograd._allreduce(t, name=name + ".copy", op=hvd.Sum)
+    add_new_tensor(stages, core, t)
     if comm is not None:
         out = a.copy()
         stages["mpi4py"] = lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
@@ -107,9 +111,18 @@ def allgather_stages(t, tag, comm):
         "python": lambda: _autograd._allgather(t, name=name),
         "handle": lambda: hvd.synchronize(hvd.allgather_async(t, name=name)),
     }
+    add_new_tensor(stages, core, torch.empty((t.shape[0] * hvd.size(),) + t.shape[1:]))
     if comm is not None:
         stages["mpi4py"] = lambda: comm.Allgather(a, out)
     return stages
+
+
+def add_new_tensor(stages, core, like):
+    # The result tensor alone, made from C as the calls make theirs: their floor above the
+    # collective (absent from an extension without it).
+    make = getattr(core, "new_tensor_like", None)
+    if make is not None:
+        stages["new tensor"] = lambda: make(like)
 
 
 def main():

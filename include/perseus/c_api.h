@@ -168,6 +168,34 @@ PERSEUS_API perseus_status perseus_allgather_into(const char* name, const perseu
 PERSEUS_API perseus_status perseus_allgather_on_caller(
     const char* name, const perseus_tensor* input, int32_t process_set, void* output,
     int64_t capacity, perseus_tensor* result, int64_t* result_shape, perseus_handle* handle);
+/* A blocking CPU allreduce or allgather of the global set in two steps, for a caller that makes
+ * its output (a framework's new tensor) while the other ranks' inputs are on their way. When the
+ * post path takes the call (docs/algorithms.md, "Posted collectives"), perseus_open_allreduce
+ * and perseus_open_allgather publish the input and set opened->open to 1 (an allgather's result
+ * shape in result_shape, PERSEUS_MAX_NDIM entries, its ndim in *result_ndim); the caller must
+ * then call perseus_finish_opened exactly once, with the name and input alive until then, and
+ * no other call of that name meanwhile. Otherwise opened->open is 0 and nothing was submitted:
+ * make the call another way. The fields after `open` are the library's. */
+typedef struct perseus_opened {
+  int32_t open;
+  int32_t op_;
+  const char* name_;
+  int64_t slot_;
+  uint64_t gen_;
+  const void* input_;
+} perseus_opened;
+PERSEUS_API perseus_status perseus_open_allreduce(const char* name, const perseus_tensor* input,
+                                                  int32_t op, double prescale, double postscale,
+                                                  perseus_opened* opened);
+PERSEUS_API perseus_status perseus_open_allgather(const char* name, const perseus_tensor* input,
+                                                  int64_t* result_shape, int32_t* result_ndim,
+                                                  perseus_opened* opened);
+/* Finishes an opened call into `output` (CPU, the input's shape for an allreduce, the result
+ * shape for an allgather): *handle is 0 when it is done. Otherwise *handle is the call's handle,
+ * maybe still running (wait for it and release it): an allreduce's result goes to `output`, to
+ * be kept alive until the handle completes; an allgather's is the handle's output 0. */
+PERSEUS_API perseus_status perseus_finish_opened(const perseus_opened* opened, void* output,
+                                                 perseus_handle* handle);
 PERSEUS_API perseus_status perseus_grouped_allgather(const char* name, int32_t count,
                                                      const perseus_tensor* inputs,
                                                      int32_t process_set, perseus_handle* handle);

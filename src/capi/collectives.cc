@@ -110,6 +110,23 @@ class Views {
   std::vector<T> heap_;
 };
 
+void checkOpened(perseus_opened* opened, std::string_view name) {
+  if (opened == nullptr) {
+    throw InvalidArgumentError(PERSEUS_STR("'" << name << "': the opened pointer is NULL"));
+  }
+  *opened = perseus_opened{};
+}
+
+// An opened call as the C caller keeps it; its name is the caller's string.
+void toC(const engine::OpenedPost& o, perseus_opened* out) {
+  out->open = 1;
+  out->op_ = static_cast<int32_t>(o.op);
+  out->name_ = o.name.data();
+  out->slot_ = static_cast<int64_t>(o.slot);
+  out->gen_ = o.gen;
+  out->input_ = o.input;
+}
+
 // The allreduce entry behind perseus_allreduce, perseus_grouped_allreduce and
 // perseus_allreduce_blocking (which passes no handle).
 void allreduce(const char* name, int32_t count, const perseus_tensor* inputs,
@@ -260,6 +277,57 @@ perseus_status perseus_allgather_on_caller(const char* name, const perseus_tenso
     result->ndim = static_cast<int32_t>(shape.size());
     result->shape = result_shape;
     result->device = PERSEUS_DEVICE_CPU;
+  });
+}
+
+perseus_status perseus_open_allreduce(const char* name, const perseus_tensor* input, int32_t op,
+                                      double prescale, double postscale, perseus_opened* opened) {
+  return guarded([&] {
+    std::string_view n = checkName(name, "perseus_open_allreduce");
+    checkOpened(opened, n);
+    engine::OpenedPost o;
+    const TensorView in = toView(input, n, "input");
+    if (capi::requireEngine()->openAllreduce(n, in, toOp(op, n), prescale, postscale, &o)) {
+      toC(o, opened);
+    }
+  });
+}
+
+perseus_status perseus_open_allgather(const char* name, const perseus_tensor* input,
+                                      int64_t* result_shape, int32_t* result_ndim,
+                                      perseus_opened* opened) {
+  return guarded([&] {
+    std::string_view n = checkName(name, "perseus_open_allgather");
+    checkOpened(opened, n);
+    if (result_shape == nullptr || result_ndim == nullptr) {
+      throw InvalidArgumentError(
+          PERSEUS_STR("'" << n << "': result_shape and result_ndim are required"));
+    }
+    engine::OpenedPost o;
+    const TensorView in = toView(input, n, "input");
+    thread_local std::vector<int64_t> shape;  // keeps its capacity: no allocation per call
+    if (!capi::requireEngine()->openAllgather(n, in, &shape, &o)) return;
+    std::copy(shape.begin(), shape.end(), result_shape);
+    *result_ndim = static_cast<int32_t>(shape.size());
+    toC(o, opened);
+  });
+}
+
+perseus_status perseus_finish_opened(const perseus_opened* opened, void* output,
+                                     perseus_handle* handle) {
+  return guarded([&] {
+    checkHandle(handle);
+    if (opened == nullptr || opened->open != 1) {
+      throw InvalidArgumentError("perseus_finish_opened: not an opened call");
+    }
+    engine::OpenedPost o;
+    o.op = static_cast<engine::OpType>(opened->op_);
+    o.name = opened->name_;
+    o.slot = static_cast<size_t>(opened->slot_);
+    o.gen = opened->gen_;
+    o.input = opened->input_;
+    auto h = capi::requireEngine()->finishOpened(o, output);
+    *handle = h ? capi::publish(h) : 0;
   });
 }
 

@@ -64,6 +64,18 @@ struct TensorArg {
   }
 };
 
+// A blocking call that the post path published and its caller finishes itself
+// (Engine::openPost(), finishOpened()): the caller makes the output meanwhile, while the other
+// ranks' posts are on their way. Filled by the post path; the name and input are the caller's,
+// borrowed until the finish.
+struct OpenedPost {
+  OpType op = OpType::kAllreduce;
+  std::string_view name;
+  size_t slot = 0;
+  uint64_t gen = 0;
+  const void* input = nullptr;
+};
+
 // One collective call (the Engine entries build it; Engine::submit takes it).
 struct Call {
   OpType op = OpType::kAllreduce;
@@ -88,6 +100,9 @@ struct Call {
   void* gather_into = nullptr;
   size_t gather_capacity = 0;
   std::vector<int64_t>* gather_shape = nullptr;
+  // A blocking allreduce or allgather whose caller finishes it (OpenedPost): the post path
+  // fills it (an allgather's output shape into *gather_shape) instead of watching the post.
+  OpenedPost* opened = nullptr;
 };
 
 }  // namespace perseus::engine

@@ -94,6 +94,22 @@ std::shared_ptr<Handle> Engine::allgatherOnCaller(std::string_view name, const T
   return post(c);
 }
 
+bool Engine::openAllreduce(std::string_view name, const TensorView& in, ReduceOp op,
+                           double prescale, double postscale, OpenedPost* opened) {
+  Call c = reductionCall(OpType::kAllreduce, name, kGlobalSet, Span<TensorView>(&in, 1), op,
+                         prescale, postscale, true);
+  c.opened = opened;
+  return open(c);
+}
+
+bool Engine::openAllgather(std::string_view name, const TensorView& in, std::vector<int64_t>* shape,
+                           OpenedPost* opened) {
+  Call c = callOf(OpType::kAllgather, name, kGlobalSet, Span<TensorView>(&in, 1), true);
+  c.gather_shape = shape;
+  c.opened = opened;
+  return open(c);
+}
+
 std::shared_ptr<Handle> Engine::broadcast(std::string_view name, const TensorView& in, void* out,
                                           int32_t root, int32_t set, bool blocking) {
   if (out == nullptr) {

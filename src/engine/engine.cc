@@ -170,17 +170,14 @@ std::shared_ptr<Handle> Engine::submit(const Call& c) {
 
 std::shared_ptr<Handle> Engine::post(const Call& c) {
   std::shared_ptr<Handle> handle;
-  switch (fast_path_->tryPost(c, &handle)) {
+  const FastPath::PostResult posted = fast_path_->tryPost(c, &handle);
+  switch (posted) {
     case FastPath::PostResult::kFinished:
       return nullptr;
-    case FastPath::PostResult::kClosed: {
-      // stopAll() recorded why before it closed the post board.
-      const Submissions::Stop stop = submissions_.stopCause();
-      throw Error(stop.code,
-                  PERSEUS_STR(opTypeName(c.op) << " '" << c.name << "' failed: " << stop.message));
-    }
+    case FastPath::PostResult::kClosed:
     case FastPath::PostResult::kInFlight:
-      throw duplicateName(c.op, std::string(c.name), c.set);
+    case FastPath::PostResult::kOpened:  // only for a Call::opened, which open() offers
+      refused(c.op, c.name, posted);
     case FastPath::PostResult::kPosted:
       fast_path_->progress(*handle);  // the other ranks may have posted already
       break;
@@ -188,6 +185,33 @@ std::shared_ptr<Handle> Engine::post(const Call& c) {
       handle = queue(entryOf(c));
       break;
   }
+  return handle;
+}
+
+void Engine::refused(OpType op, std::string_view name, FastPath::PostResult why) const {
+  if (why == FastPath::PostResult::kInFlight)
+    throw duplicateName(op, std::string(name), kGlobalSet);
+  PERSEUS_CHECK(why == FastPath::PostResult::kClosed, "a post lane result with no error");
+  // stopAll() recorded why before it closed the post board.
+  const Submissions::Stop stop = submissions_.stopCause();
+  throw Error(stop.code,
+              PERSEUS_STR(opTypeName(op) << " '" << name << "' failed: " << stop.message));
+}
+
+bool Engine::open(const Call& c) {
+  std::shared_ptr<Handle> handle;
+  const FastPath::PostResult posted = fast_path_->tryPost(c, &handle);
+  if (posted == FastPath::PostResult::kOpened) return true;
+  if (posted == FastPath::PostResult::kNotPosted) return false;
+  refused(c.op, c.name, posted);
+}
+
+std::shared_ptr<Handle> Engine::finishOpened(const OpenedPost& opened, void* out) {
+  std::shared_ptr<Handle> handle;
+  const FastPath::PostResult posted = fast_path_->finishOpened(opened, out, &handle);
+  if (posted == FastPath::PostResult::kFinished) return nullptr;
+  if (posted != FastPath::PostResult::kPosted) refused(opened.op, opened.name, posted);
+  fast_path_->progress(*handle);
   return handle;
 }
 

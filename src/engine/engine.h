@@ -114,6 +114,18 @@ class Engine {
   std::shared_ptr<Handle> allgatherOnCaller(std::string_view name, const TensorView& in, void* out,
                                             size_t capacity, std::vector<int64_t>* shape,
                                             int32_t set = kGlobalSet);
+  // A blocking allreduce or allgather of one CPU tensor of the global set in two steps, for a
+  // caller that makes its output while the other ranks' posts are on their way: true when the
+  // post path published the input, with *opened filled (an allgather's output shape in
+  // *shape); the caller then calls finishOpened() exactly once. False when the post path did
+  // not take the call: nothing was submitted, and the caller makes the call another way.
+  bool openAllreduce(std::string_view name, const TensorView& in, ReduceOp op, double prescale,
+                     double postscale, OpenedPost* opened);
+  bool openAllgather(std::string_view name, const TensorView& in, std::vector<int64_t>* shape,
+                     OpenedPost* opened);
+  // Finishes an opened call into `out` (its shape as opened): null when done; else the handle to
+  // wait for, not waited for, whose library-owned output holds an allgather's result.
+  std::shared_ptr<Handle> finishOpened(const OpenedPost& opened, void* out);
   std::shared_ptr<Handle> broadcast(std::string_view name, const TensorView& in, void* out,
                                     int32_t root, int32_t set = kGlobalSet, bool blocking = false);
   std::shared_ptr<Handle> alltoall(std::string_view name, const TensorView& in,
@@ -201,6 +213,10 @@ class Engine {
   std::shared_ptr<Handle> submit(const Call& call);
   // submit() without its wait for a blocking call.
   std::shared_ptr<Handle> post(const Call& call);
+  // The error of a call that the post lane refused: kClosed (the engine stopped) or kInFlight.
+  [[noreturn]] void refused(OpType op, std::string_view name, FastPath::PostResult why) const;
+  // The call with Call::opened offered to the post lane (openAllreduce(), openAllgather()).
+  bool open(const Call& call);
   // The negotiated path: validates `e` and queues it, or fails its handle if the engine stopped.
   std::shared_ptr<Handle> queue(std::unique_ptr<Entry> e);
   // The lane's `requeue`: a post that falls back, whose name is not claimed in submissions_

@@ -30,6 +30,7 @@ class FastPath {
     kInFlight,   // the name has a post in flight: a duplicate
     kFinished,   // a blocking call finished on the calling thread (no handle)
     kClosed,     // a blocking call that the engine's stop overtook
+    kOpened,     // a call with Call::opened published, for its caller to finish (finishOpened)
   };
   // How the engine thread may sleep: no longer than `sleep`; `listening`: peers ring it when a
   // post completes, until awake().
@@ -48,6 +49,12 @@ class FastPath {
 
   // Engine::submit offers every call here first; the only place that decides what is posted.
   virtual PostResult tryPost(const Call& c, std::shared_ptr<Handle>* handle) = 0;
+  // Finishes an opened post (Call::opened) into `output`, which holds its result (an
+  // allgather's shape as opened): watched as a blocking call's post is. kFinished, or kPosted
+  // with *handle to wait for (an allgather's result then in its library-owned output), or
+  // kClosed. Exactly once per opened post, on any thread.
+  virtual PostResult finishOpened(const OpenedPost& opened, void* output,
+                                  std::shared_ptr<Handle>* handle) = 0;
   // The cycle's holder, for every response of the global set before its entries complete:
   // may give the name a slot (`may_add`) once `negotiated` (this rank's handle, or null) is done.
   virtual void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) = 0;

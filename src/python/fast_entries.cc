@@ -8,6 +8,7 @@
 // takes every other path (another process set, a CUDA tensor, a gradient).
 #include <Python.h>
 #include <pybind11/pybind11.h>
+#include <structmember.h>
 
 #include <array>
 #include <iterator>
@@ -16,19 +17,34 @@
 #include "fast_call_args.h"
 #include "fast_calls.h"
 
+// Python 3.8 spells these with an underscore, and its PyType_FromSpec does not read
+// __vectorcalloffset__: there the extension has no fast_entry and the framework layers keep
+// their Python functions.
+#if PY_VERSION_HEX < 0x03090000
+#define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
+#define PyObject_Vectorcall _PyObject_Vectorcall
+#endif
+
 namespace perseus_py {
 namespace {
 
-// The entry's state, its `self`: (fallback, global_set, config), config being what the entry
-// says it is.
-enum : Py_ssize_t { kFallback, kGlobalSet, kConfig, kStateSize };
+// An entry: a callable object whose vectorcall is its kind's function below, with what it
+// stands for. Not a builtin function: a builtin's signature comes from a text signature, which
+// cannot spell the Python function's defaults (process_set=global_process_set). This one has a
+// __dict__ with __wrapped__ (the Python function), so inspect.signature and help() show the
+// Python function's signature, and its __name__, __qualname__, __module__ and __doc__.
+struct Entry {
+  PyObject_HEAD vectorcallfunc call;
+  PyObject* fallback;    // the Python function it stands for
+  PyObject* global_set;  // the global process set
+  PyObject* config;      // what the entry's kind says it is
+  PyObject* dict;
+};
+
+Entry* entryOf(PyObject* self) { return reinterpret_cast<Entry*>(self); }
 
 PyObject* fallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-#if PY_VERSION_HEX >= 0x03090000
-  return PyObject_Vectorcall(PyTuple_GET_ITEM(self, kFallback), args, nargs, kwnames);
-#else
-  return _PyObject_Vectorcall(PyTuple_GET_ITEM(self, kFallback), args, nargs, kwnames);
-#endif
+  return PyObject_Vectorcall(entryOf(self)->fallback, args, static_cast<size_t>(nargs), kwnames);
 }
 
 // Binds positional and keyword arguments to the parameters `names` (interned) as a Python call
@@ -72,7 +88,7 @@ std::array<PyObject*, N> interned(const char* const (&params)[N]) {
 }
 
 bool globalSet(PyObject* self, PyObject* process_set) {
-  return process_set == nullptr || process_set == PyTuple_GET_ITEM(self, kGlobalSet);
+  return process_set == nullptr || process_set == entryOf(self)->global_set;
 }
 
 // The fast call's result, else (NotImplemented) the fallback's. The fast call runs inside an
@@ -93,8 +109,8 @@ PyObject* orFallback(FastCall call, PyObject* self, PyObject* const* args, Py_ss
 
 // allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 //            postscale_factor=1.0, process_set=global_process_set); config: the op table
-PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                         PyObject* kwnames) {
+PyObject* allreduceEntry(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   static const auto names = interned(kAllreduceInplaceParams);
   static PyObject* const one = PyFloat_FromDouble(1.0);
   static PyObject* const zero = PyLong_FromLong(0);
@@ -104,8 +120,7 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     return fallback(self, args, nargs, kwnames);
   }
   // The op table's entry, as _DIRECT_OPS.get(op): absent (or unhashable) for ops it lacks.
-  PyObject* op =
-      PyDict_GetItemWithError(PyTuple_GET_ITEM(self, kConfig), a[3] == nullptr ? Py_None : a[3]);
+  PyObject* op = PyDict_GetItemWithError(entryOf(self)->config, a[3] == nullptr ? Py_None : a[3]);
   if (op == nullptr) {
     PyErr_Clear();
     return fallback(self, args, nargs, kwnames);
@@ -117,12 +132,13 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 // allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
 //           prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set); config:
 // (op table, Compression.none, the most bytes copied)
-PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, size_t nargsf,
                              PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   static const auto names = interned(kAllreduceParams);
   static PyObject* const one = PyFloat_FromDouble(1.0);
   static PyObject* const zero = PyLong_FromLong(0);
-  PyObject* config = PyTuple_GET_ITEM(self, kConfig);
+  PyObject* config = entryOf(self)->config;
   PyObject* a[8] = {};
   if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
       a[2] == nullptr || !PyUnicode_CheckExact(a[2]) ||
@@ -141,8 +157,8 @@ PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, Py_ssize_t n
 }
 
 // broadcast_(tensor, root_rank, name=None, process_set=global_process_set)
-PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                         PyObject* kwnames) {
+PyObject* broadcastEntry(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   static const auto names = interned(kBroadcastParams);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[4] = {};
@@ -155,8 +171,8 @@ PyObject* broadcastEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 }
 
 // allgather(tensor, name=None, process_set=global_process_set); config: (max_bytes, allocate)
-PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                         PyObject* kwnames) {
+PyObject* allgatherEntry(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   static const auto names = interned(kAllgatherParams);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[3] = {};
@@ -164,44 +180,37 @@ PyObject* allgatherEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       !globalSet(self, a[2])) {
     return fallback(self, args, nargs, kwnames);
   }
-  PyObject* config = PyTuple_GET_ITEM(self, kConfig);
+  PyObject* config = entryOf(self)->config;
   PyObject* call[5] = {a[0], a[1], zero, PyTuple_GET_ITEM(config, 0), PyTuple_GET_ITEM(config, 1)};
   return orFallback([&] { return allgatherTensor(nullptr, call, 5); }, self, args, nargs, kwnames);
 }
 
-// One definition per entry, alive for the process: the functions made from them point to it.
-PyMethodDef kEntries[] = {
-    {"allreduce_", asCFunction<allreduceEntry>(), METH_FASTCALL | METH_KEYWORDS,
-     "allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, "
-     "postscale_factor=1.0, process_set=global_process_set)\n\nIn-place allreduce of `tensor` "
-     "over the set (op=None means Average); returns `tensor` when done."},
-    {"allreduce", asCFunction<allreduceCopyEntry>(), METH_FASTCALL | METH_KEYWORDS,
-     "allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, "
-     "prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set)\n\nReduces "
-     "`tensor` over the set (op=None: Average) and returns a new tensor; its gradient is the "
-     "allreduce of the gradient with the same op and factors."},
-    {"broadcast_", asCFunction<broadcastEntry>(), METH_FASTCALL | METH_KEYWORDS,
-     "broadcast_(tensor, root_rank, name=None, process_set=global_process_set)\n\nIn-place "
-     "broadcast of root_rank's `tensor`; returns `tensor` when done."},
-    {"allgather", asCFunction<allgatherEntry>(), METH_FASTCALL | METH_KEYWORDS,
-     "allgather(tensor, name=None, process_set=global_process_set)\n\nEvery rank's `tensor` "
-     "concatenated along dim 0 in a new tensor (ranks may differ in dim 0 only); its gradient "
-     "is the average of the gradients over ranks, sliced to this rank's rows."},
-};
-
-// kEntries' parameters, in its order.
-struct Params {
-  const char* const* names;
+// Each entry's kind: its name, function, its Python function's parameters and its doc.
+struct Kind {
+  const char* name;
+  vectorcallfunc call;
+  const char* const* params;
   size_t count;
+  const char* doc;
 };
-const Params kEntryParams[] = {{kAllreduceInplaceParams, std::size(kAllreduceInplaceParams)},
-                               {kAllreduceParams, std::size(kAllreduceParams)},
-                               {kBroadcastParams, std::size(kBroadcastParams)},
-                               {kAllgatherParams, std::size(kAllgatherParams)}};
+const Kind kKinds[] = {
+    {"allreduce_", allreduceEntry, kAllreduceInplaceParams, std::size(kAllreduceInplaceParams),
+     "In-place allreduce of `tensor` over the set (op=None means Average); returns `tensor` when "
+     "done."},
+    {"allreduce", allreduceCopyEntry, kAllreduceParams, std::size(kAllreduceParams),
+     "Reduces `tensor` over the set (op=None: Average) and returns a new tensor; its gradient is "
+     "the allreduce of the gradient with the same op and factors."},
+    {"broadcast_", broadcastEntry, kBroadcastParams, std::size(kBroadcastParams),
+     "In-place broadcast of root_rank's `tensor`; returns `tensor` when done."},
+    {"allgather", allgatherEntry, kAllgatherParams, std::size(kAllgatherParams),
+     "Every rank's `tensor` concatenated along dim 0 in a new tensor (ranks may differ in dim 0 "
+     "only); its gradient is the average of the gradients over ranks, sliced to this rank's "
+     "rows."},
+};
 
 // 1 when the Python function `fn` takes exactly `params` (positional or keyword, no *args,
 // **kwargs or keyword-only ones), 0 when not, -1 with a Python error.
-int sameParams(PyObject* fn, const Params& params) {
+int sameParams(PyObject* fn, const Kind& params) {
   PyObject* code = PyObject_GetAttrString(fn, "__code__");
   if (code == nullptr) return -1;
   PyObject* argcount = PyObject_GetAttrString(code, "co_argcount");
@@ -216,7 +225,7 @@ int sameParams(PyObject* fn, const Params& params) {
     same = PyLong_AsLong(argcount) == static_cast<long>(params.count) &&
            PyLong_AsLong(kwonly) == 0 && (PyLong_AsLong(flags) & (kVarArgs | kVarKeywords)) == 0;
     for (size_t i = 0; same == 1 && i < params.count; ++i) {
-      same = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(names, i), params.names[i]) == 0;
+      same = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(names, i), params.params[i]) == 0;
     }
     if (PyErr_Occurred()) same = -1;
   }
@@ -227,29 +236,141 @@ int sameParams(PyObject* fn, const Params& params) {
   return same;
 }
 
-// fast_entry(kind, fallback, global_set, config, module): the entry `kind` (a name in kEntries)
+int traverseEntry(PyObject* self, visitproc visit, void* arg) {
+  Entry* e = entryOf(self);
+  Py_VISIT(e->fallback);
+  Py_VISIT(e->global_set);
+  Py_VISIT(e->config);
+  Py_VISIT(e->dict);
+  Py_VISIT(Py_TYPE(self));  // a heap type's instances own a reference to it
+  return 0;
+}
+
+int clearEntry(PyObject* self) {
+  Entry* e = entryOf(self);
+  Py_CLEAR(e->fallback);
+  Py_CLEAR(e->global_set);
+  Py_CLEAR(e->config);
+  Py_CLEAR(e->dict);
+  return 0;
+}
+
+void deallocEntry(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  clearEntry(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// As a class attribute it stays itself, as a builtin function does (no bound method).
+PyObject* getEntry(PyObject* self, PyObject*, PyObject*) {
+  Py_INCREF(self);
+  return self;
+}
+
+PyObject* reprEntry(PyObject* self) {
+  PyObject* name = PyDict_GetItemString(entryOf(self)->dict, "__qualname__");
+  return PyUnicode_FromFormat("<perseus function %S>", name != nullptr ? name : Py_None);
+}
+
+// Pickled, and copied, as a function is: by its module and name (a string __reduce__).
+PyObject* reduceEntry(PyObject* self, PyObject*) {
+  PyObject* name = PyDict_GetItemString(entryOf(self)->dict, "__qualname__");
+  if (name == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "a fast entry without a __qualname__");
+    return nullptr;
+  }
+  Py_INCREF(name);
+  return name;
+}
+
+PyMethodDef kEntryMethods[] = {
+    {"__reduce__", reduceEntry, METH_NOARGS, "Pickled by module and name, as a function is."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMemberDef kEntryMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Entry, call), READONLY, nullptr},
+    {"__dictoffset__", T_PYSSIZET, offsetof(Entry, dict), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot kEntrySlots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+                             {Py_tp_descr_get, reinterpret_cast<void*>(getEntry)},
+                             {Py_tp_repr, reinterpret_cast<void*>(reprEntry)},
+                             {Py_tp_traverse, reinterpret_cast<void*>(traverseEntry)},
+                             {Py_tp_clear, reinterpret_cast<void*>(clearEntry)},
+                             {Py_tp_dealloc, reinterpret_cast<void*>(deallocEntry)},
+                             {Py_tp_members, kEntryMembers},
+                             {Py_tp_methods, kEntryMethods},
+                             {0, nullptr}};
+
+// Only fast_entry() makes entries, and nobody changes their type.
+#if PY_VERSION_HEX >= 0x030A0000
+constexpr unsigned long kSealed = Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE;
+#else
+constexpr unsigned long kSealed = 0;
+#endif
+
+PyType_Spec kEntrySpec = {
+    "perseus._core.FastEntry", sizeof(Entry), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | kSealed, kEntrySlots};
+
+// The entry's attributes: a function's, with __wrapped__ the Python function (inspect.unwrap).
+bool describe(Entry* e, const Kind& kind, PyObject* module) {
+  PyObject* name = PyUnicode_FromString(kind.name);
+  PyObject* doc = PyUnicode_FromString(kind.doc);
+  const bool ok = name != nullptr && doc != nullptr &&
+                  PyDict_SetItemString(e->dict, "__name__", name) == 0 &&
+                  PyDict_SetItemString(e->dict, "__qualname__", name) == 0 &&
+                  PyDict_SetItemString(e->dict, "__module__", module) == 0 &&
+                  PyDict_SetItemString(e->dict, "__doc__", doc) == 0 &&
+                  PyDict_SetItemString(e->dict, "__wrapped__", e->fallback) == 0;
+  Py_XDECREF(name);
+  Py_XDECREF(doc);
+  return ok;
+}
+
+// An entry of `kind` standing for `fallback`.
+PyObject* newEntry(PyTypeObject* type, const Kind& kind, PyObject* const* args) {
+  Entry* e = PyObject_GC_New(Entry, type);
+  if (e == nullptr) return nullptr;
+  e->call = kind.call;
+  Py_INCREF(args[1]);
+  Py_INCREF(args[2]);
+  Py_INCREF(args[3]);
+  e->fallback = args[1];
+  e->global_set = args[2];
+  e->config = args[3];
+  e->dict = PyDict_New();
+  PyObject_GC_Track(e);
+  PyObject* self = reinterpret_cast<PyObject*>(e);
+  if (e->dict == nullptr || !describe(e, kind, args[4])) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  return self;
+}
+
+// fast_entry(kind, fallback, global_set, config, module): the entry `kind` (a name in kKinds)
 // standing for the Python function `fallback`, as a function of module `module`.
 PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5 || !PyUnicode_Check(args[0])) {
     PyErr_SetString(PyExc_TypeError, "fast_entry(kind, fallback, global_set, config, module)");
     return nullptr;
   }
-  for (size_t i = 0; i < std::size(kEntries); ++i) {
-    PyMethodDef& def = kEntries[i];
-    if (PyUnicode_CompareWithASCIIString(args[0], def.ml_name) != 0) continue;
-    const int same = sameParams(args[1], kEntryParams[i]);
+  static PyObject* const type = PyType_FromSpec(&kEntrySpec);
+  if (type == nullptr) return nullptr;
+  for (const Kind& kind : kKinds) {
+    if (PyUnicode_CompareWithASCIIString(args[0], kind.name) != 0) continue;
+    const int same = sameParams(args[1], kind);
     if (same <= 0) {
       if (same == 0) {
         PyErr_Format(PyExc_TypeError, "fast_entry: %R does not take the parameters of entry '%s'",
-                     args[1], def.ml_name);
+                     args[1], kind.name);
       }
       return nullptr;
     }
-    PyObject* state = PyTuple_Pack(kStateSize, args[1], args[2], args[3]);
-    if (state == nullptr) return nullptr;
-    PyObject* fn = PyCFunction_NewEx(&def, state, args[4]);
-    Py_DECREF(state);
-    return fn;
+    return newEntry(reinterpret_cast<PyTypeObject*>(type), kind, args);
   }
   PyErr_Format(PyExc_ValueError, "fast_entry: no entry named %R", args[0]);
   return nullptr;
@@ -264,7 +385,11 @@ PyMethodDef kFactory[] = {
 }  // namespace
 
 void registerFastEntries(pybind11::module_& m) {
+#if PY_VERSION_HEX >= 0x03090000
   if (PyModule_AddFunctions(m.ptr(), kFactory) != 0) throw pybind11::error_already_set();
+#else
+  (void)m;
+#endif
 }
 
 }  // namespace perseus_py

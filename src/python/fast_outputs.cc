@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -31,21 +32,25 @@ struct ReleaseHandle {
 
 constexpr double kWaitSliceS = 0.25;
 
+// How a late wait ended: done, failed (with a Python error; the collective is over), or
+// interrupted by a signal (with a Python error; the collective may still be running).
+enum class Waited { kDone, kFailed, kInterrupted };
+
 // Goes on waiting, as Handle.wait() does, for a handle that did not complete within a first
 // slice: in slices, so that Ctrl-C interrupts a long wait, and noting the call site for the
-// stall diagnosis (only late ops pay for it). Returns false with a Python exception set.
-bool waitLate(perseus_handle id) {
+// stall diagnosis (only late ops pay for it).
+Waited waitLate(perseus_handle id) {
   noteCallSite(id);
   for (;;) {
-    if (PyErr_CheckSignals() != 0) return false;
+    if (PyErr_CheckSignals() != 0) return Waited::kInterrupted;
     perseus_status s;
     Py_BEGIN_ALLOW_THREADS;
     s = perseus_wait(id, kWaitSliceS);
     Py_END_ALLOW_THREADS;
-    if (s == PERSEUS_OK) return true;
+    if (s == PERSEUS_OK) return Waited::kDone;
     if (s != PERSEUS_ERR_IN_PROGRESS) {
       setStatusError(s, statusMessage(s, "perseus_wait"));
-      return false;
+      return Waited::kFailed;
     }
   }
 }
@@ -102,13 +107,19 @@ PyObject* copyOutput(perseus_handle id, PyObject* allocate, PyObject* like,
   return newTensorFrom(out, allocate, like, view);
 }
 
+// What a collective that a signal interrupted the wait for may still read or write: never
+// freed (a small tensor or two per interrupted call), rather than freed under it. Null: none.
+void keepForInterrupted(PyObject* obj) { Py_XINCREF(obj); }
+
 // The rest of a wait whose first slice returned `waited` (Handle.wait()'s way, waitLate), then
-// the handle's output as a new tensor (copyOutput).
+// the handle's output as a new tensor (copyOutput). `input`: the input's tensor object, if any.
 PyObject* awaitOutput(perseus_handle id, perseus_status waited, PyObject* allocate, PyObject* like,
-                      const FlatTensor* view) {
+                      const FlatTensor* view, PyObject* input) {
   ReleaseHandle release{id};
   if (waited == PERSEUS_ERR_IN_PROGRESS) {
-    if (!waitLate(id)) return nullptr;
+    const Waited late = waitLate(id);
+    if (late == Waited::kInterrupted) keepForInterrupted(input);
+    if (late != Waited::kDone) return nullptr;  // the output is the handle's
   } else if (waited != PERSEUS_OK) {
     return finish(waited, "perseus_wait");
   }
@@ -119,7 +130,7 @@ PyObject* awaitOutput(perseus_handle id, perseus_status waited, PyObject* alloca
 // makes, or with `view` copyOutput()'s way. The output's shape comes from the core, so ranks may
 // differ in the first dimension as on the handle path.
 PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject* allocate,
-                    PyObject* like, const FlatTensor* view) {
+                    PyObject* like, const FlatTensor* view, PyObject* input) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -127,7 +138,7 @@ PyObject* allgather(const char* name, FlatTensor& t, long process_set, PyObject*
   if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
   Py_END_ALLOW_THREADS;
   if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather");
-  return awaitOutput(id, waited, allocate, like, view);
+  return awaitOutput(id, waited, allocate, like, view, input);
 }
 
 // allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a blocking
@@ -141,13 +152,8 @@ PyObject* allgatherInto(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!parseTensor(args[1], args[2], args[3], t)) return nullptr;
   const long process_set = PyLong_AsLong(args[4]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  return allgather(name, t, process_set, args[5], args[6], nullptr);
+  return allgather(name, t, process_set, args[5], args[6], nullptr, nullptr);
 }
-
-// What a small allgather's result is written to when the post path finishes it on the calling
-// thread, before it is copied into the new tensor: the posted lane's largest input from each of
-// up to 16 ranks. More, or larger, and the result stays in the handle's output.
-constexpr size_t kGatherScratchBytes = 64u << 10;
 
 // 1 when `tensor.requires_grad` is true, 0 when it is false or the type has no such attribute
 // (no autograd), -1 with a Python error. A tensor in an autograd graph is the framework layer's
@@ -184,13 +190,83 @@ int viewSmall(PyObject* tensor, PyObject* max_bytes, FlatTensor& t) {
   return viewBytes(t) <= most ? 1 : 0;
 }
 
+// The bytes of a result of `ndim` dimensions `shape` of the viewed tensor's dtype.
+size_t resultBytes(const FlatTensor& t, int32_t ndim, const int64_t* shape) {
+  auto bytes = static_cast<size_t>(dtypeSize(t.t.dtype));
+  for (int32_t i = 0; i < ndim; ++i) bytes *= static_cast<size_t>(shape[i]);
+  return bytes;
+}
+
+// An opened call (perseus_open_*) finished into a buffer that nobody reads, for a caller that
+// could not make its output: a generation this rank never finishes would keep the name in
+// flight for good. Left so only when not even that buffer can be had.
+void finishDropped(const perseus_opened& opened, size_t bytes) {
+  auto* sink = static_cast<unsigned char*>(std::malloc(bytes == 0 ? 1 : bytes));
+  if (sink == nullptr) return;
+  perseus_handle id = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  if (perseus_finish_opened(&opened, sink, &id) == PERSEUS_OK && id != 0) {
+    perseus_wait(id, -1);  // it writes into `sink` until it completes
+    perseus_release(id);
+  }
+  Py_END_ALLOW_THREADS;
+  std::free(sink);
+}
+
+// The output of an opened call: a new tensor like `view` (`like`'s type, newTensorLike) of
+// `ndim` dimensions `shape`, made while the other ranks' posts are on their way, then the call
+// finished into it. *id is 0 when it is done, else the late call's handle to wait for. Null
+// with a Python error when it fails (the call is finished all the same, finishDropped()).
+PyObject* finishIntoNew(const perseus_opened& opened, PyObject* like, const FlatTensor& view,
+                        int32_t ndim, const int64_t* shape, perseus_handle* id) {
+  void* data = nullptr;
+  PyObject* out = newTensorLike(like, view, ndim, shape, &data);
+  if (out == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the tensor type made no tensor");
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    finishDropped(opened, resultBytes(view, ndim, shape));
+    PyErr_Restore(type, value, trace);
+    return nullptr;
+  }
+  perseus_status finished;
+  Py_BEGIN_ALLOW_THREADS;
+  finished = perseus_finish_opened(&opened, dataOrPlaceholder(data), id);
+  Py_END_ALLOW_THREADS;
+  if (finished != PERSEUS_OK) {
+    Py_DECREF(out);
+    return finish(finished, "perseus_finish_opened");
+  }
+  return out;
+}
+
+// The posted allgather of `t`, opened (perseus_open_allgather) and finished into a new tensor
+// of `like`'s type; NotImplemented when the post path did not take it (nothing was submitted).
+PyObject* allgatherOpened(const char* name, FlatTensor& t, PyObject* like, PyObject* allocate) {
+  perseus_opened opened{};
+  int64_t shape[PERSEUS_MAX_NDIM];
+  int32_t ndim = 0;
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_open_allgather(name, &t.t, shape, &ndim, &opened);
+  Py_END_ALLOW_THREADS;
+  if (status != PERSEUS_OK) return finish(status, "perseus_open_allgather");
+  if (opened.open == 0) Py_RETURN_NOTIMPLEMENTED;
+  perseus_handle id = 0;
+  PyObject* out = finishIntoNew(opened, like, t, ndim, shape, &id);
+  if (out == nullptr || id == 0) return out;
+  // Late: the result is the handle's, whose shape is the negotiated one if the post fell back.
+  Py_DECREF(out);
+  return awaitOutput(id, PERSEUS_ERR_IN_PROGRESS, allocate, like, &t, like);
+}
+
 }  // namespace
 
-// allgather_tensor(tensor, name, process_set, max_bytes, allocate): allgather_into of a tensor
-// of a registered type of at most max_bytes that does not require grad, the result made through
-// the type's exchange API (else by allocate(shape, tensor)); NotImplemented, with no call, for
-// any other tensor. A posted allgather finishes on the calling thread into a scratch buffer,
-// with no handle.
+// allgather_tensor(tensor, name, process_set, max_bytes, allocate): the blocking allgather of a
+// tensor of a registered type of at most max_bytes that does not require grad, its result a new
+// tensor made through the type's exchange API (else by allocate(shape, tensor)); NotImplemented,
+// with no call, for any other tensor. A posted allgather of the global set is opened, then
+// finished into the new tensor, which is made while the other ranks' posts are on their way.
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
@@ -201,28 +277,20 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (name == nullptr) return nullptr;
   const long process_set = PyLong_AsLong(args[2]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
-  thread_local std::vector<unsigned char> scratch(kGatherScratchBytes);
-  perseus_tensor result{};
-  int64_t result_shape[PERSEUS_MAX_NDIM];
-  perseus_handle id{};
-  perseus_status submitted, waited = PERSEUS_OK;
-  Py_BEGIN_ALLOW_THREADS;
-  submitted =
-      perseus_allgather_on_caller(name, &t.t, static_cast<int32_t>(process_set), scratch.data(),
-                                  static_cast<int64_t>(scratch.size()), &result, result_shape, &id);
-  if (submitted == PERSEUS_OK && id != 0) waited = perseus_wait(id, kWaitSliceS);
-  Py_END_ALLOW_THREADS;
-  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allgather_on_caller");
-  if (id == 0) return newTensorFrom(result, args[4], args[0], &t);  // finished into scratch
-  return awaitOutput(id, waited, args[4], args[0], &t);
+  if (process_set == 0 && makesTensors(args[0])) {
+    PyObject* out = allgatherOpened(name, t, args[0], args[4]);
+    if (out != Py_NotImplemented) return out;
+    Py_DECREF(out);
+  }
+  return allgather(name, t, process_set, args[4], args[0], &t, args[0]);
 }
 
 namespace {
 
 // The allreduce of `t` in place through a handle, waited for as Handle.wait() waits (a late
 // one in slices: Ctrl-C interrupts it, and the stall diagnosis names this call's line, as it
-// did for hvd.allreduce before it was one call). False with a Python error.
-bool reduceInPlace(const TensorReduce& a, FlatTensor& t) {
+// did for hvd.allreduce before it was one call). kFailed and kInterrupted with a Python error.
+Waited reduceInPlace(const TensorReduce& a, FlatTensor& t) {
   perseus_handle id{};
   perseus_status submitted, waited = PERSEUS_OK;
   Py_BEGIN_ALLOW_THREADS;
@@ -230,47 +298,101 @@ bool reduceInPlace(const TensorReduce& a, FlatTensor& t) {
                                 a.postscale, static_cast<int32_t>(a.process_set), &id);
   if (submitted == PERSEUS_OK) waited = perseus_wait(id, kWaitSliceS);
   Py_END_ALLOW_THREADS;
-  if (submitted != PERSEUS_OK) return finish(submitted, "perseus_allreduce") != nullptr;
+  if (submitted != PERSEUS_OK) {
+    finish(submitted, "perseus_allreduce");
+    return Waited::kFailed;
+  }
   ReleaseHandle release{id};
   if (waited == PERSEUS_ERR_IN_PROGRESS) return waitLate(id);
-  if (waited != PERSEUS_OK) return finish(waited, "perseus_wait") != nullptr;
-  return true;
+  if (waited != PERSEUS_OK) {
+    finish(waited, "perseus_wait");
+    return Waited::kFailed;
+  }
+  return Waited::kDone;
+}
+
+// `out`, the tensor that a late allreduce of `input` (a tensor object, or null) writes into,
+// once its wait ended as `waited`; an interrupted one keeps both (keepForInterrupted).
+PyObject* afterWait(Waited waited, PyObject* out, PyObject* input) {
+  if (waited == Waited::kDone) return out;
+  if (waited == Waited::kFailed) Py_DECREF(out);
+  if (waited == Waited::kInterrupted) keepForInterrupted(input);  // and `out`, not dropped
+  return nullptr;
+}
+
+// The posted allreduce of `t`, opened (perseus_open_allreduce) and finished into a new tensor of
+// `like`'s type, made while the other ranks' posts are on their way; NotImplemented when the
+// post path did not take it (nothing was submitted).
+PyObject* allreduceOpened(const TensorReduce& a, FlatTensor& t, PyObject* like) {
+  perseus_opened opened{};
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = perseus_open_allreduce(a.name, &t.t, static_cast<int32_t>(a.op), a.prescale, a.postscale,
+                                  &opened);
+  Py_END_ALLOW_THREADS;
+  if (status != PERSEUS_OK) return finish(status, "perseus_open_allreduce");
+  if (opened.open == 0) Py_RETURN_NOTIMPLEMENTED;
+  perseus_handle id = 0;
+  PyObject* out = finishIntoNew(opened, like, t, t.t.ndim, t.shape, &id);
+  if (out == nullptr || id == 0) return out;
+  // Late: the handle writes the result into `out` when it completes.
+  ReleaseHandle release{id};
+  return afterWait(waitLate(id), out, like);
+}
+
+// A copy of `t` (a new tensor of `like`'s type) reduced in place through a handle.
+PyObject* allreduceCopied(const TensorReduce& a, FlatTensor& t, PyObject* like) {
+  void* data = nullptr;
+  PyObject* out = newTensorLike(like, t, t.t.ndim, t.shape, &data);
+  if (out == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  const long long bytes = viewBytes(t);
+  if (bytes != 0) std::memcpy(data, t.t.data, static_cast<size_t>(bytes));
+  FlatTensor copy = t;
+  copy.t.shape = copy.shape;
+  copy.t.data = dataOrPlaceholder(data);
+  return afterWait(reduceInPlace(a, copy), out, nullptr);
 }
 
 }  // namespace
 
-// allreduce_copy(tensor, name, op, prescale, postscale, process_set, max_bytes): the in-place
-// allreduce of a copy of `tensor`, made through its type's exchange API, for a tensor of a
-// registered type of at most max_bytes that does not require grad; NotImplemented, with no
-// call, for any other tensor (or a type whose API cannot make one). For a small tensor the copy
-// costs less than the asynchronous path's capsules, handle and autograd function.
+// allreduce_copy(tensor, name, op, prescale, postscale, process_set, max_bytes): the blocking
+// allreduce of `tensor` into a new tensor made through its type's exchange API, for a tensor of
+// a registered type of at most max_bytes that does not require grad; NotImplemented, with no
+// call, for any other tensor (or a type whose API cannot make one). A posted allreduce of the
+// global set is opened, then finished into the new tensor, which is made while the other ranks'
+// posts are on their way; otherwise a copy is reduced in place through a handle. For a small
+// tensor either costs less than the asynchronous path's capsules, handle and autograd function.
 PyObject* allreduceCopy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allreduce_copy", nargs, 7)) return nullptr;
   FlatTensor t;
   const int small = viewSmall(args[0], args[6], t);
   if (small < 0) return nullptr;
-  if (small == 0) Py_RETURN_NOTIMPLEMENTED;
-  const long long bytes = viewBytes(t);
+  if (small == 0 || !makesTensors(args[0])) Py_RETURN_NOTIMPLEMENTED;
   TensorReduce a;
   if (!parseTensorReduce(args, a)) return nullptr;
-  void* data = nullptr;
-  PyObject* out = newTensorLike(args[0], t, t.t.ndim, t.shape, &data);
-  if (out == nullptr) {
-    if (PyErr_Occurred()) return nullptr;
-    Py_RETURN_NOTIMPLEMENTED;
-  }
-  if (bytes != 0) std::memcpy(data, t.t.data, static_cast<size_t>(bytes));
-  FlatTensor copy = t;
-  copy.t.shape = copy.shape;
-  copy.t.data = dataOrPlaceholder(data);
-  if (!reduceInPlace(a, copy)) {
+  if (a.process_set == 0) {
+    PyObject* out = allreduceOpened(a, t, args[0]);
+    if (out != Py_NotImplemented) return out;
     Py_DECREF(out);
-    return nullptr;
   }
-  return out;
+  return allreduceCopied(a, t, args[0]);
 }
 
 namespace {
+
+// new_tensor_like(tensor): a new tensor of `tensor`'s type, dtype and shape, its data not
+// written, made as the calls above make their results; NotImplemented for a tensor they do not
+// read. For benchmarks: what a call that returns a new tensor pays for it at least.
+PyObject* newTensorLikeCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!exactCount("new_tensor_like", nargs, 1)) return nullptr;
+  FlatTensor t;
+  if (!viewDenseCpu(args[0], t) || !makesTensors(args[0])) Py_RETURN_NOTIMPLEMENTED;
+  void* data = nullptr;
+  return newTensorLike(args[0], t, t.t.ndim, t.shape, &data);
+}
 
 PyMethodDef kFastOutputs[] = {
     {"allgather_tensor", asCFunction<allgatherTensor>(), METH_FASTCALL,
@@ -286,6 +408,10 @@ PyMethodDef kFastOutputs[] = {
      "allgather_into(name, address, dtype, shape, process_set, allocate, dtype_object): a "
      "blocking allgather of a contiguous CPU tensor; returns the tensor allocate(shape, "
      "dtype_object) -> (tensor, address) made for the result."},
+    {"new_tensor_like", asCFunction<newTensorLikeCall>(), METH_FASTCALL,
+     "new_tensor_like(tensor): a new tensor like `tensor`, its data not written, made as "
+     "allgather_tensor and allreduce_copy make their results (for benchmarks); NotImplemented "
+     "for a tensor they do not read."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 
 #include "dlpack.h"
@@ -97,16 +98,20 @@ struct HostBlock {
 
 constexpr size_t kHeaderBytes = (sizeof(HostBlock) + kDataAlign - 1) / kDataAlign * kDataAlign;
 
-void freeHostBlock(DLManagedTensorVersioned* self) { std::free(self); }
+// The block's allocation is its manager_ctx.
+void freeHostBlock(DLManagedTensorVersioned* self) { std::free(self->manager_ctx); }
 
 // A managed CPU tensor of `dtype` and `shape` that frees its one block when the framework
-// drops it; null when out of memory.
+// drops it; null when out of memory. malloc's, aligned within: a small aligned_alloc costs
+// several times a malloc, which takes the small sizes from its per-thread cache.
 DLManagedTensorVersioned* newHostBlock(DLDataType dtype, int32_t ndim, const int64_t* shape) {
   size_t bytes = (static_cast<size_t>(dtype.bits) * dtype.lanes + 7) / 8;
   for (int32_t i = 0; i < ndim; ++i) bytes *= static_cast<size_t>(shape[i]);
   const size_t total = kHeaderBytes + (bytes + kDataAlign - 1) / kDataAlign * kDataAlign;
-  auto* block = static_cast<HostBlock*>(std::aligned_alloc(kDataAlign, total));
-  if (block == nullptr) return nullptr;
+  void* raw = std::malloc(total + kDataAlign - 1);
+  if (raw == nullptr) return nullptr;
+  const auto at = (reinterpret_cast<uintptr_t>(raw) + kDataAlign - 1) & ~(kDataAlign - 1);
+  auto* block = reinterpret_cast<HostBlock*>(at);
   int64_t stride = 1;
   for (int32_t i = ndim - 1; i >= 0; --i) {
     block->shape[i] = shape[i];
@@ -115,7 +120,7 @@ DLManagedTensorVersioned* newHostBlock(DLDataType dtype, int32_t ndim, const int
   }
   DLManagedTensorVersioned& m = block->managed;
   m.version = {1, 0};
-  m.manager_ctx = nullptr;
+  m.manager_ctx = raw;
   m.deleter = freeHostBlock;
   m.flags = 0;
   m.dl_tensor.data = reinterpret_cast<char*>(block) + kHeaderBytes;
@@ -129,6 +134,11 @@ DLManagedTensorVersioned* newHostBlock(DLDataType dtype, int32_t ndim, const int
 }
 
 }  // namespace
+
+bool makesTensors(PyObject* obj) {
+  const DLPackExchangeAPI* api = apiOf(Py_TYPE(obj));
+  return api != nullptr && api->managed_tensor_to_py_object_no_sync != nullptr;
+}
 
 PyObject* newTensorLike(PyObject* like, const FlatTensor& view, int32_t ndim, const int64_t* shape,
                         void** data) {

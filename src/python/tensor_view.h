@@ -37,6 +37,10 @@ PyObject* registerTensorType(PyObject* self, PyObject* const* args, Py_ssize_t n
 // Python path converts it or reports why not).
 bool viewDenseCpu(PyObject* obj, FlatTensor& out);
 
+// Whether newTensorLike() can make tensors of `obj`'s type (its exchange API can take a managed
+// tensor).
+bool makesTensors(PyObject* obj);
+
 // A new CPU tensor of `like`'s type and dtype (`view`: like's viewDenseCpu()) with `ndim`
 // dimensions `shape`, in memory this extension allocates and the framework takes over through
 // the exchange API's managed_tensor_to_py_object_no_sync (no Python call; the framework frees

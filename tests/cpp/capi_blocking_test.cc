@@ -1,5 +1,5 @@
 // The blocking calls of the C API (perseus_allreduce_blocking, perseus_broadcast_blocking,
-// perseus_allgather_on_caller):
+// perseus_allgather_on_caller, perseus_open_* and perseus_finish_opened):
 // the same results and errors as the asynchronous calls, on the negotiated path (a name's
 // first runs, large tensors, process sets) and on the post lane, where the rank that posts
 // last finishes with no handle and the others wait on an untimed one.
@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -214,6 +215,90 @@ TEST(CapiBlocking, AllgatherIntoFinishesPostedCallsInTheCallersBufferAndTheRestI
     }
     // Posted from the name's third run on; some of those finish on this thread.
     CHILD_CHECK(in_buffer > 0);
+    CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+// One opened allreduce or allgather (perseus_open_*): its output made after the post, as a
+// framework's new tensor is, then finished into it or waited for through the handle. The
+// result's floats; an allgather's shape in *shape. Negotiated when the post path did not take it.
+std::vector<float> openedCall(bool gather, const std::string& name, perseus_tensor* in, bool slow,
+                              int* opened_count, std::vector<int64_t>* shape) {
+  if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the others go late
+  perseus_opened opened{};
+  int64_t result_shape[PERSEUS_MAX_NDIM];
+  int32_t ndim = in->ndim;
+  std::copy(in->shape, in->shape + in->ndim, result_shape);
+  const perseus_status s =
+      gather ? perseus_open_allgather(name.c_str(), in, result_shape, &ndim, &opened)
+             : perseus_open_allreduce(name.c_str(), in, PERSEUS_SUM, 1, 1, &opened);
+  if (s != PERSEUS_OK || opened.open == 0) {
+    perseus_handle h = 0;
+    perseus_tensor result{};
+    std::vector<float> out(gather ? 0 : static_cast<size_t>(in->shape[0]));
+    perseus_tensor to = cpuTensor(out.data(), PERSEUS_FLOAT32, in->ndim, in->shape);
+    const perseus_status called =
+        gather ? perseus_allgather(name.c_str(), in, 0, &h)
+               : perseus_allreduce(name.c_str(), in, &to, PERSEUS_SUM, 1, 1, 0, &h);
+    if (s != PERSEUS_OK || called != PERSEUS_OK || perseus_wait(h, 20) != PERSEUS_OK) return {};
+    if (gather && perseus_handle_output(h, 0, &result) == PERSEUS_OK) {
+      shape->assign(result.shape, result.shape + result.ndim);
+      size_t n = 1;
+      for (int64_t d : *shape) n *= static_cast<size_t>(d);
+      const auto* p = static_cast<const float*>(result.data);
+      out.assign(p, p + n);
+    }
+    perseus_release(h);
+    return out;
+  }
+  ++*opened_count;
+  size_t n = 1;
+  for (int32_t i = 0; i < ndim; ++i) n *= static_cast<size_t>(result_shape[i]);
+  std::vector<float> out(n, -1.0f);  // made after the post
+  shape->assign(result_shape, result_shape + ndim);
+  perseus_handle h = -1;
+  if (perseus_finish_opened(&opened, out.data(), &h) != PERSEUS_OK) return {};
+  if (h == 0) return out;
+  perseus_tensor result{};
+  if (perseus_wait(h, 20) != PERSEUS_OK) return {};
+  if (gather && perseus_handle_output(h, 0, &result) == PERSEUS_OK) {
+    shape->assign(result.shape, result.shape + result.ndim);
+    const auto* p = static_cast<const float*>(result.data);
+    out.assign(p, p + n);
+  }
+  perseus_release(h);
+  return out;
+}
+
+TEST(CapiBlocking, OpenedCallsFinishInTheOutputMadeAfterThePostOrThroughTheHandle) {
+  const int n = 3;
+  auto st = runCapiJob(n, [&](int r) {
+    CHILD_CHECK(perseus_init() == PERSEUS_OK);
+    int64_t rows[2] = {r + 1, 2};  // allgather: ranks differ in rows, 1 + 2 + 3 of them
+    int64_t count = 5;
+    std::vector<float> g(static_cast<size_t>(2 * (r + 1))), a(5);
+    perseus_tensor tg = cpuTensor(g.data(), PERSEUS_FLOAT32, 2, rows);
+    perseus_tensor ta = cpuTensor(a.data(), PERSEUS_FLOAT32, 1, &count);
+    int opened = 0;
+    for (int it = 0; it < 40; ++it) {
+      // Every 8th call, a rank comes late: the others' opened calls wait on past their watch.
+      const bool slow = it % 8 == 7 && r == it % n;
+      for (size_t i = 0; i < g.size(); ++i) g[i] = 100.0f * r + it + i;
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(r + 1) * (it + 1) + i;
+      std::vector<int64_t> shape;
+      std::vector<float> got = openedCall(true, "opened.ag", &tg, slow, &opened, &shape);
+      CHILD_CHECK(shape == (std::vector<int64_t>{6, 2}) && got.size() == 12);
+      size_t k = 0;
+      for (int q = 0; q < n; ++q) {
+        for (int i = 0; i < 2 * (q + 1); ++i) CHILD_CHECK(got[k++] == 100.0f * q + it + i);
+      }
+      got = openedCall(false, "opened.ar", &ta, slow, &opened, &shape);
+      CHILD_CHECK(got.size() == 5);
+      for (size_t i = 0; i < got.size(); ++i) CHILD_CHECK(got[i] == 6.0f * (it + 1) + 3.0f * i);
+    }
+    CHILD_CHECK(opened > 40);  // posted from each name's third run on
     CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
     return 0;
   });

@@ -54,13 +54,14 @@ def _allreduce(tensor, average=None, name=None, compression=Compression.none, op
 # with no compression, is a copy reduced in place in one extension call (_core.allreduce_copy):
 # the autograd function and the asynchronous path cost several times the collective. The
 # function above takes every other call.
-allreduce = _ops.fast_entry("allreduce", _allreduce,
-                            (_ops._DIRECT_OPS, Compression.none, _ops._ALLREDUCE_COPY_MAX))
+allreduce = _ops.fast_entry(
+    "allreduce", _allreduce, (_ops._DIRECT_OPS, Compression.none, _ops._ALLREDUCE_COPY_MAX),
+    __name__)
 
 
 # The in-place forms are the blocking calls themselves, as C functions (mpi_ops.fast_entry): a
 # Python frame was a fifth of a small allreduce_.
-allreduce_ = _ops.fast_entry("allreduce_", _ops.allreduce_blocking_, _ops._DIRECT_OPS)
+allreduce_ = _ops.fast_entry("allreduce_", _ops.allreduce_blocking_, _ops._DIRECT_OPS, __name__)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -187,7 +188,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
-broadcast_ = _ops.fast_entry("broadcast_", _ops.broadcast_blocking_, None)
+broadcast_ = _ops.fast_entry("broadcast_", _ops.broadcast_blocking_, None, __name__)
 
 
 class _Alltoall(torch.autograd.Function):

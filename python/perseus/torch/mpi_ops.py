@@ -318,16 +318,17 @@ _empty_with_address = _t.empty_with_address
 _empty_like_with_address = _t.empty_like_with_address
 
 
-def fast_entry(kind, fallback, config):
+def fast_entry(kind, fallback, config, module=None):
     """The extension's C function for the blocking call `kind` ('allreduce', 'allreduce_',
     'broadcast_' or 'allgather'), standing for the Python function `fallback`: it binds the arguments as
     `fallback` would, takes the fast call where `fallback` would, and calls `fallback` with the
     arguments unchanged otherwise. A user's call so costs no Python frame (bench/small_ops/
-    README.md). `fallback` itself where the extension has no such entry."""
+    README.md). `module`: the name of the module that holds it as `kind` (where pickle finds
+    it; default fallback's). `fallback` itself where the extension has no such entry."""
     make = getattr(_direct(), "fast_entry", None)
     if make is None:
         return fallback
-    return make(kind, fallback, global_process_set, config, fallback.__module__)
+    return make(kind, fallback, global_process_set, config, module or fallback.__module__)
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,

@@ -90,9 +90,17 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
     return PostResult::kNotPosted;
   }
   s.gen = gen;
+  if (c.opened != nullptr) return openLocked(c, input, index, gen);
   const PostResult watched = watchCaller(c, input, output, index, gen, lock);
   if (watched != PostResult::kPosted) return watched;
-  s.pending = Handle::create(s.name, !c.blocking);
+  pendLocked(index, gen, input, output, !c.blocking, handle);
+  return PostResult::kPosted;
+}
+
+void PostedCollectives::pendLocked(size_t index, uint64_t gen, const void* input, void* output,
+                                   bool timed, std::shared_ptr<Handle>* handle) {
+  PostSlot& s = slots_[index];
+  s.pending = Handle::create(s.name, timed);
   s.pending_id = s.pending->id();
   ids_.add(s.pending_id, {index, gen});
   claimed_[index].store(gen - 1, std::memory_order_relaxed);  // before anyone sees the handle
@@ -103,6 +111,40 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   pending_count_.fetch_add(1, std::memory_order_release);
   *handle = s.pending;
   if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
+}
+
+FastPath::PostResult PostedCollectives::openLocked(const Call& c, const void* input, size_t index,
+                                                   uint64_t gen) {
+  const PostSlot& s = slots_[index];
+  // The generation's last post rings now: peers that listen should not wait for this caller's
+  // output to be made.
+  if (board_->state(index, gen) == PostBoard::State::kComplete) ringPeers();
+  if (s.kind == OpType::kAllgather) *c.gather_shape = s.out_shape;
+  *c.opened = OpenedPost{s.kind, c.name, index, gen, input};
+  // The caller's alone until finishOpened(), as a watched post (watchBlocking()).
+  watched_[index].store(true, std::memory_order_relaxed);
+  return PostResult::kOpened;
+}
+
+FastPath::PostResult PostedCollectives::finishOpened(const OpenedPost& o, void* output,
+                                                     std::shared_ptr<Handle>* handle) {
+  const PostSlot& s = slots_[o.slot];
+  PostBoard::State st = board_->state(o.slot, o.gen);
+  PostWatch watch(*this, spin_us_);
+  while (st == PostBoard::State::kWaiting && watch.keepWatching())
+    st = board_->state(o.slot, o.gen);
+  if (st == PostBoard::State::kComplete) {
+    finish(s, o.gen, o.input, output, nullptr);
+    watched_[o.slot].store(false, std::memory_order_release);
+    return PostResult::kFinished;
+  }
+  // Late or revoked: pending like any post, as watchBlocking() leaves it. An allgather's result
+  // goes to the handle's own output, which the caller may drop with the handle.
+  std::unique_lock<std::mutex> lock(mu_);
+  watched_[o.slot].store(false, std::memory_order_relaxed);
+  if (closed_) return PostResult::kClosed;
+  pendLocked(o.slot, o.gen, o.input, s.kind == OpType::kAllgather ? nullptr : output, false,
+             handle);
   return PostResult::kPosted;
 }
 

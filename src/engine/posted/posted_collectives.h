@@ -126,6 +126,8 @@ class PostedCollectives final : public FastPath {
   // kPosted: a single CPU tensor of the global set whose name has a live slot with the same
   // metadata (PostSlots::postable(), matches()), and whose negotiated run completed.
   PostResult tryPost(const Call& c, std::shared_ptr<Handle>* handle) override;
+  PostResult finishOpened(const OpenedPost& opened, void* output,
+                          std::shared_ptr<Handle>* handle) override;
   void learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) override;
   bool progress(Handle& handle) override;
   bool watch(Handle& handle, int64_t spin_us) override;
@@ -171,6 +173,13 @@ class PostedCollectives final : public FastPath {
   // buffer large enough), else kPosted at once.
   PostResult watchCaller(const Call& c, const void* input, void* output, size_t index, uint64_t gen,
                          std::unique_lock<std::mutex>& lock);
+  // Call `c` with Call::opened, published as generation `gen` of `index`, with the lock held:
+  // handed to its caller as a watched post (watched_), to finish with finishOpened().
+  PostResult openLocked(const Call& c, const void* input, size_t index, uint64_t gen);
+  // With the lock held: generation `gen` of `index` becomes the slot's pending post, whose new
+  // handle goes to *handle (`timed`: Handle::create's; false for a blocking call's).
+  void pendLocked(size_t index, uint64_t gen, const void* input, void* output, bool timed,
+                  std::shared_ptr<Handle>* handle);
   // A blocking call, published as generation `gen` of `index`, with the lock held: watched on
   // the calling thread with no handle, settled there if it completes. Returns kFinished, or
   // kPosted after all (with the lock held again and the handle to come), or kClosed.

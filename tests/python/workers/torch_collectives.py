@@ -2,6 +2,7 @@
 Run by test_torch_collectives.py on 2 and 3 ranks."""
 
 import sys
+import time
 
 import torch
 
@@ -72,6 +73,7 @@ def check_allreduce(rank, size):
         b = torch.full((2, 3), float(rank)).t()
         assert hvd.broadcast_(b, 0, name="view.bc") is b and torch.equal(b, torch.zeros(3, 2))
     call_forms(rank, size)
+    late_posts(rank, size)
     nc = torch.arange(12.0).reshape(3, 4).t()
     assert not nc.is_contiguous()
     expect = nc * size
@@ -108,6 +110,23 @@ def call_forms(rank, size):
         assert torch.allclose(avg, torch.full((3,), total / size))
         empty = hvd.allreduce(torch.empty(0, 2), name="forms.out.empty", op=hvd.Sum)
         assert empty.shape == (0, 2)
+
+
+def late_posts(rank, size):
+    # hvd.allreduce and hvd.allgather of a posted name make their result tensor after posting
+    # their input; a rank that is late for the call leaves the others waiting past their watch,
+    # on a handle, with the same results.
+    for it in range(8):
+        late = it >= 2 and rank == it % size
+        if late:
+            time.sleep(0.01)
+        out = hvd.allreduce(torch.full((3,), float(rank + it)), name="late.ar", op=hvd.Sum)
+        assert torch.equal(out, torch.full((3,), float(sum(r + it for r in range(size))))), out
+        if late:
+            time.sleep(0.01)
+        out = hvd.allgather(torch.full((1, 2), float(rank + it)), name="late.ag")
+        expect = torch.arange(it, it + size, dtype=torch.float32).repeat_interleave(2).view(-1, 2)
+        assert torch.equal(out, expect), out
 
 
 def check_grouped_allreduce(rank, size):

@@ -1,5 +1,14 @@
 """Error cases raise (never hang) and leave the job usable. Run on 2 ranks."""
 
+import copy
+import inspect
+import os
+import pickle
+import pydoc
+import signal
+import threading
+import time
+
 import torch
 
 import perseus.torch as hvd
@@ -14,6 +23,25 @@ def expect(exc, fn, *args, **kwargs):
     except exc as e:
         return e
     raise AssertionError("%s did not raise %s" % (fn.__name__, exc.__name__))
+
+
+def interrupted_waits(rank):
+    # A late call of a posted name (hvd.allgather and hvd.allreduce make their result after
+    # posting) waits in slices: Ctrl-C interrupts it. The peer's later call completes it.
+    for _ in range(3):
+        hvd.allgather(torch.ones(1), name="int.ag")
+        hvd.allreduce(torch.ones(1), name="int.ar")
+    for fn, name in ((hvd.allgather, "int.ag"), (hvd.allreduce, "int.ar")):
+        if rank == 1:
+            time.sleep(1.0)
+            fn(torch.ones(1), name=name)
+            continue
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        expect(KeyboardInterrupt, fn, torch.ones(1), name=name)
+        assert time.monotonic() - start < 0.8, time.monotonic() - start
+    out = hvd.allreduce(torch.ones(2), name="int.after", op=hvd.Sum)
+    assert torch.equal(out, torch.full((2,), 2.0)), out
 
 
 def main():
@@ -113,7 +141,24 @@ def main():
         pass
     e = expect(TypeError, hvd.mpi_ops.fast_entry, "broadcast_", renamed, None)
     assert "broadcast_" in str(e), str(e)
+    # They show the signature, name and doc of the Python function each stands for.
+    for fn, params in ((hvd.allreduce_, ["tensor", "average", "name", "op", "prescale_factor",
+                                         "postscale_factor", "process_set"]),
+                       (hvd.allreduce, ["tensor", "average", "name", "compression", "op",
+                                        "prescale_factor", "postscale_factor", "process_set"]),
+                       (hvd.broadcast_, ["tensor", "root_rank", "name", "process_set"]),
+                       (hvd.allgather, ["tensor", "name", "process_set"])):
+        sig = inspect.signature(fn)
+        assert list(sig.parameters) == params, (fn, sig)
+        assert sig.parameters["process_set"].default is hvd.global_process_set, sig
+        assert sig.parameters["name"].default is None, sig
+        assert sig == inspect.signature(fn.__wrapped__), sig
+        shown = pydoc.render_doc(fn, renderer=pydoc.plaintext)
+        assert fn.__doc__ and fn.__name__ + str(sig) in shown, shown
+        # Pickled and copied as a function: by module and name.
+        assert pickle.loads(pickle.dumps(fn)) is fn and copy.deepcopy(fn) is fn, fn
 
+    interrupted_waits(hvd.rank())
     # The job still works after all of that.
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after")
     assert torch.equal(out, torch.full((3,), float(hvd.size())))
