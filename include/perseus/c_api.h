@@ -160,14 +160,6 @@ PERSEUS_API perseus_status perseus_allgather(const char* name, const perseus_ten
 PERSEUS_API perseus_status perseus_allgather_into(const char* name, const perseus_tensor* input,
                                                   const perseus_tensor* output, int32_t process_set,
                                                   perseus_handle* handle);
-/* perseus_allgather that may finish on the calling thread into `output` (`capacity` bytes), as a
- * posted collective does once its name was negotiated (docs/algorithms.md, "Posted
- * collectives"): then *handle is 0 and *result describes the result in `output` (its shape in
- * result_shape, PERSEUS_MAX_NDIM entries). Otherwise *handle is the allgather's handle, maybe
- * still running, whose output holds the result, as perseus_allgather's. */
-PERSEUS_API perseus_status perseus_allgather_on_caller(
-    const char* name, const perseus_tensor* input, int32_t process_set, void* output,
-    int64_t capacity, perseus_tensor* result, int64_t* result_shape, perseus_handle* handle);
 /* A blocking CPU allreduce or allgather of the global set in two steps, for a caller that makes
  * its output (a framework's new tensor) while the other ranks' inputs are on their way. When the
  * post path takes the call (docs/algorithms.md, "Posted collectives"), perseus_open_allreduce

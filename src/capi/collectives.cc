@@ -249,37 +249,6 @@ perseus_status perseus_reducescatter_into(const char* name, const perseus_tensor
   });
 }
 
-perseus_status perseus_allgather_on_caller(const char* name, const perseus_tensor* input,
-                                           int32_t process_set, void* output, int64_t capacity,
-                                           perseus_tensor* result, int64_t* result_shape,
-                                           perseus_handle* handle) {
-  return guarded([&] {
-    std::string_view n = checkName(name, "perseus_allgather_on_caller");
-    checkHandle(handle);
-    if (result == nullptr || result_shape == nullptr || (output == nullptr && capacity > 0)) {
-      throw InvalidArgumentError(
-          PERSEUS_STR("'" << n << "': result, result_shape and a non-empty output are required"));
-    }
-    auto e = capi::requireEngine();
-    const TensorView in = toView(input, n, "input");
-    thread_local std::vector<int64_t> shape;  // keeps its capacity: no allocation per call
-    auto h = e->allgatherOnCaller(
-        n, in, output, static_cast<size_t>(std::max<int64_t>(capacity, 0)), &shape, process_set);
-    if (h) {
-      *handle = capi::publish(h);
-      return;
-    }
-    *handle = 0;
-    std::copy(shape.begin(), shape.end(), result_shape);
-    *result = perseus_tensor{};
-    result->data = output;
-    result->dtype = input->dtype;
-    result->ndim = static_cast<int32_t>(shape.size());
-    result->shape = result_shape;
-    result->device = PERSEUS_DEVICE_CPU;
-  });
-}
-
 perseus_status perseus_open_allreduce(const char* name, const perseus_tensor* input, int32_t op,
                                       double prescale, double postscale, perseus_opened* opened) {
   return guarded([&] {

@@ -94,11 +94,7 @@ struct Call {
   // The entry returns once the collective completed, throwing its error; it returns no handle
   // (null) when the post path finished it without one (Note [Posted collectives]).
   bool blocking = false;
-  // A blocking allgather's own buffer of gather_capacity bytes, which the post path may finish
-  // the result into on the calling thread (its shape into *gather_shape) instead of a handle's
-  // library-owned output. Never an Entry's output: a negotiated allgather owns its output.
-  void* gather_into = nullptr;
-  size_t gather_capacity = 0;
+  // An opened allgather's result shape, filled by the post path (OpenedPost below).
   std::vector<int64_t>* gather_shape = nullptr;
   // A blocking allreduce or allgather whose caller finishes it (OpenedPost): the post path
   // fills it (an allgather's output shape into *gather_shape) instead of watching the post.

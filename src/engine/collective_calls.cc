@@ -84,16 +84,6 @@ std::shared_ptr<Handle> Engine::allgather(std::string_view name, Span<TensorView
   return submit(c);
 }
 
-std::shared_ptr<Handle> Engine::allgatherOnCaller(std::string_view name, const TensorView& in,
-                                                  void* out, size_t capacity,
-                                                  std::vector<int64_t>* shape, int32_t set) {
-  Call c = callOf(OpType::kAllgather, name, set, Span<TensorView>(&in, 1), true);
-  c.gather_into = out;
-  c.gather_capacity = out != nullptr && shape != nullptr ? capacity : 0;
-  c.gather_shape = shape;
-  return post(c);
-}
-
 bool Engine::openAllreduce(std::string_view name, const TensorView& in, ReduceOp op,
                            double prescale, double postscale, OpenedPost* opened) {
   Call c = reductionCall(OpType::kAllreduce, name, kGlobalSet, Span<TensorView>(&in, 1), op,

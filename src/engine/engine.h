@@ -108,12 +108,6 @@ class Engine {
   std::shared_ptr<Handle> allgather(std::string_view name, Span<TensorView> in,
                                     int32_t set = kGlobalSet, bool blocking = false,
                                     Span<void*> out = {});
-  // An allgather that the post path may finish on the calling thread into `out` (`capacity`
-  // bytes): null then, with the result's shape in *shape. Otherwise the handle, not waited for
-  // (the caller waits as it likes), whose library-owned output holds the result.
-  std::shared_ptr<Handle> allgatherOnCaller(std::string_view name, const TensorView& in, void* out,
-                                            size_t capacity, std::vector<int64_t>* shape,
-                                            int32_t set = kGlobalSet);
   // A blocking allreduce or allgather of one CPU tensor of the global set in two steps, for a
   // caller that makes its output while the other ranks' posts are on their way: true when the
   // post path published the input, with *opened filled (an allgather's output shape in

@@ -1,5 +1,5 @@
 // The blocking calls of the C API (perseus_allreduce_blocking, perseus_broadcast_blocking,
-// perseus_allgather_on_caller, perseus_open_* and perseus_finish_opened):
+// perseus_open_* and perseus_finish_opened):
 // the same results and errors as the asynchronous calls, on the negotiated path (a name's
 // first runs, large tensors, process sets) and on the post lane, where the rank that posts
 // last finishes with no handle and the others wait on an untimed one.
@@ -173,51 +173,6 @@ TEST(CapiBlocking, ADuplicateWhileACallWatchesItsPostFailsLocally) {
     return 0;
   });
   unsetenv("PERSEUS_SPIN_US");
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
-}
-
-TEST(CapiBlocking, AllgatherIntoFinishesPostedCallsInTheCallersBufferAndTheRestInAHandle) {
-  const int n = 3;
-  auto st = runCapiJob(n, [&](int r) {
-    CHILD_CHECK(perseus_init() == PERSEUS_OK);
-    int64_t shape[2] = {r + 1, 2};  // ranks differ in rows: 1 + 2 + 3 of them
-    std::vector<float> in(static_cast<size_t>(2 * (r + 1)));
-    perseus_tensor t = cpuTensor(in.data(), PERSEUS_FLOAT32, 2, shape);
-    int in_buffer = 0;
-    // 64 floats hold the result; 4 bytes never do (always the handle's output).
-    for (int64_t capacity : {int64_t{256}, int64_t{4}}) {
-      const std::string name = "into." + std::to_string(capacity);
-      for (int it = 0; it < 40; ++it) {
-        for (size_t i = 0; i < in.size(); ++i) in[i] = 100.0f * r + it + i;
-        std::vector<float> out(64, -1.0f);
-        perseus_tensor result{};
-        int64_t result_shape[PERSEUS_MAX_NDIM];
-        perseus_handle h = -1;
-        CHILD_CHECK(perseus_allgather_on_caller(name.c_str(), &t, 0, out.data(), capacity, &result,
-                                                result_shape, &h) == PERSEUS_OK);
-        const float* got = out.data();
-        if (h != 0) {
-          CHILD_CHECK(perseus_wait(h, 20) == PERSEUS_OK);
-          CHILD_CHECK(perseus_handle_output(h, 0, &result) == PERSEUS_OK);
-          got = static_cast<const float*>(result.data);
-        } else {
-          ++in_buffer;
-          CHILD_CHECK(capacity == 256 && result.data == out.data());
-        }
-        CHILD_CHECK(result.ndim == 2 && result.shape[0] == 6 && result.shape[1] == 2 &&
-                    result.dtype == PERSEUS_FLOAT32);
-        size_t k = 0;
-        for (int q = 0; q < n; ++q) {
-          for (int i = 0; i < 2 * (q + 1); ++i) CHILD_CHECK(got[k++] == 100.0f * q + it + i);
-        }
-        if (h != 0) CHILD_CHECK(perseus_release(h) == PERSEUS_OK);
-      }
-    }
-    // Posted from the name's third run on; some of those finish on this thread.
-    CHILD_CHECK(in_buffer > 0);
-    CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
-    return 0;
-  });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
 }
 

@@ -152,14 +152,10 @@ FastPath::PostResult PostedCollectives::watchCaller(const Call& c, const void* i
                                                     size_t index, uint64_t gen,
                                                     std::unique_lock<std::mutex>& lock) {
   const PostSlot& s = slots_[index];
-  if (!c.blocking) return PostResult::kPosted;
-  if (s.kind == OpType::kAllreduce || s.kind == OpType::kBroadcast) {
-    return watchBlocking(input, output, index, gen, lock);
+  if (!c.blocking || (s.kind != OpType::kAllreduce && s.kind != OpType::kBroadcast)) {
+    return PostResult::kPosted;
   }
-  if (s.kind != OpType::kAllgather || !fitsGather(s, c)) return PostResult::kPosted;
-  const PostResult o = watchBlocking(input, c.gather_into, index, gen, lock);
-  if (o == PostResult::kFinished) *c.gather_shape = s.out_shape;
-  return o;
+  return watchBlocking(input, output, index, gen, lock);
 }
 
 FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* output, size_t index,
@@ -330,18 +326,11 @@ void PostedCollectives::settle(Claim c) {
   c.handle->complete(StatusCode::kOk, "");
 }
 
-bool PostedCollectives::fitsGather(const PostSlot& s, const Call& c) {
-  if (c.gather_into == nullptr || c.gather_shape == nullptr) return false;
-  size_t bytes = dataTypeSize(s.meta.dtype);
-  for (int64_t d : s.out_shape) bytes *= static_cast<size_t>(d);
-  return bytes <= c.gather_capacity;
-}
-
 void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
                                Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
   // A library-owned output unless the result goes to a caller's buffer: an into-call's (Note
-  // [Allgather into]) or a watching caller's (watchCaller).
+  // [Allgather into]) or an opened call's (finishOpened).
   if ((s.kind == OpType::kAllgather || s.kind == OpType::kReducescatter) && output == nullptr) {
     std::vector<OwnedTensor>& outs = handle->outputs();  // a library-owned output
     outs.resize(1);

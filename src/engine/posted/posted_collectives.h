@@ -169,8 +169,7 @@ class PostedCollectives final : public FastPath {
   // Sets the board's listening flag; false (and not listening) when a post can be settled now.
   bool listen();
   // Call `c`, published as generation `gen` of `index`, with the lock held: watchBlocking() for
-  // a blocking call its caller can watch (an allreduce, a broadcast, an allgather that brings a
-  // buffer large enough), else kPosted at once.
+  // a blocking call its caller can watch (an allreduce, a broadcast), else kPosted at once.
   PostResult watchCaller(const Call& c, const void* input, void* output, size_t index, uint64_t gen,
                          std::unique_lock<std::mutex>& lock);
   // Call `c` with Call::opened, published as generation `gen` of `index`, with the lock held:
@@ -201,8 +200,6 @@ class PostedCollectives final : public FastPath {
   void dropPendingLocked(PostSlot& s);
   // Completes a claim's handle, or sends its post back to negotiation through requeue_.
   void settle(Claim c);
-  // Whether blocking allgather `c` brings a buffer that holds slot `s`'s result.
-  static bool fitsGather(const PostSlot& s, const Call& c);
   // Writes a complete generation's result (collectives/from_posts.h): into `output`, or for an
   // allgather or a reducescatter with a `handle` into its library-owned output (`handle` is
   // null for a blocking call finished on its thread, whose `output` is its own).
