@@ -20,9 +20,15 @@ def _rounds(row):
     return ", ".join("%.0f" % v for v in row.get("rounds_step_ms", [row["step_ms"]]))
 
 
+def _faults(row):
+    """The median round's page faults per step (the rank with most), where the row has them."""
+    faults = row.get("faults_per_step")
+    return "-" if faults is None else "%.0f" % faults
+
+
 def ddp_table(rows):
     out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo |", "|---|---|---|---|---|---|---|"]
+           " vs Gloo | page faults/step |", "|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "ddp"}):
         gloo = _find(rows, "ddp", "gloo", ranks)
         for lib in ("perseus", "gloo", "hvd", "local"):
@@ -32,9 +38,10 @@ def ddp_table(rows):
             ratio = row["samples_per_s"] / gloo["samples_per_s"] if gloo else None
             verdict = "" if ratio is None or lib != "perseus" else " (bar >= %.1fx: %s)" % (
                 DDP_BAR, "met" if ratio >= DDP_BAR else "NOT met")
-            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s |" % (
+            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s | %s |" % (
                 ranks, row["model"], row["tensors"], row["params"], lib, row["samples_per_s"],
-                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
+                _faults(row)))
     return out
 
 
@@ -49,8 +56,8 @@ def _split(row):
 
 def fsdp_table(rows):
     out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo | in collectives ms | waiting for the last rank ms |",
-           "|---|---|---|---|---|---|---|---|"]
+           " vs Gloo | in collectives ms | waiting for the last rank ms | page faults/step |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "fsdp2"}):
         gloo = _find(rows, "fsdp2", "gloo", ranks)
         for lib in ("perseus", "gloo", "local"):
@@ -60,10 +67,10 @@ def fsdp_table(rows):
             ratio = row["step_ms"] / gloo["step_ms"] if gloo else None
             verdict = "" if ratio is None or lib != "perseus" else " (bar <= %.1fx: %s)" % (
                 FSDP_BAR, "met" if ratio <= FSDP_BAR else "NOT met")
-            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s |" % (
-                ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
-                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
-                _split(row)))
+            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s | %s |"
+                       % (ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
+                          row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-",
+                          verdict, _split(row), _faults(row)))
     return out
 
 
@@ -76,7 +83,13 @@ def write_report(rows, cmd, machine, stamp, path):
              "ranks alike). Row `local` is the floor: the same step on a backend that "
              "communicates nothing (bench/torch_distributed/local_backend.py); its ratio to "
              "Gloo is the best any backend could reach. Row `hvd` is the Horovod API's "
-             "DistributedOptimizer on the same model and steps (bench/training)." %
+             "DistributedOptimizer on the same model and steps (bench/training). Column "
+             "`page faults/step`: the minor page faults per timed step of the rank that took "
+             "most, in the median round. glibc gives the free top of the heap back to the "
+             "kernel past its trim threshold, and the next step faults those pages in again, "
+             "zeroed; whether a process falls into that depends on the order of its allocations "
+             "and frees, not on what its backend sends, and a few thousand a step cost several "
+             "ms (bench/training/page_faults.py). Read a row's time with its count." %
              (cmd, stamp, machine), "",
              "## DDP training (bench/torch_distributed/ddp.py)", "",
              "bench/training's model and step loop (torch_train_bench.py), SGD with momentum, "
