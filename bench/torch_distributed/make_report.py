@@ -17,18 +17,16 @@ def _find(rows, bench, library, ranks):
 
 
 def _rounds(row):
-    return ", ".join("%.0f" % v for v in row.get("rounds_step_ms", [row["step_ms"]]))
-
-
-def _faults(row):
-    """The median round's page faults per step (the rank with most), where the row has them."""
-    faults = row.get("faults_per_step")
-    return "-" if faults is None else "%.0f" % faults
+    """Each round's step ms, with its page faults per step in parentheses where known."""
+    times = row.get("rounds_step_ms", [row["step_ms"]])
+    faults = row.get("rounds_faults_per_step") or [None] * len(times)
+    return ", ".join("%.0f" % t if f is None else "%.0f (%.0f)" % (t, f)
+                     for t, f in zip(times, faults))
 
 
 def ddp_table(rows):
-    out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo | page faults/step |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms "
+           "(page faults/step) | vs Gloo |", "|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "ddp"}):
         gloo = _find(rows, "ddp", "gloo", ranks)
         for lib in ("perseus", "gloo", "hvd", "local"):
@@ -38,10 +36,9 @@ def ddp_table(rows):
             ratio = row["samples_per_s"] / gloo["samples_per_s"] if gloo else None
             verdict = "" if ratio is None or lib != "perseus" else " (bar >= %.1fx: %s)" % (
                 DDP_BAR, "met" if ratio >= DDP_BAR else "NOT met")
-            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s | %s |" % (
+            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s |" % (
                 ranks, row["model"], row["tensors"], row["params"], lib, row["samples_per_s"],
-                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
-                _faults(row)))
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
     return out
 
 
@@ -55,9 +52,9 @@ def _split(row):
 
 
 def fsdp_table(rows):
-    out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo | in collectives ms | waiting for the last rank ms | page faults/step |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms (page "
+           "faults/step) | vs Gloo | in collectives ms | waiting for the last rank ms |",
+           "|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "fsdp2"}):
         gloo = _find(rows, "fsdp2", "gloo", ranks)
         for lib in ("perseus", "gloo", "local"):
@@ -67,10 +64,10 @@ def fsdp_table(rows):
             ratio = row["step_ms"] / gloo["step_ms"] if gloo else None
             verdict = "" if ratio is None or lib != "perseus" else " (bar <= %.1fx: %s)" % (
                 FSDP_BAR, "met" if ratio <= FSDP_BAR else "NOT met")
-            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s | %s |"
-                       % (ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
-                          row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-",
-                          verdict, _split(row), _faults(row)))
+            out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s |" % (
+                ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
+                _split(row)))
     return out
 
 
@@ -83,9 +80,9 @@ def write_report(rows, cmd, machine, stamp, path):
              "ranks alike). Row `local` is the floor: the same step on a backend that "
              "communicates nothing (bench/torch_distributed/local_backend.py); its ratio to "
              "Gloo is the best any backend could reach. Row `hvd` is the Horovod API's "
-             "DistributedOptimizer on the same model and steps (bench/training). Column "
-             "`page faults/step`: the minor page faults per timed step of the rank that took "
-             "most, in the median round. glibc gives the free top of the heap back to the "
+             "DistributedOptimizer on the same model and steps (bench/training). In parentheses "
+             "after each round's step: the minor page faults per timed step of the rank that "
+             "took most. glibc gives the free top of the heap back to the "
              "kernel past its trim threshold, and the next step faults those pages in again, "
              "zeroed; whether a process falls into that depends on the order of its allocations "
              "and frees, not on what its backend sends, and a few thousand a step cost several "
