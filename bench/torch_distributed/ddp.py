@@ -6,7 +6,8 @@ perseus backend compares with the Horovod-API figures of that bench.
     python bench/torch_distributed/ddp.py --backend gloo --ranks 2
 
 Every rank computes with one thread. Prints one JSON line (rank 0): samples/s over all ranks,
-from the median of --iters timed windows of --steps steps each (the slowest rank's).
+from the median of --iters timed windows of --steps steps each (the slowest rank's), and the
+most minor page faults per timed step of any rank (bench/training/page_faults.py).
 """
 import argparse
 import json
@@ -39,17 +40,19 @@ def worker(rank, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     model = nn.parallel.DistributedDataParallel(Net(args.spec))
-    step_s, _ = train(args, rank, args.ranks, lambda opt: opt, model)
-    slowest = torch.tensor([step_s], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    step_s = slowest.item()
+    counts = {}
+    step_s, _ = train(args, rank, args.ranks, lambda opt: opt, model, counts=counts)
+    slowest = torch.tensor([step_s, counts["faults_per_step"]], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest step, the most faults
+    step_s, faults = slowest.tolist()
     if rank == 0:
         params = list(model.parameters())
         print(json.dumps({
             "bench": "ddp", "library": args.backend, "ranks": args.ranks,
             "batch_per_rank": args.batch_size, "step_ms": step_s * 1e3,
             "samples_per_s": args.ranks * args.batch_size / step_s, "tensors": len(params),
-            "params": sum(p.numel() for p in params), "model": args.spec.describe()}),
+            "params": sum(p.numel() for p in params), "model": args.spec.describe(),
+            "faults_per_step": faults}),
             flush=True)
     dist.destroy_process_group()
 

@@ -26,12 +26,15 @@ Every rank computes with one thread. Prints one JSON line (rank 0): the median s
 the last rank called them (the backend's own time), and waiting_ms, the time in them before
 that (the other rank's compute or collective ending later), per step over all timed steps.
 The rest of a step is compute and FSDP2's own copies, which the "local" backend's step is.
+faults_per_step: the most minor page faults per timed step of any rank
+(bench/training/page_faults.py).
 """
 import argparse
 import json
 import os
 import socket
 import statistics
+import sys
 import time
 
 import torch
@@ -45,6 +48,10 @@ from torch.distributed.fsdp import fully_shard
 import placement
 from collective_clock import CollectiveClock
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "training"))
+from page_faults import minor_faults  # noqa: E402
+
 
 def build(width, depth, world):
     torch.manual_seed(0)
@@ -57,6 +64,7 @@ def build(width, depth, world):
 
 
 def time_steps(args, model, rank, clock):
+    """(median seconds per step, this process's minor page faults per timed step)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch_size, args.width, generator=data)
@@ -71,13 +79,14 @@ def time_steps(args, model, rank, clock):
     for _ in range(args.warmup):
         step()
     clock.reset()
+    faults = minor_faults()
     windows = []
     for _ in range(args.iters):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
         windows.append((time.perf_counter() - t0) / args.steps)
-    return statistics.median(windows)
+    return statistics.median(windows), (minor_faults() - faults) / (args.iters * args.steps)
 
 
 def worker(rank, args, port):
@@ -93,14 +102,15 @@ def worker(rank, args, port):
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     model = build(args.width, args.depth, args.ranks)
     clock = CollectiveClock().install()
-    slowest = torch.tensor([time_steps(args, model, rank, clock)], dtype=torch.float64)
+    slowest = torch.tensor(time_steps(args, model, rank, clock), dtype=torch.float64)
     split = clock.split(args.iters * args.steps, synchronized=args.backend != "local")
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest step, the most faults
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())  # DTensor numel: the full size
         print(json.dumps({
             "bench": "fsdp2", "library": args.backend, "ranks": args.ranks,
-            "batch_per_rank": args.batch_size, "step_ms": slowest.item() * 1e3,
+            "batch_per_rank": args.batch_size, "step_ms": slowest[0].item() * 1e3,
+            "faults_per_step": slowest[1].item(),
             "params": params, "model": "mlp%dx%d" % (args.depth, args.width),
             **split}), flush=True)
     dist.destroy_process_group()

@@ -17,12 +17,16 @@ def _find(rows, bench, library, ranks):
 
 
 def _rounds(row):
-    return ", ".join("%.0f" % v for v in row.get("rounds_step_ms", [row["step_ms"]]))
+    """Each round's step ms, with its page faults per step in parentheses where known."""
+    times = row.get("rounds_step_ms", [row["step_ms"]])
+    faults = row.get("rounds_faults_per_step") or [None] * len(times)
+    return ", ".join("%.0f" % t if f is None else "%.0f (%.0f)" % (t, f)
+                     for t, f in zip(times, faults))
 
 
 def ddp_table(rows):
-    out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo |", "|---|---|---|---|---|---|---|"]
+    out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms "
+           "(page faults/step) | vs Gloo |", "|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "ddp"}):
         gloo = _find(rows, "ddp", "gloo", ranks)
         for lib in ("perseus", "gloo", "hvd", "local"):
@@ -48,8 +52,8 @@ def _split(row):
 
 
 def fsdp_table(rows):
-    out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms |"
-           " vs Gloo | in collectives ms | waiting for the last rank ms |",
+    out = ["| ranks | model | backend | step ms (median of rounds) | rounds' step ms (page "
+           "faults/step) | vs Gloo | in collectives ms | waiting for the last rank ms |",
            "|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "fsdp2"}):
         gloo = _find(rows, "fsdp2", "gloo", ranks)
@@ -76,7 +80,13 @@ def write_report(rows, cmd, machine, stamp, path):
              "ranks alike). Row `local` is the floor: the same step on a backend that "
              "communicates nothing (bench/torch_distributed/local_backend.py); its ratio to "
              "Gloo is the best any backend could reach. Row `hvd` is the Horovod API's "
-             "DistributedOptimizer on the same model and steps (bench/training)." %
+             "DistributedOptimizer on the same model and steps (bench/training). In parentheses "
+             "after each round's step: the minor page faults per timed step of the rank that "
+             "took most. glibc gives the free top of the heap back to the "
+             "kernel past its trim threshold, and the next step faults those pages in again, "
+             "zeroed; whether a process falls into that depends on the order of its allocations "
+             "and frees, not on what its backend sends, and a few thousand a step cost several "
+             "ms (bench/training/page_faults.py). Read a row's time with its count." %
              (cmd, stamp, machine), "",
              "## DDP training (bench/torch_distributed/ddp.py)", "",
              "bench/training's model and step loop (torch_train_bench.py), SGD with momentum, "

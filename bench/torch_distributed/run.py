@@ -50,6 +50,20 @@ def hvd_run(ranks, extra, bind_to):
             {"timeout": 1200})
 
 
+def keep_round_faults(rows, rounds, key):
+    """Puts each round's page faults per step beside its step time (rounds_faults_per_step, in
+    the order of rounds_step_ms): a round's time is read with its faults (page_faults.py)."""
+    for row in rows:
+        mine = tuple(row.get(k) for k in key)
+        row["rounds_faults_per_step"] = [r.get("faults_per_step") for rs in rounds for r in rs
+                                         if tuple(r.get(k) for k in key) == mine]
+    return rows
+
+
+# glibc's heap thresholds, when the caller fixed them for every rank (page_faults.py).
+HEAP_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
 def as_ddp_rows(rounds):
     for rows in rounds:
         for row in rows:
@@ -81,14 +95,16 @@ def main():
         runs = bench_runs("ddp.py", args.ranks, steps, "ddp", args.bind_to) + [
             hvd_run(args.ranks, steps, args.bind_to)]
         rounds = as_ddp_rows(interleaved(r, runs, args.rounds))
-        rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
+        key = ("bench", "library", "ranks")
+        rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
     if "fsdp" not in skip:
         steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
             if args.quick else []
         for n in (int(x) for x in args.fsdp_ranks.split(",")):
             rounds = interleaved(r, bench_runs("fsdp.py", n, steps, "fsdp2", args.bind_to),
                                  args.rounds)
-            rows += median_rows(rounds, ("bench", "library", "ranks"), "step_ms")
+            key = ("bench", "library", "ranks")
+            rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
     rows += [row for row in r.rows if row.get("collective") == "skipped"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     os.makedirs(RESULTS, exist_ok=True)
@@ -100,6 +116,9 @@ def main():
     machine = "%s, 1-min load average %.1f before and %.1f after" % (
         machine_description(), load_before, os.getloadavg()[0])
     machine += "; ranks bound to cores" if args.bind_to == "core" else "; ranks not bound"
+    heap = ["%s=%s" % (k, os.environ[k]) for k in HEAP_ENV if k in os.environ]
+    if heap:
+        machine += "; glibc heap thresholds fixed for every rank (%s)" % ", ".join(heap)
     path = write_report(rows, cmd, machine, stamp,
                         os.path.join(RESULTS, "torch_distributed.md"))
     print(path)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_spec import ModelSpec  # noqa: E402
+from page_faults import minor_faults  # noqa: E402
 
 
 class Net(nn.Module):
@@ -46,7 +47,9 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def train(args, rank, size, wrap_optimizer, model, after_init=None):
+def train(args, rank, size, wrap_optimizer, model, after_init=None, counts=None):
+    """(median seconds per step, model); `counts` (a dict), if given, gets faults_per_step:
+    this process's minor page faults per timed step (page_faults.py)."""
     spec = args.spec
     torch.manual_seed(1234 + rank)
     data = torch.randn(args.batch_size, spec.channels, spec.image, spec.image)
@@ -62,25 +65,31 @@ def train(args, rank, size, wrap_optimizer, model, after_init=None):
 
     for _ in range(args.warmup):
         step()
+    faults = minor_faults()
     windows = []
     for _ in range(args.iters):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
         windows.append(time.perf_counter() - t0)
+    if counts is not None:
+        counts["faults_per_step"] = (minor_faults() - faults) / (args.iters * args.steps)
     return statistics.median(windows) / args.steps, model
 
 
-def report(args, rank, size, step_s, model, reduce_max):
+def report(args, rank, size, step_s, model, reduce_max, faults_per_step=None):
     step_s = reduce_max(step_s)  # the slowest rank sets the pace
+    extra = {}
+    if faults_per_step is not None:  # the rank that faults most
+        extra["faults_per_step"] = reduce_max(faults_per_step)
     if rank == 0:
         params = list(model.parameters())
         print(json.dumps({
             "library": args.label or args.library, "framework": "torch", "collective": "train",
             "ranks": size, "batch_per_rank": args.batch_size, "step_ms": step_s * 1e3,
             "samples_per_s": size * args.batch_size / step_s, "tensors": len(params),
-            "params": sum(p.numel() for p in params), "model": args.spec.describe()}),
-            flush=True)
+            "params": sum(p.numel() for p in params), "model": args.spec.describe(),
+            **extra}), flush=True)
 
 
 def run_hvd(args):
@@ -98,12 +107,13 @@ def run_hvd(args):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(opt, root_rank=0)
 
-    step_s, model = train(args, hvd.rank(), hvd.size(), wrap, model, after_init)
+    counts = {}
+    step_s, model = train(args, hvd.rank(), hvd.size(), wrap, model, after_init, counts)
 
     def reduce_max(v):
         return hvd.allreduce(torch.tensor([v], dtype=torch.float64), op=hvd.Max,
                              name="bench.max").item()
-    report(args, hvd.rank(), hvd.size(), step_s, model, reduce_max)
+    report(args, hvd.rank(), hvd.size(), step_s, model, reduce_max, counts["faults_per_step"])
     hvd.shutdown()
 
 

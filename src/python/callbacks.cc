@@ -38,7 +38,13 @@ class Dispatcher {
   }
 
  private:
+  // The thread keeps one Python thread state for its life: a PyGILState_Ensure/Release pair
+  // per callback made and deleted one each time (with its frame stack, mapped and unmapped),
+  // on the path of every completion a torch Future or an MXNet callback waits for. At stop()
+  // the state is left to the interpreter, which deletes every thread's state at finalization.
   void run() {
+    PyGILState_Ensure();
+    PyThreadState* state = PyEval_SaveThread();
     for (;;) {
       std::pair<PyObject*, int> item;
       {
@@ -48,7 +54,7 @@ class Dispatcher {
         item = queue_.front();
         queue_.pop_front();
       }
-      PyGILState_STATE gil = PyGILState_Ensure();
+      PyEval_RestoreThread(state);
       PyObject* result = PyObject_CallFunction(item.first, "i", item.second);
       if (result == nullptr) {
         PyErr_WriteUnraisable(item.first);
@@ -56,7 +62,7 @@ class Dispatcher {
         Py_DECREF(result);
       }
       Py_DECREF(item.first);
-      PyGILState_Release(gil);
+      state = PyEval_SaveThread();
     }
   }
 

@@ -95,3 +95,31 @@ print('ok')
     r = _python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "ok\n"
+
+
+def test_callbacks_run_in_one_python_thread_state():
+    """The dispatcher thread calls every completion callback in one Python thread state: what a
+    callback keeps in a threading.local is there for the next one (a state per callback would
+    start each from scratch, and make and delete a state on every completion)."""
+    code = """
+import threading, time
+from perseus import _core
+_core.init()
+local = threading.local()
+seen = []
+def callback(status):
+    seen.append(getattr(local, "calls", 0))
+    local.calls = getattr(local, "calls", 0) + 1
+for i in range(3):
+    h = _core.barrier(0)
+    h.set_callback(callback)
+    h.wait()
+    end = time.time() + 5
+    while len(seen) < i + 1 and time.time() < end:
+        time.sleep(0.01)
+assert seen == [0, 1, 2], seen
+print('ok')
+"""
+    r = _python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ok\n"
