@@ -128,23 +128,14 @@ FastPath::PostResult PostedCollectives::openLocked(const Call& c, const void* in
 
 FastPath::PostResult PostedCollectives::finishOpened(const OpenedPost& o, void* output,
                                                      std::shared_ptr<Handle>* handle) {
-  const PostSlot& s = slots_[o.slot];
-  PostBoard::State st = board_->state(o.slot, o.gen);
-  PostWatch watch(*this, spin_us_);
-  while (st == PostBoard::State::kWaiting && watch.keepWatching())
-    st = board_->state(o.slot, o.gen);
-  if (st == PostBoard::State::kComplete) {
-    finish(s, o.gen, o.input, output, nullptr);
-    watched_[o.slot].store(false, std::memory_order_release);
-    return PostResult::kFinished;
-  }
-  // Late or revoked: pending like any post, as watchBlocking() leaves it. An allgather's result
-  // goes to the handle's own output, which the caller may drop with the handle.
-  std::unique_lock<std::mutex> lock(mu_);
-  watched_[o.slot].store(false, std::memory_order_relaxed);
-  if (closed_) return PostResult::kClosed;
-  pendLocked(o.slot, o.gen, o.input, s.kind == OpType::kAllgather ? nullptr : output, false,
-             handle);
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  const PostResult watched =
+      watchMarked(board_->state(o.slot, o.gen), o.input, output, o.slot, o.gen, lock);
+  if (watched != PostResult::kPosted) return watched;
+  // Late or revoked: an allgather's result goes to the handle's own output, which the caller may
+  // drop with the handle.
+  pendLocked(o.slot, o.gen, o.input, slots_[o.slot].kind == OpType::kAllgather ? nullptr : output,
+             false, handle);
   return PostResult::kPosted;
 }
 
@@ -173,6 +164,13 @@ FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* o
   }
   watched_[index].store(true, std::memory_order_relaxed);
   lock.unlock();
+  return watchMarked(st, input, output, index, gen, lock);
+}
+
+FastPath::PostResult PostedCollectives::watchMarked(PostBoard::State st, const void* input,
+                                                    void* output, size_t index, uint64_t gen,
+                                                    std::unique_lock<std::mutex>& lock) {
+  const PostSlot& s = slots_[index];
   PostWatch watch(*this, spin_us_);
   while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
   if (st == PostBoard::State::kComplete) {

@@ -184,6 +184,12 @@ class PostedCollectives final : public FastPath {
   // kPosted after all (with the lock held again and the handle to come), or kClosed.
   PostResult watchBlocking(const void* input, void* output, size_t index, uint64_t gen,
                            std::unique_lock<std::mutex>& lock);
+  // The watch itself, for a post already marked watched_ (by watchBlocking() or openLocked()),
+  // with `lock` not held and `st` its state as last read: finishes it into `output` on this
+  // thread if it completes (kFinished); else unmarks it with the lock taken again, for the
+  // caller to make it pending (kPosted), or kClosed.
+  PostResult watchMarked(collectives::PostBoard::State st, const void* input, void* output,
+                         size_t index, uint64_t gen, std::unique_lock<std::mutex>& lock);
   // Caller holds mu_. Moves the slot's pending post into a claim when it can be settled.
   // `now`: checks the patience too (null: the caller watches and will hand over in time).
   std::optional<Claim> claimLocked(size_t slot, const std::chrono::steady_clock::time_point* now);
