@@ -12,7 +12,6 @@ every rank (the Gluon prefix, or the symbol's name): two layers with one key are
 Threads: forward/backward run on MXNet's CustomOperator threads and block there on the
 allreduce (never on an engine worker), in graph order, which is the same on every rank.
 """
-import ast
 import os
 import threading
 import warnings
@@ -53,6 +52,19 @@ def _check_ready(key):
 
 def _allreduce_for(scope, key=""):
     return _check_ready(key)(scope)
+
+
+def _parse_scope(v):
+    """comm_scope as an int, from the string MXNet hands a CustomOpProp ("1", "'1'", "1.0").
+    Not ast.literal_eval: MXNet builds props on several of its threads at once, and CPython
+    3.11's AST constructor keeps its recursion depth in module state, so concurrent compile()
+    calls raise SystemError (CPython gh-106905), which MXNet's op creator turns into a crash."""
+    text = str(v).strip().strip("'\"")
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
 
 
 def _parse_bool(v):
@@ -134,7 +146,7 @@ class _SyncBatchNormProp(mx.operator.CustomOpProp):
         self.use_global_stats = _parse_bool(use_global_stats)
         self.output_mean_var = _parse_bool(output_mean_var)
         self.key = str(key)
-        self.scope = int(ast.literal_eval(str(comm_scope)))
+        self.scope = _parse_scope(comm_scope)
         if self.scope not in (SCOPE_LOCAL, SCOPE_GLOBAL):
             raise ValueError("PerseusSyncBatchNorm %r: comm_scope must be 0 (ranks of this host) "
                              "or 1 (all ranks), not %r" % (self.key, comm_scope))

@@ -4,6 +4,7 @@ Ranks are threads meeting in a summing allreduce (the operator's CustomOp thread
 concurrently, as they block in Perseus' allreduce in a real job); multi-process runs are in
 test_mx_multirank.py.
 """
+import ast
 import os
 import subprocess
 import sys
@@ -168,6 +169,19 @@ def test_default_scope_is_local_and_keys_are_unique(group):
 def test_bad_comm_scope():
     with pytest.raises(ValueError, match="comm_scope"):
         mx.gluon.contrib.nn.PerseusSyncBatchNorm(comm_scope=2)
+
+
+def test_prop_parses_comm_scope_without_compiling(monkeypatch):
+    # MXNet builds props on several of its threads at once; CPython 3.11's compile() is not safe
+    # there (gh-106905: SystemError, then MXNet crashes), so the prop must not call it.
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the prop compiled its arguments")
+    monkeypatch.setattr(ast, "parse", no_parse)
+    for text, scope in (("1", 1), ("'1'", 1), ("0.0", 0), (" 0 ", 0)):
+        assert S._SyncBatchNormProp(comm_scope=text, key="k").scope == scope
+    for text in ("2", "one", "0.5"):
+        with pytest.raises(ValueError, match="comm_scope must be 0"):
+            S._SyncBatchNormProp(comm_scope=text, key="k")
 
 
 def test_symbol_api_matches_batchnorm(group):
