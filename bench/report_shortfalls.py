@@ -107,11 +107,11 @@ BANDWIDTH_WHY = {
     "allgather": ("Mid-sized broadcasts and allgathers read straight from the "
                   "peer's buffer (one copy, cross-memory attach, as Open MPI's vader does); "
                   "large ones pipeline through the shared-memory slots, where that measured "
-                  "faster (docs/algorithms.md, *Single-copy broadcasts and allgathers*). Every "
-                  "such op is also negotiated first (a control exchange and a cycle), where "
-                  "Open MPI's starts at once; that share is not separated in this run. Fix, "
-                  "not built: post mid-sized ones as small ones are (Note [Posted "
-                  "collectives]), which needs pools as large as the messages."),
+                  "faster (docs/algorithms.md, *Single-copy broadcasts and allgathers*). Up to "
+                  "64 KiB per rank a name negotiated before is posted, with no control "
+                  "exchange and no cycle (Note [Posted collectives]); above, every such op is "
+                  "negotiated first, where Open MPI's starts at once; that share is not "
+                  "separated in this run."),
 }
 BANDWIDTH_WHY["broadcast"] = BANDWIDTH_WHY["allgather"]
 BANDWIDTH_WHY["reducescatter"] = BANDWIDTH_WHY["allreduce"]

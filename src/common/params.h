@@ -82,9 +82,9 @@ namespace perseus {
     "A thread that waits for a handle runs the engine's cycles itself (0: the engine thread "      \
     "only).")                                                                                      \
   X(bool, posted_allreduce, "PERSEUS_POSTED_ALLREDUCE", true,                                      \
-    "Small CPU allreduces, broadcasts, allgathers and reducescatters (<= 4 KiB per rank) of "      \
-    "names already negotiated skip negotiation when all ranks share a host (Note [Posted "         \
-    "collectives]; 0: off).")                                                                      \
+    "Small CPU allreduces and reducescatters (<= 4 KiB per rank), broadcasts and allgathers "      \
+    "(<= 64 KiB per rank) of names already negotiated skip negotiation when all ranks share a "    \
+    "host (Note [Posted collectives]; 0: off).")                                                   \
   X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                              \
     "Negotiated tensors remembered by the response cache; 0 disables the cache.")                  \
   X(int64_t, num_streams, "PERSEUS_NUM_STREAMS", int64_t{1},                                       \

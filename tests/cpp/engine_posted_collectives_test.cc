@@ -341,6 +341,54 @@ TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTh
   }
 }
 
+TEST(PostedCollectives, BroadcastsAndAllgathersPostUpTo64KibAndReductionsUpTo4Kib) {
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    constexpr size_t kCopyFloats = PostSlots::kMaxCopyBytes / sizeof(float);
+    std::vector<float> b(kCopyFloats), over(kCopyFloats + 1), sum(PostSlots::kMaxBytes / 4 + 1);
+    for (int k = 0; k < 4; ++k) {
+      std::fill(b.begin(), b.end(), static_cast<float>(10 * r + k));
+      expectOk(e, e.broadcast("mid.b", arg(b.data(), {int64_t(kCopyFloats)}), b.data(), 1));
+      ASSERT_EQ(b.back(), static_cast<float>(10 + k)) << "rank " << r << " k " << k;
+      auto h = e.allgather("mid.g", {arg(b.data(), {int64_t(kCopyFloats)})});
+      expectOk(e, h);
+      const auto* g = static_cast<const float*>(h->outputs()[0].ptr());
+      ASSERT_EQ(g[0], static_cast<float>(10 + k));
+      ASSERT_EQ(g[2 * kCopyFloats - 1], static_cast<float>(10 + k));
+      expectOk(e, e.broadcast("over.b", arg(over.data(), {int64_t(over.size())}), over.data(), 0));
+      std::fill(sum.begin(), sum.end(), 1.0f);
+      expectOk(e, e.allreduce("over.r", {arg(sum.data(), {int64_t(sum.size())})}, {sum.data()},
+                              ReduceOp::kSum));
+      ASSERT_EQ(sum.back(), 2.0f);
+    }
+    // mid.b and mid.g: negotiated twice (a slot from the second run), posted twice.
+    EXPECT_EQ(e.stats().posted_collectives, 4u);
+  });
+}
+
+TEST(PostedCollectives, ContributionsOver4KibTakeAtMostHalfOfThePool) {
+  // 64 KiB broadcasts: 8 fill half of each rank's 1 MiB pool; a 4-float allreduce named after
+  // them still gets a slot.
+  EngineRanks ranks(2, engineTestParams());
+  ranks.run([&](int r, Engine& e) {
+    constexpr int kNames = 10;
+    std::vector<float> b(PostSlots::kMaxCopyBytes / sizeof(float)), v(4);
+    for (int k = 0; k < 3; ++k) {
+      for (int i = 0; i < kNames; ++i) {
+        std::fill(b.begin(), b.end(), static_cast<float>(r + i + k));
+        expectOk(e, e.broadcast("mid." + std::to_string(i), arg(b.data(), {int64_t(b.size())}),
+                                b.data(), 0));
+        ASSERT_EQ(b.back(), static_cast<float>(i + k)) << "name " << i << " round " << k;
+      }
+      std::fill(v.begin(), v.end(), 1.0f);
+      expectOk(e, e.allreduce("small", {arg(v.data(), {4})}, {v.data()}, ReduceOp::kSum));
+      ASSERT_EQ(v[3], 2.0f);
+    }
+    EXPECT_EQ(e.stats().posted_collectives, 8u + 1u);
+    EXPECT_EQ(e.stats().posted_allreduces, 1u);
+  });
+}
+
 TEST(PostedCollectives, AnotherRootFailsEveryRankAndOtherRowsAreNegotiated) {
   EngineRanks ranks(3, engineTestParams());
   ranks.run([&](int r, Engine& e) {

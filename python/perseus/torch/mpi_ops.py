@@ -207,9 +207,10 @@ def allgather_declined(tensor, name, ps):
     return out if restore is None else restore(out)
 
 
-# Up to this many bytes of input, allgather_blocking copies the result out of the library
+# Up to this many bytes of input (the post lane's bound for allgathers), allgather_blocking makes
+# the result tensor while the peers post and has the collective written into it
 # (bench/small_ops/README.md); above, the result is the library's memory, shared zero-copy.
-_ALLGATHER_COPY_MAX = 16 * 1024
+_ALLGATHER_COPY_MAX = 64 * 1024
 # Up to this many bytes, hvd.allreduce reduces a copy of its input in place (autograd_ops): a
 # bound on the copy, whose cost grows with the size where the asynchronous path's does not.
 _ALLREDUCE_COPY_MAX = 16 * 1024

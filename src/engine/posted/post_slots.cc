@@ -125,7 +125,9 @@ void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> n
   size_t bytes = 0;  // the largest contribution of a rank
   if (!describe(r, &s, &bytes)) return;
   const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (!may_add || bytes == 0 || bytes > kMaxBytes) return;
+  const bool large = bytes > kMaxBytes;
+  if (!may_add || bytes == 0 || bytes > maxBytes(r.op)) return;
+  if (large && large_bytes_ + span > largeShare(board_->poolBytes())) return;
   // Only names that could be posted enter the table: the others would take places (and evict
   // first sightings of names that can) at every negotiated run.
   if (!had_slot && !secondSighting(r.name)) return;
@@ -144,6 +146,7 @@ void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> n
   s.from_posts.offset += next_offset_;
   s.negotiated = std::move(negotiated);
   next_offset_ += span;
+  if (large) large_bytes_ += span;
   by_name_.emplace(r.name, slots_.size());
   slots_.push_back(std::move(s));
 }

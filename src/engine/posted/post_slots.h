@@ -49,9 +49,17 @@ struct PostSlot {
 
 class PostSlots {
  public:
-  // The largest contribution a rank posts: beyond it, reading every rank's input costs more
-  // than the negotiated collective's exchanges (docs/algorithms.md, "Posted collectives").
+  // The largest contribution a rank posts to a reduction: beyond it, reading every rank's
+  // input costs more than the negotiated collective's exchanges (docs/algorithms.md, "Posted
+  // collectives").
   static constexpr size_t kMaxBytes = 4u << 10;
+  // The largest to a broadcast or an allgather: each rank reads the root's post or the rows its
+  // result holds anyway, one copy as in the negotiated collective, which adds a cycle to it.
+  static constexpr size_t kMaxCopyBytes = 64u << 10;
+  // The most bytes of each pool that contributions over kMaxBytes may take together, so that
+  // the names of small ones still find room after a model's mid-sized ones.
+  static size_t largeShare(size_t pool_bytes) { return pool_bytes / 2; }
+  static size_t maxBytes(OpType kind) { return reduces(kind) ? kMaxBytes : kMaxCopyBytes; }
   // Slots one name may be given in a job (each fall-back retires one).
   static constexpr int kMaxSlotsPerName = 4;
 
@@ -103,6 +111,7 @@ class PostSlots {
   collectives::PostBoard* const board_;
   std::vector<PostSlot> slots_;  // by slot index; size() is the next free slot
   size_t next_offset_ = 0;
+  size_t large_bytes_ = 0;  // the pool bytes of slots over kMaxBytes
   bool full_reported_ = false;
   std::unordered_map<std::string, size_t> by_name_;
   std::unordered_map<std::string, int> retired_;  // slots retired per name

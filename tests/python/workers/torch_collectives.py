@@ -146,10 +146,10 @@ def check_allgather(rank, size):
         expect = torch.cat([torch.ones((r + 1, 2)).mul(r).to(dtype) for r in range(size)])
         assert out.dtype == dtype and torch.equal(out, expect), (dtype, out)
     # A name that repeats goes the posted way after its first runs; ranks still differ in rows,
-    # and may change them (that call is negotiated again). Small inputs are copied out of the
-    # library, large ones shared with it.
+    # and may change them (that call is negotiated again). Results of up to 64 KiB of input per
+    # rank (the post lane's bound) are tensors the extension makes, larger ones the library's.
     for rows in (1, 1, 1, 2, 2, 3):
-        for cols in (2, 5000):
+        for cols in (2, 5000, 20000):
             base = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
             t = base + rank if rank < size - 1 else torch.cat([base + rank] * 2)
             out = hvd.allgather(t, name="ag.repeat.%d" % cols)
@@ -190,6 +190,12 @@ def check_broadcast(rank, size):
         t = torch.full((2, 3), float(rank)).t()  # non-contiguous, in place
         assert hvd.broadcast_(t, root) is t
         assert torch.equal(t, torch.full((3, 2), float(root)))
+        # Up to 64 KiB a repeated name is posted from its third call on; just over, negotiated.
+        for n in (16384, 16385):
+            for it in range(4):
+                t = torch.arange(n, dtype=torch.float32) + rank + it
+                hvd.broadcast_(t, root, name="bc.mid.%d.%d" % (root, n))
+                assert torch.equal(t, torch.arange(n, dtype=torch.float32) + root + it), (n, it)
 
 
 def check_alltoall(rank, size):
