@@ -23,7 +23,7 @@
 #   A second call on the still-warm machine skips the install when perseus imports already.
 # What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
 # percall.txt, resnet50.txt, small_ops.md/.jsonl, small_ops_stages.txt, torchrun_start.md,
-# diagnosis_cost.md, chaos_soak.md, soak_raw.tgz, soak<i>.log).
+# diagnosis_cost.md, chaos_soak.md, soak_raw.tgz with each soak's log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
 # RESNET_ROUNDS (default 2); TD_ARGS.
 set -uo pipefail

@@ -4,8 +4,9 @@
 # over all of them and a tarball of their raw records.
 # Usage: bench/chaos/parallel_soak.sh MINUTES FIRST_SEED SOAKS CPUS_EACH OUT_DIR [soak.py args]
 #   e.g. bench/chaos/parallel_soak.sh 7.5 3811 3 5 "$OUT"    (16 cores: CPUs 0-4, 5-9, 10-14)
-# Writes OUT_DIR/chaos_soak.md (report.py over the runs), OUT_DIR/soak<i>.log and
-# OUT_DIR/soak_raw.tgz (each run's folder: report.py reads them again after extraction).
+# Writes OUT_DIR/chaos_soak.md (report.py over the runs) and OUT_DIR/soak_raw.tgz (each run's
+# folder, which report.py reads again after extraction, and its log soak<i>.log): two files, so
+# that a device call, which brings back at most 8, brings back both.
 # Runs the perseus that python3 finds (the installed package), or PERSEUS_BUILD_DIR's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +20,7 @@ command -v taskset > /dev/null || { echo "no taskset: the soaks share every CPU"
 for i in $(seq 0 $((SOAKS - 1))); do
   cpus=$((i * EACH))-$((i * EACH + EACH - 1))
   ${pin[@]+"${pin[@]}"} ${pin[@]+"$cpus"} python3 bench/chaos/soak.py --minutes "$MINUTES" --seed $((SEED + i)) \
-    --out "$RUNS/soak$i" "$@" > "$OUT/soak$i.log" 2>&1 &
+    --out "$RUNS/soak$i" "$@" > "$RUNS/soak$i.log" 2>&1 &
   dirs+=("$RUNS/soak$i")
 done
 status=0

@@ -71,12 +71,13 @@ int readRange(const detail::ArenaView& view, int q, size_t at, void* to, size_t 
                                         reinterpret_cast<const void*>(p.address + at), to, bytes);
 }
 
-int readFrom(const detail::ArenaView& view, int q, void* to, size_t bytes) {
-  return readRange(view, q, 0, to, bytes);
-}
-
-// Below this a run's system call and page pinning would cost more than a second thread saves
-// (Note [Split single-copy reads]).
+// Note [Split single-copy reads]: one core copies ~10 GB/s, well below what memory gives a
+// host's cores together, so a rank with cores to spare (its share of the host's CPUs, as the
+// reduce threads count them) splits each read into runs that threads of its worker pool copy
+// at once: an allgather's piece from every peer, a broadcast's whole message from the root.
+// The cost model divides the per-byte time by the same count, so on a many-core host a large
+// broadcast reads in one split copy instead of pipelining two copies through the slots.
+// Below this a run's system call and page pinning would cost more than a second thread saves.
 constexpr size_t kMinReadRun = 256 * 1024;
 
 // Threads this rank splits its reads of `bytes` among (Note [Split single-copy reads]).
@@ -116,18 +117,26 @@ bool supports(const Communicator& comm, const CollectiveArgs&) {
   return comm.arena() != nullptr && !comm.singleCopyFailed();
 }
 
-double broadcastEstimate(const Communicator&, const CollectiveArgs& args) {
+// Every member counts the same threads (the host's CPUs over its ranks, or the job's
+// PERSEUS_REDUCE_THREADS), so every member picks the same broadcast algorithm.
+double broadcastEstimate(const Communicator& comm, const CollectiveArgs& args) {
   return 2 * cost::kBarrierUs + cost::kCrossMemoryUs +
-         static_cast<double>(args.bytes) * cost::kCrossMemoryUsPerByte;
+         static_cast<double>(args.bytes) * cost::kCrossMemoryUsPerByte /
+             readThreads(comm, args.bytes);
 }
 
 void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
   const bool refuse = !comm.params().shm_single_copy;
-  if (comm.rank() == args.root) publish(view, comm.rank(), args.out);
+  const bool root = comm.rank() == args.root;
+  if (root) publish(view, comm.rank(), args.out);
   view.barrier();
-  const int err =
-      refuse || comm.rank() == args.root ? 0 : readFrom(view, args.root, args.out, args.bytes);
+  std::vector<size_t> bytes(static_cast<size_t>(comm.size()), 0);
+  bytes[static_cast<size_t>(args.root)] = args.bytes;
+  const std::vector<size_t> at_start(bytes.size(), 0);
+  const int err = refuse || root ? 0
+                                 : readPeers(comm, view, detail::bytePtr(args.out), at_start,
+                                             bytes);
   if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
 }
 
