@@ -134,9 +134,8 @@ void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
   std::vector<size_t> bytes(static_cast<size_t>(comm.size()), 0);
   bytes[static_cast<size_t>(args.root)] = args.bytes;
   const std::vector<size_t> at_start(bytes.size(), 0);
-  const int err = refuse || root ? 0
-                                 : readPeers(comm, view, detail::bytePtr(args.out), at_start,
-                                             bytes);
+  const int err =
+      refuse || root ? 0 : readPeers(comm, view, detail::bytePtr(args.out), at_start, bytes);
   if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
 }
 

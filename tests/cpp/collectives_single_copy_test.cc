@@ -41,8 +41,9 @@ bool crossMemoryPermitted() {
 
 // Child exit codes: 0 ok, 2x a wrong allgather from rank x, 3x a wrong broadcast from root x,
 // 40 the cost model did not choose single-copy for a mid-sized broadcast, 43 it chose otherwise
-// than the read threads say for a large one, 41 it fell back although every rank could read, 42 it did not fall back although one
-// rank would not read, 44 it tried single-copy again after the members agreed to fall back.
+// than the read threads say for a large one, 41 it fell back although every rank could read, 42 it
+// did not fall back although one rank would not read, 44 it tried single-copy again after the
+// members agreed to fall back.
 int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const Params& params,
             bool expect_fallback) {
   std::vector<int> members(n);
