@@ -202,12 +202,13 @@ def run_line(out):
     recorded = read_jsonl(out / "faults.jsonl")
     overlaps(recorded)
     faults = [f for f in recorded if f.get("problem") != "not fired"]
+    injected = sum(1 for f in faults if f["kind"] != "replace")
     argv = command["argv"]
     wanted = argv[argv.index("--faults") + 1] if "--faults" in argv else "1000"
     line = "- `%s` (seed %d): **%d** faults of the %s asked for%s; %s CPUs (those it may run " \
         "on), load average %s at the start" % (
-            " ".join(["python"] + argv), command["seed"], len(faults), wanted,
-            "" if str(len(faults)) == str(wanted) else
+            " ".join(["python"] + argv), command["seed"], injected, wanted,
+            "" if str(injected) == str(wanted) else
             " (%s: these are the faults it got through)" % (
                 "the end of its --minutes" if "--minutes" in argv else "stopped early"),
             command.get("cpus", "?"),
