@@ -158,7 +158,7 @@ def main():
     for np in args.np:
         print("running %d ranks..." % np, flush=True)
         records += launch(np, worker_args, mpirun, args.timeout)
-    notes += [r["skipped"] for r in records if "skipped" in r]
+    notes += sorted({r["skipped"] for r in records if "skipped" in r})
     for note in notes:
         print(note, file=sys.stderr)
     out = Path(args.out)
