@@ -86,10 +86,11 @@ int readThreads(const Communicator& comm, size_t bytes) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(own, bytes / kMinReadRun)));
 }
 
-// Reads every peer's piece into `out` (pieces at `off`, sizes `bytes`), split among threads;
-// 0 or the errno of a failed read.
+// Reads `bytes[q]` from offset `from[q]` of each peer q's published buffer to `out + to[q]`,
+// split among threads; 0 or the errno of a failed read.
 int readPeers(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
-              const std::vector<size_t>& off, const std::vector<size_t>& bytes) {
+              const std::vector<size_t>& from, const std::vector<size_t>& to,
+              const std::vector<size_t>& bytes) {
   const int p = comm.size(), r = comm.rank();
   size_t largest = 0;
   for (int q = 0; q < p; ++q) largest = q == r ? largest : std::max(largest, bytes[q]);
@@ -102,7 +103,7 @@ int readPeers(Communicator& comm, const detail::ArenaView& view, unsigned char* 
       const size_t begin = std::min(bytes[q], run * static_cast<size_t>(t));
       const size_t len = std::min(bytes[q] - begin, run);
       if (len == 0) continue;
-      const int err = readRange(view, q, begin, out + off[q] + begin, len);
+      const int err = readRange(view, q, from[q] + begin, out + to[q] + begin, len);
       if (err != 0) {
         int none = 0;
         first_err.compare_exchange_strong(none, err);
@@ -117,26 +118,73 @@ bool supports(const Communicator& comm, const CollectiveArgs&) {
   return comm.arena() != nullptr && !comm.singleCopyFailed();
 }
 
+// Note [Broadcast in parts]: readers of one process's memory slow each other down far more
+// than readers of different processes. A broadcast's 3 readers each copying the whole message
+// out of the root took about 4 times as long as 1 reader, and starting each reader at a
+// different page of it did not help; an allgather's readers, each starting at a different
+// peer, do not slow down so. So with more than one reader the message is read in two rounds,
+// a scatter and an allgather: reader i copies part i (one part per reader) from the root, then
+// the other parts from the readers that copied them, each reader starting at a different one.
+// The root's memory is read once in all, and each reader still copies the message once.
+std::vector<size_t> partOffsets(size_t bytes, int parts) {
+  std::vector<size_t> at(static_cast<size_t>(parts) + 1, bytes);
+  for (int i = 0; i < parts; ++i) {
+    const size_t split = bytes / static_cast<size_t>(parts) * static_cast<size_t>(i);
+    at[static_cast<size_t>(i)] = split - split % 4096;  // whole pages to each reader
+  }
+  return at;
+}
+
+// Which part member q reads from the root (Note [Broadcast in parts]).
+int partOf(int q, int root, int p) { return (q - root - 1 + p) % p; }
+
+// The bytes a broadcast reader reads in one round, the largest part or the whole message.
+size_t broadcastRoundBytes(const Communicator& comm, size_t bytes) {
+  return comm.size() > 2 ? bytes / static_cast<size_t>(comm.size() - 1) + 4096 : bytes;
+}
+
 // Every member counts the same threads (the host's CPUs over its ranks, or the job's
 // PERSEUS_REDUCE_THREADS), so every member picks the same broadcast algorithm.
 double broadcastEstimate(const Communicator& comm, const CollectiveArgs& args) {
-  return 2 * cost::kBarrierUs + cost::kCrossMemoryUs +
+  const int rounds = comm.size() > 2 ? 2 : 1;
+  return (rounds + 1) * cost::kBarrierUs + rounds * cost::kCrossMemoryUs +
          static_cast<double>(args.bytes) * cost::kCrossMemoryUsPerByte /
-             readThreads(comm, args.bytes);
+             readThreads(comm, broadcastRoundBytes(comm, args.bytes));
+}
+
+// One round of a broadcast in parts: this member reads, for each q that `from_root` names, part
+// partOf(q) from the member `from_root` says (the root, or q itself).
+int readBroadcastRound(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
+                       const CollectiveArgs& args, bool from_root) {
+  const int p = comm.size(), r = comm.rank();
+  const auto at = partOffsets(args.bytes, p - 1);
+  std::vector<size_t> from(static_cast<size_t>(p), 0), bytes(from.size(), 0);
+  for (int q = 0; q < p; ++q) {
+    if (q == args.root || q == r) continue;
+    const auto part = static_cast<size_t>(partOf(from_root ? r : q, args.root, p));
+    const auto source = static_cast<size_t>(from_root ? args.root : q);
+    from[source] = at[part];
+    bytes[source] = at[part + 1] - at[part];
+    if (from_root) break;
+  }
+  return readPeers(comm, view, out, from, from, bytes);
 }
 
 void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
   const bool refuse = !comm.params().shm_single_copy;
   const bool root = comm.rank() == args.root;
-  if (root) publish(view, comm.rank(), args.out);
+  auto* out = detail::bytePtr(args.out);
+  publish(view, comm.rank(), args.out);
   view.barrier();
-  std::vector<size_t> bytes(static_cast<size_t>(comm.size()), 0);
-  bytes[static_cast<size_t>(args.root)] = args.bytes;
-  const std::vector<size_t> at_start(bytes.size(), 0);
-  const int err =
-      refuse || root ? 0 : readPeers(comm, view, detail::bytePtr(args.out), at_start, bytes);
-  if (view.barrierMax(refuse || err != 0 ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
+  int err = refuse || root ? 0 : readBroadcastRound(comm, view, out, args, true);
+  bool failed = refuse || err != 0;
+  if (comm.size() > 2) {  // the second round, once every part has been read
+    failed = view.barrierMax(failed ? 1 : 0) != 0;
+    if (!failed && !root) err = readBroadcastRound(comm, view, out, args, false);
+    failed = failed || err != 0;
+  }
+  if (view.barrierMax(failed ? 1 : 0) != 0) fallBack(comm, args, kBroadcastShm, err);
 }
 
 double allgatherEstimate(const Communicator& comm, const CollectiveArgs& args) {
@@ -155,7 +203,8 @@ void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
   publish(view, r, args.in);
   view.barrier();
   const bool refuse = !comm.params().shm_single_copy;
-  const int err = refuse ? 0 : readPeers(comm, view, out, off, bytes);
+  const std::vector<size_t> at_start(bytes.size(), 0);
+  const int err = refuse ? 0 : readPeers(comm, view, out, at_start, off, bytes);
   const auto* in = detail::bytePtr(args.in);
   const bool failed = refuse || err != 0;
   if (!failed && bytes[r] > 0 && out + off[r] != in) std::memmove(out + off[r], in, bytes[r]);

@@ -153,6 +153,19 @@ TEST(SingleCopy, BroadcastsAndAllgathersSplitAmongThreadsGiveTheSameBytes) {
       false);
 }
 
+// Note [Broadcast in parts]: 4 ranks read a broadcast in two rounds of 3 parts (the 900026-byte
+// message's parts are whole pages but the last), split among 2 threads, from every root.
+TEST(SingleCopy, BroadcastsInPartsGiveTheSameBytesFromEveryRoot) {
+  expectRanksOk(
+      4,
+      [](int) {
+        Params p = withDefaultSlots(shmTestParams());
+        p.reduce_threads = 2;
+        return p;
+      },
+      false);
+}
+
 TEST(SingleCopy, ARankThatDoesNotReadSendsEveryRankThroughTheSlots) {
   expectRanksOk(
       3,
