@@ -25,7 +25,7 @@
 # percall.txt, resnet50.txt, small_ops.md/.jsonl, small_ops_stages.txt, torchrun_start.md,
 # diagnosis_cost.md, chaos_soak.md, soak_raw.tgz with each soak's log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
-# RESNET_ROUNDS (default 2); TD_ARGS.
+# RESNET_ROUNDS (default 2); TD_ARGS; SMALLOPS_REPS (default 3, about 60 s each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -74,8 +74,9 @@ if has gpu; then
   done
 fi
 if has smallops; then
-  step "small ops, 2 and 4 ranks" 200 \
-    python3 bench/small_ops/run.py --np 2 4 --reps 3 --out "$OUT/small_ops.md"
+  reps=${SMALLOPS_REPS:-3}
+  step "small ops, 2 and 4 ranks" $(( 70 * reps )) \
+    python3 bench/small_ops/run.py --np 2 4 --reps "$reps" --out "$OUT/small_ops.md"
   step "small ops stages, 2 ranks" 120 bash -c "mpirun --bind-to none -np 2 python3 bench/small_ops/stages.py --sizes 4,64,1024 --reps 21 | tee '$OUT/small_ops_stages.txt'"
 fi
 if has td; then
