@@ -152,20 +152,21 @@ double broadcastEstimate(const Communicator& comm, const CollectiveArgs& args) {
              readThreads(comm, broadcastRoundBytes(comm, args.bytes));
 }
 
-// One round of a broadcast in parts: this member reads, for each q that `from_root` names, part
-// partOf(q) from the member `from_root` says (the root, or q itself).
+// One round of a broadcast in parts: this member's own part from the root (`from_root`), or
+// every other reader's part from that reader.
 int readBroadcastRound(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
                        const CollectiveArgs& args, bool from_root) {
   const int p = comm.size(), r = comm.rank();
   const auto at = partOffsets(args.bytes, p - 1);
   std::vector<size_t> from(static_cast<size_t>(p), 0), bytes(from.size(), 0);
-  for (int q = 0; q < p; ++q) {
-    if (q == args.root || q == r) continue;
-    const auto part = static_cast<size_t>(partOf(from_root ? r : q, args.root, p));
-    const auto source = static_cast<size_t>(from_root ? args.root : q);
-    from[source] = at[part];
-    bytes[source] = at[part + 1] - at[part];
-    if (from_root) break;
+  auto take = [&](int source, int reader) {
+    const auto part = static_cast<size_t>(partOf(reader, args.root, p));
+    from[static_cast<size_t>(source)] = at[part];
+    bytes[static_cast<size_t>(source)] = at[part + 1] - at[part];
+  };
+  if (from_root) take(args.root, r);
+  for (int q = 0; q < p && !from_root; ++q) {
+    if (q != args.root && q != r) take(q, q);
   }
   return readPeers(comm, view, out, from, from, bytes);
 }
