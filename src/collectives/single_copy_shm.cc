@@ -126,21 +126,22 @@ bool supports(const Communicator& comm, const CollectiveArgs&) {
 // a scatter and an allgather: reader i copies part i (one part per reader) from the root, then
 // the other parts from the readers that copied them, each reader starting at a different one.
 // The root's memory is read once in all, and each reader still copies the message once.
-std::vector<size_t> partOffsets(size_t bytes, int parts) {
-  std::vector<size_t> at(static_cast<size_t>(parts) + 1, bytes);
-  for (int i = 0; i < parts; ++i) {
-    const size_t split = bytes / static_cast<size_t>(parts) * static_cast<size_t>(i);
-    at[static_cast<size_t>(i)] = split - split % 4096;  // whole pages to each reader
-  }
-  return at;
+constexpr size_t kPageBytes = 4096;
+
+// Where part i of `parts` starts: whole pages to each reader, the rest to the last one.
+size_t partStart(size_t bytes, int parts, int i) {
+  if (i == parts) return bytes;
+  const size_t split = bytes / static_cast<size_t>(parts) * static_cast<size_t>(i);
+  return split - split % kPageBytes;
 }
 
 // Which part member q reads from the root (Note [Broadcast in parts]).
 int partOf(int q, int root, int p) { return (q - root - 1 + p) % p; }
 
-// The bytes a broadcast reader reads in one round, the largest part or the whole message.
+// The most a broadcast reader reads in one round: the last part, or the whole message.
 size_t broadcastRoundBytes(const Communicator& comm, size_t bytes) {
-  return comm.size() > 2 ? bytes / static_cast<size_t>(comm.size() - 1) + 4096 : bytes;
+  const int parts = comm.size() - 1;
+  return bytes - partStart(bytes, parts, parts - 1);
 }
 
 // Every member counts the same threads (the host's CPUs over its ranks, or the job's
@@ -157,16 +158,19 @@ double broadcastEstimate(const Communicator& comm, const CollectiveArgs& args) {
 int readBroadcastRound(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
                        const CollectiveArgs& args, bool from_root) {
   const int p = comm.size(), r = comm.rank();
-  const auto at = partOffsets(args.bytes, p - 1);
   std::vector<size_t> from(static_cast<size_t>(p), 0), bytes(from.size(), 0);
   auto take = [&](int source, int reader) {
-    const auto part = static_cast<size_t>(partOf(reader, args.root, p));
-    from[static_cast<size_t>(source)] = at[part];
-    bytes[static_cast<size_t>(source)] = at[part + 1] - at[part];
+    const int part = partOf(reader, args.root, p);
+    from[static_cast<size_t>(source)] = partStart(args.bytes, p - 1, part);
+    bytes[static_cast<size_t>(source)] =
+        partStart(args.bytes, p - 1, part + 1) - from[static_cast<size_t>(source)];
   };
-  if (from_root) take(args.root, r);
-  for (int q = 0; q < p && !from_root; ++q) {
-    if (q != args.root && q != r) take(q, q);
+  if (from_root) {
+    take(args.root, r);
+  } else {
+    for (int q = 0; q < p; ++q) {
+      if (q != args.root && q != r) take(q, q);
+    }
   }
   return readPeers(comm, view, out, from, from, bytes);
 }
