@@ -71,6 +71,28 @@ def as_ddp_rows(rounds):
     return rounds
 
 
+def publish(rows, r, args, load_before):
+    """Writes the report of the benches run so far (after each one: a run cut short keeps
+    what it finished); returns the report's path."""
+    rows = rows + [row for row in r.rows if row.get("collective") == "skipped"]
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "torch_distributed.jsonl"), "w") as f:
+        for row in rows:
+            f.write(json.dumps(dict(row, date=stamp)) + "\n")
+    cmd = " ".join(["python", "bench/torch_distributed/run.py"] + sys.argv[1:])
+    # Other processes on the machine move these figures more than anything measured here.
+    machine = "%s, 1-min load average %.1f before and %.1f after" % (
+        machine_description(), load_before, os.getloadavg()[0])
+    machine += "; ranks bound to cores" if args.bind_to == "core" else "; ranks not bound"
+    heap = ["%s=%s" % (k, os.environ[k]) for k in HEAP_ENV if k in os.environ]
+    if heap:
+        machine += "; glibc heap thresholds fixed for every rank (%s)" % ", ".join(heap)
+    path = write_report(rows, cmd, machine, stamp,
+                        os.path.join(RESULTS, "torch_distributed.md"))
+    return path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,6 +119,7 @@ def main():
         rounds = as_ddp_rows(interleaved(r, runs, args.rounds))
         key = ("bench", "library", "ranks")
         rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
+        publish(rows, r, args, load_before)
     if "fsdp" not in skip:
         steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
             if args.quick else []
@@ -105,23 +128,8 @@ def main():
                                  args.rounds)
             key = ("bench", "library", "ranks")
             rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
-    rows += [row for row in r.rows if row.get("collective") == "skipped"]
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "torch_distributed.jsonl"), "w") as f:
-        for row in rows:
-            f.write(json.dumps(dict(row, date=stamp)) + "\n")
-    cmd = " ".join(["python", "bench/torch_distributed/run.py"] + sys.argv[1:])
-    # Other processes on the machine move these figures more than anything measured here.
-    machine = "%s, 1-min load average %.1f before and %.1f after" % (
-        machine_description(), load_before, os.getloadavg()[0])
-    machine += "; ranks bound to cores" if args.bind_to == "core" else "; ranks not bound"
-    heap = ["%s=%s" % (k, os.environ[k]) for k in HEAP_ENV if k in os.environ]
-    if heap:
-        machine += "; glibc heap thresholds fixed for every rank (%s)" % ", ".join(heap)
-    path = write_report(rows, cmd, machine, stamp,
-                        os.path.join(RESULTS, "torch_distributed.md"))
-    print(path)
+            publish(rows, r, args, load_before)
+    print(publish(rows, r, args, load_before))
 
 
 if __name__ == "__main__":
