@@ -15,7 +15,8 @@ a host), so arrivals compare across ranks. A backend that does not synchronize i
 
     clock = CollectiveClock().install()
     ... steps ...
-    clock.split(steps)  # every rank calls it: {"collective_ms": ..., "waiting_ms": ...}
+    clock.split(steps)  # every rank calls it: {"collective_ms": ..., "waiting_ms": ...,
+                        #                      "last_arrivals": [calls each rank came last]}
 """
 import time
 
@@ -72,12 +73,15 @@ class CollectiveClock:
         mine = torch.tensor(self.spans, dtype=torch.float64).reshape(-1, 2)
         arrived, returned = mine[:, 0], mine[:, 1]
         last = arrived
+        out = {}
         if synchronized:
             every = mine.new_empty((dist.get_world_size() * mine.shape[0], 2))
             dist.all_gather_into_tensor(every, mine)
-            last = every.view(-1, mine.shape[0], 2)[:, :, 0].max(dim=0).values
+            last, latest = every.view(-1, mine.shape[0], 2)[:, :, 0].max(dim=0)
+            # Which rank arrived last, how often: a rank that is always last is the slow one.
+            out["last_arrivals"] = torch.bincount(latest, minlength=dist.get_world_size()).tolist()
         waiting = (torch.minimum(last, returned) - arrived).clamp(min=0)
         collective = (returned - torch.maximum(last, arrived)).clamp(min=0)
-        return {"collective_ms": collective.sum().item() / steps * 1e3,
-                "waiting_ms": waiting.sum().item() / steps * 1e3,
-                "collectives_per_step": len(self.spans) // max(1, steps)}
+        return dict(out, collective_ms=collective.sum().item() / steps * 1e3,
+                    waiting_ms=waiting.sum().item() / steps * 1e3,
+                    collectives_per_step=len(self.spans) // max(1, steps))

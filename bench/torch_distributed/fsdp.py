@@ -27,7 +27,8 @@ the last rank called them (the backend's own time), and waiting_ms, the time in 
 that (the other rank's compute or collective ending later), per step over all timed steps.
 The rest of a step is compute and FSDP2's own copies, which the "local" backend's step is.
 faults_per_step: the most minor page faults per timed step of any rank
-(bench/training/page_faults.py).
+(bench/training/page_faults.py). per_rank: each rank's own step, faults and waiting;
+last_arrivals: how many calls each rank was the last to make.
 """
 import argparse
 import json
@@ -102,8 +103,14 @@ def worker(rank, args, port):
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     model = build(args.width, args.depth, args.ranks)
     clock = CollectiveClock().install()
-    slowest = torch.tensor(time_steps(args, model, rank, clock), dtype=torch.float64)
+    mine = time_steps(args, model, rank, clock)
+    slowest = torch.tensor(mine, dtype=torch.float64)
     split = clock.split(args.iters * args.steps, synchronized=args.backend != "local")
+    # Each rank's step, faults and waiting: where the ranks differ, the slow one shows.
+    ranks = [None] * args.ranks
+    dist.all_gather_object(ranks, {"step_ms": round(mine[0] * 1e3, 1),
+                                   "faults_per_step": round(mine[1]),
+                                   "waiting_ms": round(split["waiting_ms"], 1)})
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest step, the most faults
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())  # DTensor numel: the full size
@@ -112,7 +119,7 @@ def worker(rank, args, port):
             "batch_per_rank": args.batch_size, "step_ms": slowest[0].item() * 1e3,
             "faults_per_step": slowest[1].item(),
             "params": params, "model": "mlp%dx%d" % (args.depth, args.width),
-            **split}), flush=True)
+            "per_rank": ranks, **split}), flush=True)
     dist.destroy_process_group()
 
 
