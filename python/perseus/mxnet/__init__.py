@@ -30,6 +30,7 @@ from . import kvstore as _kvstore
 from . import sync_batch_norm as _sync_batch_norm
 from .sync_batch_norm import PerseusSyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: F401  (hvd.elastic, as in horovod.torch)
+from ._fatal_signals import restore_default_crash as _restore_default_crash
 
 try:
     from perseus.common.exceptions import PerseusInternalError, HorovodInternalError  # noqa
@@ -53,6 +54,7 @@ def init(comm=None, process_sets=None):
     _init(comm=comm, process_sets=process_sets)
 
 
+_restore_default_crash()  # Note [MXNet's segfault logger]
 _kvstore._register()
 _sync_batch_norm.register()
 # Ready once Perseus is initialised, by init() or by creating a Perseus KVStore.

@@ -512,6 +512,21 @@ def scenario_syncbn():
     print("syncbn OK", flush=True)
 
 
+def scenario_segfault():
+    """Rank 1 crashes in native code while rank 0 waits for it in an allreduce."""
+    import ctypes
+    hvd.init()
+    hvd.allreduce(mx.nd.ones((4,)), name="before").wait_to_read()
+    if hvd.rank() == 1:
+        print("crashing", flush=True)
+        ctypes.string_at(0)  # a read of address 0: SIGSEGV
+    try:
+        hvd.allreduce(mx.nd.ones((4,)), name="after").wait_to_read()
+    except Exception as e:  # noqa: BLE001 (the test reads the message)
+        print("rank 0 raised %s: %s" % (type(e).__name__, e), flush=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     import faulthandler
     # a hang is a bug: dump every thread's stack (then exit) well before the test's timeout

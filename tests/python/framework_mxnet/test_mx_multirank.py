@@ -31,8 +31,9 @@ pytestmark = pytest.mark.skipif(not _core_available(),
                                        "PERSEUS_BUILD_DIR=<cmake build dir>)")
 
 
-def run_ranks(np_, scenario, timeout=100, env=None, hosts=None):
-    """Runs mx_worker.py <scenario> on np_ ranks; returns the combined output."""
+def start_ranks(np_, scenario, timeout=100, env=None, hosts=None):
+    """Runs mx_worker.py <scenario> on np_ ranks; returns the finished process (output in
+    stdout, stderr merged into it)."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
         [PKG_PARENT, HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p])
@@ -43,12 +44,32 @@ def run_ranks(np_, scenario, timeout=100, env=None, hosts=None):
     cmd = [sys.executable, "-m", "perseus.runner", "-np", str(np_),
            "-H", hosts or "localhost:%d" % np_,
            sys.executable, os.path.join(HERE, "mx_worker.py"), scenario]
-    proc = subprocess.run(cmd, env=full_env, cwd=HERE, timeout=timeout,
+    return subprocess.run(cmd, env=full_env, cwd=HERE, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_ranks(np_, scenario, timeout=100, env=None, hosts=None):
+    """Runs mx_worker.py <scenario> on np_ ranks, which must all pass; returns the output."""
+    proc = start_ranks(np_, scenario, timeout, env, hosts)
     out = proc.stdout
     assert proc.returncode == 0, "rc=%d\n%s" % (proc.returncode, out[-6000:])
     assert out.count("%s OK" % scenario) == np_, out[-6000:]
     return out
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_crashes_dies_of_its_signal_with_a_python_stack():
+    """Note [MXNet's segfault logger]: the crashed rank dies of SIGSEGV (not MXNet's logger's
+    exit 255, nor a hang in it), with faulthandler's Python stack; the launcher names it and
+    the signal, and the job ends within its timeout."""
+    proc = start_ranks(2, "segfault", env={"PERSEUS_TIMEOUT": "10"})
+    out = proc.stdout
+    assert proc.returncode != 0, out[-6000:]
+    assert "crashing" in out, out[-6000:]
+    assert "Fatal Python error: Segmentation fault" in out, out[-6000:]
+    assert "in scenario_segfault" in out, out[-6000:]  # the Python stack of the crash
+    assert "Segmentation fault: 11" not in out, out[-6000:]  # MXNet's logger did not run
+    assert "rank 1" in out and "signal 11" in out, out[-6000:]
 
 
 @pytest.mark.timeout(150)
