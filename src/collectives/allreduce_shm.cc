@@ -23,10 +23,10 @@
 // was written L steps earlier, out of the shared L3 rather than the writer's L2; n segments
 // take n + L + 1 barriers. Every element is reduced by one rank only, so all ranks get
 // the same bits. Memory traffic is one read of the input and one write of the output (the
-// memcpy floor of bench/floor_probe_bench); outputs beyond L3 are written with non-temporal stores
-// (no read-for-ownership). What goes into the slots for the peers (the staged sub-blocks and the
-// reduced results) is written with cached or streaming stores, as Note [Slot stores]
-// (slot_stores.h) picks per call; with streaming stores the reducer works in an L1 scratch
+// memcpy floor of bench/floor_probe_bench); large outputs out of place are written with
+// non-temporal stores (no read-for-ownership). What goes into the slots for the peers (the staged
+// sub-blocks and the reduced results) is written with cached or streaming stores, as Note [Slot
+// stores] (slot_stores.h) picks per call; with streaming stores the reducer works in an L1 scratch
 // chunk, not in its slot. Per rank and byte the caches see 2.5 reads and 2 writes, against 3 and
 // 2.5 when every byte is staged, reduced from the slots and copied out. Peers' slots are only
 // touched between barriers, as Note [Arena slot discipline] (arena_view.h) requires.
@@ -76,14 +76,13 @@
 namespace perseus::collectives {
 namespace {
 
-// Outputs beyond this no longer fit the 32 MiB L3 next to the inputs: stream them out.
-constexpr size_t kStreamingOutputBytes = 16u << 20;
 // Out of place the output's lines are not in cache: writing them with cached stores first
-// reads them from memory and then pushes the inputs out of this process's share of L3.
-// Streaming from 4 MiB: 4 MiB out of place at 5.6-6.7 GB/s against 4.1-4.5 on 2 ranks of a
-// 2-core host (interleaved pairs of `bench/collectives_bench --ops allreduce`); in place, where
-// the lines are the input's and still cached, streaming lost (5.1-6.2 against 6.0-10.4 GB/s),
-// so in place keeps the larger threshold.
+// reads them from memory and then pushes the inputs out of this process's share of L3, so
+// outputs from 4 MiB are streamed (the size from which streaming won in interleaved pairs of
+// `bench/collectives_bench --ops allreduce`). In place the output's lines are the input's,
+// read moments before (the reducer's own block in the same step, the pulled blocks when they
+// were staged, L steps earlier) and still cached: a cached store hits them, and a streaming
+// one must first evict them. So in place never streams, at any size.
 constexpr size_t kStreamingOutOfPlaceBytes = 4u << 20;
 // Up to this size the single-segment scheme (two barriers, results pushed) runs.
 constexpr size_t kOneSegmentBytes = 64 * 1024;
@@ -230,8 +229,7 @@ void runPipelined(Communicator& comm, const CollectiveArgs& args, const void** b
   const size_t seg = reduce_threads::segmentBytes(shares, buffer) / esize;
   const int threads = ownThreads(comm, shares);
   const size_t nseg = (args.count + seg - 1) / seg;
-  const bool streaming = args.count * esize >=
-                         (args.in == args.out ? kStreamingOutputBytes : kStreamingOutOfPlaceBytes);
+  const bool streaming = args.in != args.out && args.count * esize >= kStreamingOutOfPlaceBytes;
   SlotWriter slot_writer(comm, Collective::kAllreduce, args.totalBytes());
   const bool fence = streaming || slot_writer.streaming();
   const auto* in = detail::bytePtr(args.in);

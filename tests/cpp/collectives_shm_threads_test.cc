@@ -218,12 +218,13 @@ void expectShmSums(size_t count, int threads, int seed) {
   });
 }
 
-// Outputs of 16 MiB and more are streamed out with non-temporal stores, by every thread.
+// Outputs out of place of 4 MiB and more are streamed out with non-temporal stores, by every
+// thread; in place they are not. Both give the sum.
 TEST(ShmThreadsStreaming, LargeOddVectorWithTwoThreads) {
   expectShmSums((size_t{16} << 20) / 4 + 3, 2, 5);
 }
 
-// Out of place, outputs are streamed from 4 MiB; in place only from 16 MiB. Both give the sum.
+// Out of place, outputs are streamed from 4 MiB; in place never. Both give the sum.
 TEST(ShmThreadsStreaming, FourMiBOutOfPlaceStreamsAndInPlaceDoesNot) {
   expectShmSums((size_t{4} << 20) / 4 + 5, 1, 6);
 }
