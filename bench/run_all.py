@@ -116,9 +116,10 @@ def median_rows(rounds, key=("library", "collective", "bytes"), value="time_us")
     return out
 
 
-def interleaved(r, runs, count):
+def interleaved(r, runs, count, after_round=None):
     """Runs `runs` (what, library, cmd, run() keywords) in `count` rounds, rotating their order
-    from round to round so that no library always goes first; returns the rounds' rows."""
+    from round to round so that no library always goes first; returns the rounds' rows.
+    after_round(rounds so far), if given, runs after each round (a report of what is done)."""
     rounds = []
     for i in range(count):
         k = i % len(runs) if runs else 0
@@ -127,6 +128,8 @@ def interleaved(r, runs, count):
             rows += r.run(f"{what}, round {i + 1}" if count > 1 else what, library, cmd,
                           keep=False, **kw)
         rounds.append(rows)
+        if after_round is not None:
+            after_round(rounds)
     return rounds
 
 

@@ -72,8 +72,7 @@ def as_ddp_rows(rounds):
 
 
 def publish(rows, r, args, load_before):
-    """Writes the report of the benches run so far (after each one: a run cut short keeps
-    what it finished); returns the report's path."""
+    """Writes the report of the rows so far; returns the report's path."""
     rows = rows + [row for row in r.rows if row.get("collective") == "skipped"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     os.makedirs(RESULTS, exist_ok=True)
@@ -111,24 +110,27 @@ def main():
     r = Runner(os.path.abspath(args.build_dir), args.ranks)
     if not os.path.isdir(args.build_dir):
         r.py_env = {}  # no build tree here: the installed package (pip install .)
-    rows = []
+    rows = []  # the benches done
+    key = ("bench", "library", "ranks")
+
+    def bench_rows(rounds):
+        return keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
+
+    def run_bench(runs, label_rounds=lambda rounds: rounds):
+        # The report is rewritten after every round: a run cut short keeps the rounds it did.
+        rounds = interleaved(r, runs, args.rounds, lambda done: publish(
+            rows + bench_rows(label_rounds(done)), r, args, load_before))
+        rows.extend(bench_rows(label_rounds(rounds)))
+
     if "ddp" not in skip:
         steps = ["--steps", "3", "--iters", "2", "--warmup", "2"] if args.quick else []
-        runs = bench_runs("ddp.py", args.ranks, steps, "ddp", args.bind_to) + [
-            hvd_run(args.ranks, steps, args.bind_to)]
-        rounds = as_ddp_rows(interleaved(r, runs, args.rounds))
-        key = ("bench", "library", "ranks")
-        rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
-        publish(rows, r, args, load_before)
+        run_bench(bench_runs("ddp.py", args.ranks, steps, "ddp", args.bind_to) + [
+            hvd_run(args.ranks, steps, args.bind_to)], as_ddp_rows)
     if "fsdp" not in skip:
         steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
             if args.quick else []
         for n in (int(x) for x in args.fsdp_ranks.split(",")):
-            rounds = interleaved(r, bench_runs("fsdp.py", n, steps, "fsdp2", args.bind_to),
-                                 args.rounds)
-            key = ("bench", "library", "ranks")
-            rows += keep_round_faults(median_rows(rounds, key, "step_ms"), rounds, key)
-            publish(rows, r, args, load_before)
+            run_bench(bench_runs("fsdp.py", n, steps, "fsdp2", args.bind_to))
     print(publish(rows, r, args, load_before))
 
 
