@@ -20,5 +20,8 @@ import signal
 def restore_default_crash():
     if faulthandler.is_enabled():
         return  # the program chose its own crash report
-    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    try:
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    except ValueError:  # imported off the main thread, where Python sets no handlers
+        return
     faulthandler.enable()
