@@ -25,7 +25,9 @@
 # percall.txt, resnet50.txt, small_ops.md/.jsonl, small_ops_stages.txt, torchrun_start.md,
 # diagnosis_cost.md, chaos_soak.md, soak_raw.tgz with each soak's log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
-# RESNET_ROUNDS (default 2); TD_ARGS; TD_LIMIT_S (default 330, the td bench's limit);
+# RESNET_ROUNDS (default 2); TD_ARGS; TD_LIMIT_S (the td bench's limit; default: what is left
+# but 100 s for what follows it; the bench rewrites its report after every round, so a cut run
+# keeps the rounds it finished);
 # SMALLOPS_REPS (default 3, about 60 s each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +83,7 @@ if has smallops; then
   step "small ops stages, 2 ranks" 120 bash -c "mpirun --bind-to none -np 2 python3 bench/small_ops/stages.py --sizes 4,64,1024 --reps 21 | tee '$OUT/small_ops_stages.txt'"
 fi
 if has td; then
-  step "td DDP 2 ranks, FSDP2 2 and 4 ranks" "${TD_LIMIT_S:-330}" \
+  step "td DDP 2 ranks, FSDP2 2 and 4 ranks" "${TD_LIMIT_S:-$(( $(left) - 100 ))}" \
     python3 bench/torch_distributed/run.py ${TD_ARGS:---rounds 3 --fsdp-ranks 2,4}
   cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
   step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
