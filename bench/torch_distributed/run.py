@@ -87,9 +87,7 @@ def publish(rows, r, args, load_before):
     heap = ["%s=%s" % (k, os.environ[k]) for k in HEAP_ENV if k in os.environ]
     if heap:
         machine += "; glibc heap thresholds fixed for every rank (%s)" % ", ".join(heap)
-    path = write_report(rows, cmd, machine, stamp,
-                        os.path.join(RESULTS, "torch_distributed.md"))
-    return path
+    return write_report(rows, cmd, machine, stamp, os.path.join(RESULTS, "torch_distributed.md"))
 
 
 def main():
