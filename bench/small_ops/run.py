@@ -165,9 +165,7 @@ def main():
     for np in args.np:
         for job in jobs:
             print("running %d ranks: %s..." % (np, ", ".join(job)), flush=True)
-            records += [r for r in launch(np, common + ["--libs", ",".join(job)], mpirun,
-                                          args.timeout)
-                        if r.get("lib") in job or "skipped" in r]
+            records += launch(np, common + ["--libs", ",".join(job)], mpirun, args.timeout)
     notes += sorted({r["skipped"] for r in records if "skipped" in r})
     for note in notes:
         print(note, file=sys.stderr)

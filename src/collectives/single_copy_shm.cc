@@ -120,7 +120,7 @@ bool supports(const Communicator& comm, const CollectiveArgs&) {
 
 // Note [Broadcast in parts]: readers of one process's memory slow each other down far more
 // than readers of different processes. A broadcast's 3 readers each copying the whole message
-// out of the root took about 4 times as long as 1 reader, and starting each reader at a
+// out of the root took several times as long as 1 reader, and starting each reader at a
 // different page of it did not help; an allgather's readers, each starting at a different
 // peer, do not slow down so. So with more than one reader the message is read in two rounds,
 // a scatter and an allgather: reader i copies part i (one part per reader) from the root, then
