@@ -2,7 +2,9 @@
 // nothing to move), then let the registry pick.
 #include "collectives/collectives.h"
 
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 
 #include "collectives/detail.h"
@@ -59,24 +61,26 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 }  // namespace detail
 
 extern const Algorithm kAllreduceShm;
+extern const Algorithm kAllreduceSingleCopy;
 extern const Algorithm kReducescattervShm;
 
 namespace {
 
 // Runs `args` with the algorithm selected for it (`forced`: a PERSEUS_*_ALGO name, or empty)
 // and applies `postscale` to the `count` elements of this rank's result `out`: inside the
-// algorithm when `scaling` is the one selected (Note [Scaled shm allreduce], Note [Scaled shm
-// reduce-scatter]), in a pass afterwards otherwise. Only a top-level call scales inside: one
-// nested in another algorithm (hierarchical) gets a copy of these args with the default
-// postscale of 1.
+// algorithm when it is one of `scaling` (Note [Scaled shm allreduce], Note [Single-copy
+// allreduce], Note [Scaled shm reduce-scatter]), in a pass afterwards otherwise. Only a top-level
+// call scales inside: one nested in another algorithm (hierarchical) gets a copy of these args with
+// the default postscale of 1.
 void runScaled(Communicator& comm, CollectiveArgs args, const std::string& forced,
-               const Algorithm& scaling, double postscale, void* out, size_t count) {
+               std::initializer_list<const Algorithm*> scaling, double postscale, void* out,
+               size_t count) {
   bool scaled = false;
   if (comm.size() == 1 || args.totalBytes() == 0) {
     detail::run(comm, args);
   } else {
     const Algorithm& algorithm = selectAlgorithm(comm, args, forced);
-    scaled = &algorithm == &scaling;
+    scaled = std::find(scaling.begin(), scaling.end(), &algorithm) != scaling.end();
     if (scaled) args.postscale = postscale;
     algorithm.run(comm, args);
   }
@@ -117,7 +121,7 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   args.op = op;
   // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
   const std::string forced = op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo;
-  runScaled(comm, args, forced, kAllreduceShm, postscale, out, count);
+  runScaled(comm, args, forced, {&kAllreduceShm, &kAllreduceSingleCopy}, postscale, out, count);
 }
 
 void allgatherv(Communicator& comm, const void* in, void* out, const std::vector<size_t>& bytes) {
@@ -181,7 +185,7 @@ void reducescatterv(Communicator& comm, const void* in, void* out,
   args.sizes = &counts;
   args.dtype = dtype;
   args.op = op;
-  runScaled(comm, args, std::string(), kReducescattervShm, postscale, out,
+  runScaled(comm, args, std::string(), {&kReducescattervShm}, postscale, out,
             counts[static_cast<size_t>(comm.rank())]);
 }
 

@@ -65,6 +65,10 @@ class Communicator {
   // in the same call, so all of them stop choosing them together.
   bool singleCopyFailed() const { return single_copy_failed_; }
   void setSingleCopyFailed() { single_copy_failed_ = true; }
+  // Every member read every other's memory once (Note [Single-copy allreduce]): algorithms
+  // that overwrite their input may then rely on single-copy reads without asking first.
+  bool singleCopyAgreed() const { return single_copy_agreed_; }
+  void setSingleCopyAgreed() { single_copy_agreed_ = true; }
 
   // --- Scratch memory -----------------------------------------------------------------------
   // Buffer `index` (0 .. kScratchBuffers-1) of at least `bytes`, 64-byte aligned. It only
@@ -98,6 +102,7 @@ class Communicator {
   std::unique_ptr<SlotStoreChooser, ChooserDeleter> store_chooser_;
   size_t scratch_bytes_[kScratchBuffers] = {};
   bool single_copy_failed_ = false;
+  bool single_copy_agreed_ = false;
 };
 
 }  // namespace perseus::collectives

@@ -13,6 +13,7 @@ namespace perseus::collectives {
 extern const Algorithm kAllreduceRing;
 extern const Algorithm kAllreduceRecursiveDoubling;
 extern const Algorithm kAllreduceShm;
+extern const Algorithm kAllreduceSingleCopy;
 extern const Algorithm kAllreduceHierarchical;
 extern const Algorithm kAllreduceAdasum;
 extern const Algorithm kAllgathervRing;
@@ -69,15 +70,25 @@ size_t CollectiveArgs::totalBytes() const {
 
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> table = {
-      &kAllreduceShm,         &kAllreduceHierarchical,
-      &kAllreduceRing,        &kAllreduceRecursiveDoubling,
-      &kAllreduceAdasum,      &kAllgathervShm,
-      &kAllgathervSingleCopy, &kAllgathervRing,
-      &kBroadcastShm,         &kBroadcastSingleCopy,
-      &kBroadcastBinomial,    &kBroadcastChain,
-      &kAlltoallvPairwise,    &kReducescattervShm,
-      &kReducescattervRing,   &kGathervLinear,
-      &kBarrierShm,           &kBarrierDissemination,
+      &kAllreduceShm,
+      &kAllreduceSingleCopy,
+      &kAllreduceHierarchical,
+      &kAllreduceRing,
+      &kAllreduceRecursiveDoubling,
+      &kAllreduceAdasum,
+      &kAllgathervShm,
+      &kAllgathervSingleCopy,
+      &kAllgathervRing,
+      &kBroadcastShm,
+      &kBroadcastSingleCopy,
+      &kBroadcastBinomial,
+      &kBroadcastChain,
+      &kAlltoallvPairwise,
+      &kReducescattervShm,
+      &kReducescattervRing,
+      &kGathervLinear,
+      &kBarrierShm,
+      &kBarrierDissemination,
   };
   return table;
 }

@@ -11,22 +11,15 @@
 // communicator (a refusal or the system's policy does not change). Members only read peers'
 // slots between the two barriers and write their own before the first (Note [Arena slot
 // discipline], arena_view.h), so the fallback starts cleanly.
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "collectives/arena_view.h"
-#include "collectives/collectives.h"
 #include "collectives/cost_model.h"
 #include "collectives/detail.h"
 #include "collectives/registry.h"
-#include "common/logging.h"
-#include "common/worker_pool.h"
-#include "transport/shm/cross_memory.h"
+#include "collectives/single_copy.h"
 
 namespace perseus::collectives {
 
@@ -35,84 +28,13 @@ extern const Algorithm kAllgathervShm;
 
 namespace {
 
-std::atomic<uint64_t> g_fallbacks{0};
-std::atomic<bool> g_warned{false};
+using single_copy::fallBack;
+using single_copy::publish;
+using single_copy::readPeers;
+using single_copy::readThreads;
 
-// Every member runs this when the members agreed to fall back; `err`: this member's failed
-// read (0 when another member failed or this one refused).
-void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
-  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  comm.setSingleCopyFailed();
-  if (err != 0 && !g_warned.exchange(true, std::memory_order_relaxed)) {
-    PERSEUS_LOG(WARNING, kCollectives)
-        << "rank " << comm.globalRank(comm.rank()) << ": cannot read a local peer's memory ("
-        << std::strerror(err) << ", in a " << collectiveName(args.kind)
-        << "); large broadcasts and allgathers go through the shared-memory slots instead "
-           "(two copies instead of one)";
-  }
-  slots.run(comm, args);
-}
-
-struct Published {
-  uint64_t pid;
-  uint64_t address;
-};
-
-void publish(const detail::ArenaView& view, int rank, const void* buffer) {
-  const Published p{static_cast<uint64_t>(::getpid()), reinterpret_cast<uintptr_t>(buffer)};
-  std::memcpy(view.half(rank, 0), &p, sizeof p);
-}
-
-// Copies `bytes` from offset `at` of member `q`'s published buffer to `to`; 0 or the errno.
-int readRange(const detail::ArenaView& view, int q, size_t at, void* to, size_t bytes) {
-  Published p;
-  std::memcpy(&p, view.half(q, 0), sizeof p);
-  return transport::shm::readPeerMemory(static_cast<pid_t>(p.pid),
-                                        reinterpret_cast<const void*>(p.address + at), to, bytes);
-}
-
-// Note [Split single-copy reads]: one core copies ~10 GB/s, well below what memory gives a
-// host's cores together, so a rank with cores to spare (its share of the host's CPUs, as the
-// reduce threads count them) splits each read into runs that threads of its worker pool copy
-// at once: an allgather's piece from every peer, a broadcast's whole message from the root.
-// The cost model divides the per-byte time by the same count, so on a many-core host a large
-// broadcast reads in one split copy instead of pipelining two copies through the slots.
-// Below this a run's system call and page pinning would cost more than a second thread saves.
-constexpr size_t kMinReadRun = 256 * 1024;
-
-// Threads this rank splits its reads of `bytes` among (Note [Split single-copy reads]).
-int readThreads(const Communicator& comm, size_t bytes) {
-  const int own = detail::ownReduceThreads(comm);
-  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(own, bytes / kMinReadRun)));
-}
-
-// Reads `bytes[q]` from offset `from[q]` of each peer q's published buffer to `out + to[q]`,
-// split among threads; 0 or the errno of a failed read.
-int readPeers(Communicator& comm, const detail::ArenaView& view, unsigned char* out,
-              const std::vector<size_t>& from, const std::vector<size_t>& to,
-              const std::vector<size_t>& bytes) {
-  const int p = comm.size(), r = comm.rank();
-  size_t largest = 0;
-  for (int q = 0; q < p; ++q) largest = q == r ? largest : std::max(largest, bytes[q]);
-  const int threads = readThreads(comm, largest);
-  std::atomic<int> first_err{0};
-  auto part = [&](int t) {
-    for (int k = 1; k < p && first_err.load(std::memory_order_relaxed) == 0; ++k) {
-      const int q = (r + k) % p;  // members start at different peers
-      const size_t run = (bytes[q] + static_cast<size_t>(threads) - 1) / threads;
-      const size_t begin = std::min(bytes[q], run * static_cast<size_t>(t));
-      const size_t len = std::min(bytes[q] - begin, run);
-      if (len == 0) continue;
-      const int err = readRange(view, q, from[q] + begin, out + to[q] + begin, len);
-      if (err != 0) {
-        int none = 0;
-        first_err.compare_exchange_strong(none, err);
-      }
-    }
-  };
-  WorkerPool::instance().run(threads, part, comm.params().spin_us);
-  return first_err.load();
-}
+// Both algorithms publish one buffer: the broadcast's output, the allgather's input.
+constexpr int kBuffer = 0;
 
 bool supports(const Communicator& comm, const CollectiveArgs&) {
   return comm.arena() != nullptr && !comm.singleCopyFailed();
@@ -172,7 +94,7 @@ int readBroadcastRound(Communicator& comm, const detail::ArenaView& view, unsign
       if (q != args.root && q != r) take(q, q);
     }
   }
-  return readPeers(comm, view, out, from, from, bytes);
+  return readPeers(comm, view, kBuffer, out, from, from, bytes);
 }
 
 void broadcastRun(Communicator& comm, const CollectiveArgs& args) {
@@ -209,7 +131,7 @@ void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
   view.barrier();
   const bool refuse = !comm.params().shm_single_copy;
   const std::vector<size_t> at_start(bytes.size(), 0);
-  const int err = refuse ? 0 : readPeers(comm, view, out, at_start, off, bytes);
+  const int err = refuse ? 0 : readPeers(comm, view, kBuffer, out, at_start, off, bytes);
   const auto* in = detail::bytePtr(args.in);
   const bool failed = refuse || err != 0;
   if (!failed && bytes[r] > 0 && out + off[r] != in) std::memmove(out + off[r], in, bytes[r]);
@@ -217,8 +139,6 @@ void allgatherRun(Communicator& comm, const CollectiveArgs& args) {
 }
 
 }  // namespace
-
-uint64_t singleCopyFallbacks() { return g_fallbacks.load(std::memory_order_relaxed); }
 
 extern const Algorithm kBroadcastSingleCopy = {
     "single-copy",
