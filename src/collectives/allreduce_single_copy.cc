@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "collectives/arena_view.h"
@@ -57,19 +58,25 @@ constexpr int kInput = 0, kOutput = 1;  // the buffers each member publishes
 // Chunks from the peers stay in L2 between the read and the reduction.
 constexpr size_t kChunkBytes = 128 * 1024;
 constexpr int kStackRanks = 32;
-// Above this the vector outgrows what the caches hold of the last phase for the next, and the
-// slot pipeline, which keeps each segment in cache from staging to pull, is faster.
-constexpr size_t kMaxBytes = 32u << 20;
+// The sizes the cost model offers it at (PERSEUS_ALLREDUCE_ALGO=single-copy runs it at any),
+// from timing it against the slot pipeline alternated call by call, and from Python, where
+// the ranks reach a call at different times: below 2 MiB the slot pipeline,
+// which starts staging before the last rank arrives, is as fast or faster; above 16 MiB the
+// vector outgrows what the caches keep from the reduce for the gather, and the slot pipeline,
+// which keeps each segment cached from staging to pull, catches up.
+constexpr size_t kMinBytes = 2u << 20;
+constexpr size_t kMaxBytes = 16u << 20;
 
 bool supports(const Communicator& comm, const CollectiveArgs& args) {
   return args.op != ReduceOp::kAdasum && comm.arena() != nullptr && !comm.singleCopyFailed() &&
-         comm.size() <= kStackRanks && detail::ownReduceThreads(comm) == 1 &&
-         args.totalBytes() <= kMaxBytes;
+         comm.size() <= kStackRanks && detail::ownReduceThreads(comm) == 1;
 }
 
 // Reads of (p-1)/p of the vector in chunks and of (p-1)/p in one read per peer, and a pass
 // over this member's block.
 double estimate(const Communicator& comm, const CollectiveArgs& args) {
+  if (args.totalBytes() < kMinBytes || args.totalBytes() > kMaxBytes)
+    return std::numeric_limits<double>::infinity();
   const int p = comm.size();
   const double bytes = static_cast<double>(args.totalBytes());
   const double block = bytes / p;

@@ -75,7 +75,7 @@ int allreduceOnce(Communicator& comm, size_t count, bool in_place, ReduceOp op, 
 // read, 42 it did not fall back although one rank would not read, 44 single-copy was chosen
 // after the members agreed to fall back, 45 the cost model did not choose single-copy for a
 // large allreduce of members with one reduce thread, 46 it chose it with several, 47 it chose
-// it above its largest size.
+// it above its largest size, 48 below its smallest.
 int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const Params& params,
             bool expect_fallback) {
   std::vector<int> members(n);
@@ -114,8 +114,10 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
   big.count = 4 << 20;
   big.dtype = DataType::kFloat32;
   const std::string chosen = selectAlgorithm(comm, big, "").name;
-  big.count = 16 << 20;
+  big.count = 8 << 20;
   if (selectAlgorithm(comm, big, "").name == forced) return 47;
+  big.count = 256 << 10;
+  if (selectAlgorithm(comm, big, "").name == forced) return 48;
   if (expect_fallback) {
     if (!comm.singleCopyFailed()) return 42;
     return chosen == forced ? 44 : 0;
