@@ -7,9 +7,7 @@
 // and single-copy never chosen again; and the cost model's choice: offered only to members with one
 // reduce thread each.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -17,31 +15,17 @@
 #include "collectives/collectives.h"
 #include "collectives/communicator.h"
 #include "collectives/registry.h"
-#include "support/forked_ranks.h"
-#include "support/shared_barrier.h"
+#include "support/forked_shm.h"
 #include "support/shm_groups.h"
-#include "transport/shm/cross_memory.h"
-#include "transport/shm/shm_local_group.h"
 
 namespace perseus::collectives {
 namespace {
 
-using namespace std::chrono_literals;
-using perseus::testing::runForked;
-using perseus::testing::SharedBarrier;
+using perseus::testing::crossMemoryPermitted;
 using perseus::testing::shmTestParams;
-using perseus::testing::uniqueJobId;
 
 // Small integers, so float sums are exact whatever the order.
 float valueOf(int rank, size_t i) { return static_cast<float>((rank * 7 + i * 3) % 101); }
-
-const uint64_t kParentWord = 0x5eed5eed5eed5eedULL;
-
-bool crossMemoryPermitted() {
-  uint64_t got = 0;
-  return transport::shm::readPeerMemory(::getppid(), &kParentWord, &got, sizeof got) == 0 &&
-         got == kParentWord;
-}
 
 // Runs one allreduce of `count` floats with `algorithm` (empty: by cost) and checks it; 0 ok,
 // else `fail`.
@@ -76,14 +60,7 @@ int allreduceOnce(Communicator& comm, size_t count, bool in_place, ReduceOp op, 
 // after the members agreed to fall back, 45 the cost model did not choose single-copy for a
 // large allreduce of members with one reduce thread, 46 it chose it with several, 47 it chose
 // it above its largest size, 48 below its smallest.
-int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const Params& params,
-            bool expect_fallback) {
-  std::vector<int> members(n);
-  for (int i = 0; i < n; ++i) members[i] = i;
-  auto group =
-      transport::shm::createShmLocalGroup(job, r, members, params, [&] { barrier.wait(); });
-  auto t = perseus::testing::makeShmTransport(*group, r, n, params);
-  Communicator comm(t.get(), group->arena.get(), members, 0, params);
+int runRank(int r, const Params& params, Communicator& comm, bool expect_fallback) {
   const std::string forced = "single-copy";
   enum Place { kAll, kNone, kRankZero };  // which members run in place
   struct Case {
@@ -130,11 +107,10 @@ int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const 
 }
 
 void expectRanksOk(int n, const std::function<Params(int)>& params_of, bool expect_fallback) {
-  const std::string job = uniqueJobId("single-copy-allreduce");
-  SharedBarrier barrier(n);
-  auto st = runForked(
-      n, [&](int r) { return runRank(r, n, job, barrier, params_of(r), expect_fallback); }, 60s);
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+  perseus::testing::expectForkedShmRanksOk(n, "single-copy-allreduce", params_of,
+                                           [&](int r, const Params& params, Communicator& comm) {
+                                             return runRank(r, params, comm, expect_fallback);
+                                           });
 }
 
 Params oneReduceThread() {

@@ -3,55 +3,31 @@
 // every root, the agreed fall-back to the slot algorithms when one rank does not read
 // (PERSEUS_SHM_SINGLE_COPY=0 there), and the cost model's choice for large messages.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
 #include "collectives/collectives.h"
 #include "collectives/communicator.h"
 #include "collectives/registry.h"
-#include "support/forked_ranks.h"
-#include "support/shared_barrier.h"
+#include "support/forked_shm.h"
 #include "support/shm_groups.h"
-#include "transport/shm/cross_memory.h"
-#include "transport/shm/shm_local_group.h"
 
 namespace perseus::collectives {
 namespace {
 
-using namespace std::chrono_literals;
-using perseus::testing::runForked;
-using perseus::testing::SharedBarrier;
+using perseus::testing::crossMemoryPermitted;
 using perseus::testing::shmTestParams;
-using perseus::testing::uniqueJobId;
 
 uint8_t byteOf(int rank, size_t i) { return static_cast<uint8_t>(rank * 59 + i * 13 + (i >> 10)); }
-
-// At the same address in every forked child: whether a child can read its parent's memory
-// says whether this system lets processes of one user read each other's (no Yama scope).
-const uint64_t kParentWord = 0x5eed5eed5eed5eedULL;
-
-bool crossMemoryPermitted() {
-  uint64_t got = 0;
-  return transport::shm::readPeerMemory(::getppid(), &kParentWord, &got, sizeof got) == 0 &&
-         got == kParentWord;
-}
 
 // Child exit codes: 0 ok, 2x a wrong allgather from rank x, 3x a wrong broadcast from root x,
 // 40 the cost model did not choose single-copy for a mid-sized broadcast, 43 it chose otherwise
 // than the read threads say for a large one, 41 it fell back although every rank could read, 42 it
 // did not fall back although one rank would not read, 44 it tried single-copy again after the
 // members agreed to fall back.
-int runRank(int r, int n, const std::string& job, SharedBarrier& barrier, const Params& params,
-            bool expect_fallback) {
-  std::vector<int> members(n);
-  for (int i = 0; i < n; ++i) members[i] = i;
-  auto group =
-      transport::shm::createShmLocalGroup(job, r, members, params, [&] { barrier.wait(); });
-  auto t = perseus::testing::makeShmTransport(*group, r, n, params);
-  Communicator comm(t.get(), group->arena.get(), members, 0, params);
+int runRank(int r, const Params& params, Communicator& comm, bool expect_fallback) {
+  const int n = comm.size();
   // Once the members fell back, single-copy is no longer offered on this communicator.
   auto algorithm = [&] {
     return comm.singleCopyFailed() ? std::string() : std::string("single-copy");
@@ -121,11 +97,10 @@ Params withDefaultSlots(Params p) {
 }
 
 void expectRanksOk(int n, const std::function<Params(int)>& params_of, bool expect_fallback) {
-  const std::string job = uniqueJobId("single-copy");
-  SharedBarrier barrier(n);
-  auto st = runForked(
-      n, [&](int r) { return runRank(r, n, job, barrier, params_of(r), expect_fallback); }, 60s);
-  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+  perseus::testing::expectForkedShmRanksOk(n, "single-copy", params_of,
+                                           [&](int r, const Params& params, Communicator& comm) {
+                                             return runRank(r, params, comm, expect_fallback);
+                                           });
 }
 
 TEST(SingleCopy, BroadcastsAndAllgathersBetweenProcesses) {
