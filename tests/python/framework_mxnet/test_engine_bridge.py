@@ -84,16 +84,17 @@ def test_exception_in_start_reaches_mxnet():
 
 
 _PRIORITY_SCRIPT = r"""
-import sys, threading, time
+import sys, threading
 sys.path.insert(0, sys.argv[1])
 import mxnet as mx
 from perseus.mxnet.engine import bridge
-gate, order = threading.Event(), []
+gate, started, order = threading.Event(), threading.Event(), []
 # The only kCPUPrioritized worker (MXNET_CPU_PRIORITY_NTHREADS=1) is held until `gate`, so
-# the next pushes queue up and must start highest priority first.
-blocker = bridge().push(lambda i, o, done: (gate.wait(), done(None)), [], [mx.nd.zeros((1,))],
-                        name="blocker")
-time.sleep(0.3)
+# the next pushes queue up and must start highest priority first. They are pushed once the
+# blocker runs: pushed before, the first of them could take the worker ahead of it.
+blocker = bridge().push(lambda i, o, done: (started.set(), gate.wait(), done(None)), [],
+                        [mx.nd.zeros((1,))], name="blocker")
+assert started.wait(10), "the blocker never started"
 ops = [bridge().push(lambda i, o, done, p=p: (order.append(p), done(None)), [],
                      [mx.nd.zeros((1,))], priority=p, name="p%d" % p) for p in [1, 5, 3, 9, 7]]
 gate.set()
