@@ -59,11 +59,11 @@ constexpr int kInput = 0, kOutput = 1;  // the buffers each member publishes
 constexpr size_t kChunkBytes = 128 * 1024;
 constexpr int kStackRanks = 32;
 // The sizes the cost model offers it at (PERSEUS_ALLREDUCE_ALGO=single-copy runs it at any),
-// from timing it against the slot pipeline alternated call by call, and from Python, where
-// the ranks reach a call at different times: below 2 MiB the slot pipeline,
-// which starts staging before the last rank arrives, is as fast or faster; above 16 MiB the
-// vector outgrows what the caches keep from the reduce for the gather, and the slot pipeline,
-// which keeps each segment cached from staging to pull, catches up.
+// from timing it against the slot pipeline alternated call by call, and from Python, where the
+// ranks reach a call at different times: below 2 MiB the slot pipeline, which starts staging
+// before the last rank arrives, is as fast or faster; above 16 MiB the vector outgrows what the
+// caches keep from the reduce for the gather, and the slot pipeline, which keeps each segment
+// cached from staging to pull, catches up.
 constexpr size_t kMinBytes = 2u << 20;
 constexpr size_t kMaxBytes = 16u << 20;
 

@@ -2,13 +2,13 @@
 // real forked processes over the shared-memory transport and arena: sums, maxima and a
 // postscale, counts that do not split evenly among the members (and blocks longer than one read
 // chunk), in place, and out of place on every member or on some, which all members then run
-// through the slots; the agreed fall-back to the
-// slot algorithm when one rank does not read (PERSEUS_SHM_SINGLE_COPY=0 there), with the right sums
-// and single-copy never chosen again; and the cost model's choice: offered only to members with one
-// reduce thread each.
+// through the slots; the agreed fall-back to the slot algorithm when one rank does not read
+// (PERSEUS_SHM_SINGLE_COPY=0 there), with the right sums and single-copy never chosen again;
+// and the cost model's choice: offered only to members with one reduce thread each, and only
+// from 2 to 16 MiB.
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <algorithm>
 #include <string>
 #include <vector>
 
