@@ -53,8 +53,9 @@ struct GpuBatch {
   std::vector<GpuTensor> tensors;
 };
 
-// The outcome of one enqueued collective. Thread contract: poll()/wait() on the engine thread;
-// streamWait() and done-queries from any thread.
+// The outcome of one enqueued collective. Thread contract: poll()/wait() by the thread that runs
+// the engine's cycle (the engine thread, or a caller: Note [Caller-run cycles] in
+// engine/engine.h); streamWait() and done-queries from any thread.
 class GpuWork {
  public:
   virtual ~GpuWork() = default;
@@ -79,11 +80,19 @@ struct GpuBackendOptions {
   std::vector<std::string> hostnames;
 };
 
-// Thread contract: collectives and abort() on the engine thread; recordReady() and allocate()
-// from any thread.
+// Thread contract: collectives and abort() by the thread that runs the engine's cycle, one at a
+// time (the engine thread, or a caller: Note [Caller-run cycles] in engine/engine.h);
+// recordReady(), allocate(), currentDevice() and restoreDevice() from any thread.
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
+
+  // The calling thread's current CUDA device (-1 if CUDA cannot say), and making it current
+  // again: the collectives make their device current without setting it back, so a framework
+  // thread that runs the engine's cycles keeps its device this way. Only once the process used
+  // a device: the first call of a thread that never touched CUDA would initialise the runtime.
+  virtual int currentDevice() = 0;
+  virtual void restoreDevice(int device) = 0;
 
   // "nccl" or "host-staged" (the data plane the last collective on `comm` used), for logs/tests.
   virtual std::string dataPlane(collectives::Communicator& comm, int device) = 0;

@@ -146,9 +146,16 @@ perseus_status perseus_handle_join_rank(perseus_handle handle, int32_t* rank) {
 
 perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stream) {
   // CUDA ops: `stream` waits for the GPU work without a host block (once the engine enqueued
-  // it). CPU ops have nothing on a stream: this waits for them on the host.
+  // it). CPU ops have nothing on a stream: this waits for them on the host. The running engine
+  // may enqueue the work on this thread (Note [Caller-run cycles]).
   return guarded([&] {
-    findHandle(handle)->streamWait(stream, capi::runtime().spin_us.load(std::memory_order_relaxed));
+    auto h = findHandle(handle);
+    const int64_t spin_us = capi::runtime().spin_us.load(std::memory_order_relaxed);
+    if (auto e = h->streamReady() ? nullptr : currentEngine()) {
+      e->streamWait(*h, stream, spin_us);
+    } else {
+      h->streamWait(stream, spin_us);
+    }
   });
 }
 

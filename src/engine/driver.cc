@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "backends/gpu_backend.h"
 #include "common/logging.h"
 #include "engine/cycle/set_negotiator.h"
 
@@ -30,6 +31,34 @@ int64_t nowNs() {
       .count();
 }
 
+// Note [Caller-run cycles]: the CUDA device of a caller that would run cycles once the process
+// uses a GPU (`device` >= 0). The GPU collectives make that device current and leave it so. A
+// caller that has it current loses nothing, and gets it set back on the way out should a cycle
+// have left another one current. A caller with another device current does not drive: setting
+// its device back would make a context current there, creating one where it had none.
+class CallerDevice {
+ public:
+  CallerDevice(backends::GpuBackend* gpu, int device) {
+    if (device < 0) return;
+    fits_ = gpu != nullptr && gpu->currentDevice() == device;
+    if (fits_) gpu_ = gpu;
+    saved_ = device;
+  }
+  ~CallerDevice() {
+    if (gpu_ != nullptr) gpu_->restoreDevice(saved_);
+  }
+  CallerDevice(const CallerDevice&) = delete;
+  CallerDevice& operator=(const CallerDevice&) = delete;
+
+  bool fits() const { return fits_; }            // the caller may drive
+  bool kept() const { return gpu_ != nullptr; }  // ... and may run CUDA work
+
+ private:
+  backends::GpuBackend* gpu_ = nullptr;
+  int saved_ = -1;
+  bool fits_ = true;
+};
+
 }  // namespace
 
 Driver::Driver(Parts parts)
@@ -38,7 +67,8 @@ Driver::Driver(Parts parts)
       submissions_(*parts.submissions),
       fast_path_(*parts.fast_path),
       cycle_(*parts.cycle),
-      gpu_device_(*parts.gpu_device) {}
+      gpu_device_(*parts.gpu_device),
+      gpu_(parts.gpu) {}
 
 Driver::~Driver() { shutdown(); }
 
@@ -93,8 +123,9 @@ bool Driver::step(bool* pending) {
   if (cycle_.gpuPending()) cycle_.pollGpu();
   if (cycle_.stopped()) return false;
   bool fresh = cycle_.drain();
-  if (t_driving_engine == this && gpu_device_.load() >= 0) {
-    // A CUDA tensor came in: its cycles belong to the engine thread, which takes over.
+  if (t_driving_engine == this && !caller_gpu_ && gpu_device_.load() >= 0) {
+    // A CUDA tensor came in while a caller ran cycles with no device kept (drive()): the engine
+    // thread takes over, and the caller's next wait looks at its device.
     if (fresh) cycle_.markWork();
     return false;
   }
@@ -169,18 +200,24 @@ void Driver::loop() {
   }
 }
 
-void Driver::drive(const Handle& handle, int64_t spin_us) {
+bool Driver::mayDrive(double timeout_s) const {
+  return params_.caller_cycles && timeout_s != 0 && t_driving_engine != this && !cycle_.stopped();
+}
+
+bool Driver::drive(const Handle& handle, Until until, int64_t spin_us) {
+  const CallerDevice device(gpu_, gpu_device_.load());
+  if (!device.fits()) return false;
   const auto spin = std::chrono::microseconds(std::max<int64_t>(spin_us, 0));
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
   if (!cycle.owns_lock()) {
     // The engine thread gives the lock up between its cycles when asked.
     drive_requested_.store(true);
     if (engine_blocked_.load()) transport_->wake();
-    const auto until = Clock::now() + spin;
+    const auto end = Clock::now() + spin;
     while (!cycle.try_lock()) {
-      if (handle.done() || cycle_.stopped() || Clock::now() >= until) {
+      if (reached(handle, until) || cycle_.stopped() || Clock::now() >= end) {
         drive_requested_.store(false);
-        return;
+        return true;
       }
       sched_yield();  // the engine thread may need this core to reach its next check
     }
@@ -189,16 +226,17 @@ void Driver::drive(const Handle& handle, int64_t spin_us) {
   // While this thread holds the lock the engine thread parks anyway; the window that keeps
   // it parked afterwards starts when the lock is given back, below.
   t_driving_engine = this;
+  caller_gpu_ = device.kept();
   bool stalled = false;
   // The idle time is counted from the first turn that found nothing to do.
   bool idle = false;
   Clock::time_point idle_since;
-  while (!handle.done() && !cycle_.stopped()) {
+  while (!reached(handle, until) && !cycle_.stopped()) {
     bool pending = false;
     if (step(&pending)) {
       idle = false;
-    } else if (gpu_device_.load() >= 0) {
-      stalled = true;
+    } else if (!caller_gpu_ && gpu_device_.load() >= 0) {
+      stalled = true;  // step() handed the cycles to the engine thread
       break;
     } else if (!idle) {
       idle = true;
@@ -208,11 +246,13 @@ void Driver::drive(const Handle& handle, int64_t spin_us) {
       break;
     }
   }
+  caller_gpu_ = false;
   t_driving_engine = nullptr;
   // A stalled caller blocks next; the engine thread listens again from now on.
   last_drive_ns_.store(stalled ? 0 : nowNs(), std::memory_order_relaxed);
   cycle.unlock();
   if (stalled) park_cv_.notify_one();
+  return true;
 }
 
 bool Driver::poll(Handle& handle) {
@@ -243,20 +283,29 @@ bool Driver::waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
   if (timeout_s != 0 && fast_path_.watch(handle, spin_us)) wakeIfBlocked();
   if (handle.done()) return true;
   const auto start = timeout_s > 0 ? Clock::now() : Clock::time_point{};
-  // No driving once a CUDA tensor was submitted (Note [Caller-run cycles]), nor for a zero
-  // timeout, which is a poll. A wait that did not drive spins first: the engine thread
+  // A wait that did not drive (Note [Caller-run cycles]) spins first: the engine thread
   // finishes small ops within microseconds, and a blocking wake-up costs tens of them. A
   // caller that drove has spun already.
   int64_t spin = spin_us;
-  if (params_.caller_cycles && gpu_device_.load() < 0 && timeout_s != 0 &&
-      t_driving_engine != this && !cycle_.stopped()) {
-    drive(handle, spin_us);
+  if (mayDrive(timeout_s) && drive(handle, Until::kDone, spin_us)) {
     if (handle.done()) return true;
     spin = 0;
   }
   if (timeout_s < 0) return handle.wait(-1, spin);
   const double left = timeout_s - std::chrono::duration<double>(Clock::now() - start).count();
   return handle.wait(std::max(left, 0.0), spin);
+}
+
+void Driver::streamWait(Handle& handle, void* stream, int64_t spin_us) {
+  // A pending post (a CPU op: nothing on a stream, so this waits on the host) is watched first,
+  // as in waitFor().
+  if (!handle.streamReady() && fast_path_.watch(handle, spin_us)) wakeIfBlocked();
+  // A CUDA op's caller runs cycles until the work is enqueued, not until the GPU finished it.
+  int64_t spin = spin_us;
+  if (!handle.streamReady() && mayDrive(-1) && drive(handle, Until::kStreamReady, spin_us)) {
+    spin = 0;
+  }
+  handle.streamWait(stream, spin);
 }
 
 void Driver::shutdown() {

@@ -3,11 +3,10 @@
 // parking, waiting for and polling a handle, the timeline switch, and shutdown.
 //
 // Contract: it is the only code that takes the cycle lock, and it calls the Cycle (and the post
-// lane's progressAll(), idleHint() and awake()) only while holding it. waitFor, swapTimeline and
-// shutdown: any thread but a completion callback of this engine's cycle; poll, setCallback and
-// wakeIfBlocked: any thread; start(): once, by the owner, after everything the cycle uses
-// exists. It owns the engine thread and two mutexes,
-// each guarding only what is named:
+// lane's progressAll(), idleHint() and awake()) only while holding it. waitFor, streamWait,
+// swapTimeline and shutdown: any thread but a completion callback of this engine's cycle; poll,
+// setCallback and wakeIfBlocked: any thread; start(): once, by the owner, after everything the
+// cycle uses exists. It owns the engine thread and two mutexes, each guarding only what is named:
 //   cycle_mu_  the Cycle's state (and the timeline in it): held for a cycle or a swap;
 //   park_mu_   nothing but the parked engine thread's sleep (park_cv_).
 // shutdown() runs once (shutdown_once_); a second caller returns when the first one is done.
@@ -30,6 +29,10 @@
 #include "engine/submissions.h"
 #include "transport/transport.h"
 
+namespace perseus::backends {
+class GpuBackend;
+}
+
 namespace perseus::engine {
 
 class Driver {
@@ -40,9 +43,11 @@ class Driver {
     Submissions* submissions = nullptr;
     FastPath* fast_path = nullptr;  // the post lane: its posts' waits and idle hints
     Cycle* cycle = nullptr;
-    // The CUDA ordinal this process uses (-1: none yet): from then on cycles stay on the
-    // engine thread (Note [Caller-run cycles]).
+    // The CUDA ordinal this process uses (-1: none yet): from then on a caller runs cycles
+    // only with that device current, and gpu keeps it for the caller (Note [Caller-run
+    // cycles]). gpu: null in a build without CUDA.
     const std::atomic<int>* gpu_device = nullptr;
+    backends::GpuBackend* gpu = nullptr;
   };
 
   explicit Driver(Parts parts);
@@ -52,8 +57,9 @@ class Driver {
 
   void start();  // starts the engine thread
 
-  // Engine::waitFor, Engine::poll, Engine::setCallback (engine.h).
+  // Engine::waitFor, Engine::streamWait, Engine::poll, Engine::setCallback (engine.h).
   bool waitFor(Handle& handle, double timeout_s, int64_t spin_us);
+  void streamWait(Handle& handle, void* stream, int64_t spin_us);
   bool poll(Handle& handle);
   void setCallback(Handle& handle, Handle::Callback cb);
 
@@ -78,9 +84,18 @@ class Driver {
   // Runs fn holding cycle_mu_, asking the engine thread to give it up between its cycles.
   void withCycleLock(const std::function<void()>& fn);
   bool drivenRecently() const;
-  // waitFor()'s driving part: returns when the handle is done, or the cycles stalled for
-  // spin_us, or the lock could not be had.
-  void drive(const Handle& handle, int64_t spin_us);
+  // What a driving caller waits for: the handle done (waitFor), or its GPU work published
+  // (streamWait).
+  enum class Until { kDone, kStreamReady };
+  static bool reached(const Handle& handle, Until until) {
+    return until == Until::kDone ? handle.done() : handle.streamReady();
+  }
+  // Whether a wait may run cycles on its thread (a zero timeout is a poll).
+  bool mayDrive(double timeout_s) const;
+  // The waits' driving part: returns when the handle reached `until`, or the cycles stalled
+  // for spin_us, or the lock could not be had. False when it did not try: the caller has
+  // another CUDA device current than the one this process uses.
+  bool drive(const Handle& handle, Until until, int64_t spin_us);
   // `spin`: spin PERSEUS_SPIN_US before blocking; false when the last wait ended with nothing
   // to do (a timeout: work wakes the thread, so spinning again would only take a core).
   void idleWait(bool pending, bool spin);
@@ -93,6 +108,7 @@ class Driver {
   FastPath& fast_path_;
   Cycle& cycle_;
   const std::atomic<int>& gpu_device_;
+  backends::GpuBackend* const gpu_;
 
   std::chrono::steady_clock::time_point next_retry_{};  // holder of cycle_mu_
   // True while the engine thread blocks in waitIncoming(): only then does a submission pay for
@@ -103,6 +119,9 @@ class Driver {
 
   // Note [Caller-run cycles]: whoever holds cycle_mu_ runs the Cycle.
   std::mutex cycle_mu_;
+  // Holder of cycle_mu_: a caller runs the cycles with the process's CUDA device kept for it,
+  // so CUDA work may run on its thread.
+  bool caller_gpu_ = false;
   std::atomic<bool> drive_requested_{false};
   std::atomic<int64_t> last_drive_ns_{0};  // steady clock; 0: no recent driver
   std::mutex park_mu_;

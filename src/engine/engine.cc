@@ -70,6 +70,7 @@ Driver::Parts Engine::driverParts() {
   p.fast_path = fast_path_.get();
   p.cycle = &cycle_;
   p.gpu_device = &gpu_device_;
+  p.gpu = gpu_.get();
   return p;
 }
 

@@ -36,11 +36,16 @@
 // listens as before. A caller drives only while its handle is pending and cycles make progress,
 // at most PERSEUS_SPIN_US idle; then it falls back to a blocking wait and ends the window, so
 // the engine thread listens again. Polling a pending handle ends the window too, and yields
-// the core once: a busy poller would otherwise keep its core from the engine thread. Once the
-// process submitted a CUDA tensor, every cycle stays on the engine thread (the GPU backend sets the
-// calling thread's CUDA device, which must not change under a framework thread): a driver that
-// drains one stops before running a cycle. A caller never drives from inside a completion callback
-// of the cycle it runs.
+// the core once: a busy poller would otherwise keep its core from the engine thread. A caller
+// that orders its stream after a CUDA op (streamWait) drives until the op's GPU work is enqueued,
+// not until the GPU finished it. Once the process submitted a CUDA tensor, the GPU backend makes
+// the process's device current on whichever thread runs the cycle, and a framework thread's
+// current device must not change under it: so a caller drives only while it has that device
+// current, and gets it back afterwards should a cycle have made another one current
+// (GpuBackend::currentDevice/restoreDevice). A caller with another device current leaves the
+// cycles to the engine thread (restoring its device could create a CUDA context it never had),
+// and a caller that began driving before the first CUDA tensor came stops before running a cycle
+// with it. A caller never drives from inside a completion callback of the cycle it runs.
 #pragma once
 
 #include <atomic>
@@ -162,6 +167,11 @@ class Engine {
   // Returns false if `timeout_s` (< 0: none) passed first.
   bool waitFor(Handle& handle, double timeout_s, int64_t spin_us) {
     return driver_.waitFor(handle, timeout_s, spin_us);
+  }
+  // Handle::streamWait (same threads as waitFor), running the engine's cycles on this thread
+  // until the handle's GPU work is enqueued (Note [Caller-run cycles]).
+  void streamWait(Handle& handle, void* stream, int64_t spin_us) {
+    driver_.streamWait(handle, stream, spin_us);
   }
   // Whether `handle` is done (any thread, never blocks). A handle that is polled rather than
   // waited for is the engine thread's to finish: a parked engine thread listens again.

@@ -122,9 +122,8 @@ void Handle::streamWait(void* stream, int64_t spin_us) const {
   // A caller that orders its stream right after submitting (a blocking torch.distributed call)
   // would otherwise sleep on cv_ for the engine's few-microsecond launch, and its wake-up
   // would cost more than the launch.
-  if (!gpu_work_published_.load(std::memory_order_acquire) && !done()) {
-    spinFor(spin_us, std::chrono::steady_clock::now(),
-            [&] { return gpu_work_published_.load(std::memory_order_acquire) || done(); });
+  if (!streamReady()) {
+    spinFor(spin_us, std::chrono::steady_clock::now(), [&] { return streamReady(); });
   }
   std::vector<std::shared_ptr<backends::GpuWork>> works;
   {

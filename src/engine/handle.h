@@ -97,6 +97,9 @@ class Handle {
   // handle that never gets GPU work (CPU ops).
   void setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works);
   void streamWait(void* stream, int64_t spin_us = 0) const;
+  // True once streamWait() no longer waits on the host: the GPU work is published, or the
+  // handle is done.
+  bool streamReady() const { return gpu_work_published_.load(std::memory_order_acquire) || done(); }
 
  private:
   const int64_t id_;

@@ -52,6 +52,21 @@ int NcclBackend::defaultDevice(int local_rank) {
   return local_rank % count;
 }
 
+int NcclBackend::currentDevice() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // a caller's next CUDA call must not see this error
+    return -1;
+  }
+  return device;
+}
+
+void NcclBackend::restoreDevice(int device) {
+  // Set only when it changed: cudaGetDevice reads the thread's state, cudaSetDevice does more.
+  if (device < 0 || currentDevice() == device) return;
+  if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+}
+
 NcclBackend::~NcclBackend() {
   // A work still running on a communicator whose peers are gone would make the destroy and
   // the stream synchronisation in ~DeviceContext wait forever: abort those communicators.

@@ -45,6 +45,8 @@ class NcclBackend : public backends::GpuBackend {
   std::shared_ptr<void> allocate(int device, size_t bytes) override;
   std::shared_ptr<void> zeros(int device, size_t bytes) override;
   int defaultDevice(int local_rank) override;
+  int currentDevice() override;
+  void restoreDevice(int device) override;
 
   std::shared_ptr<GpuWork> allreduce(collectives::Communicator& comm, const GpuBatch& batch,
                                      ReduceOp op, double prescale, double postscale) override;
