@@ -13,6 +13,10 @@
 #   torchrun  torchrun's start-up spread, 30 starts;
 #   diag      what the stall diagnosis and straggler accounting cost at 2 ranks (DIAG_PAIRS
 #             pairs, default 10; bench/probes/diagnosis_cost.sh);
+#   ab        the GPU per-call figures under each setting in AB (space-separated VAR=VALUE words,
+#             default "PERSEUS_CALLER_CYCLES=0 PERSEUS_CALLER_CYCLES=1"), alternated AB_ROUNDS
+#             times (default 3): dist_percall.py, percall_split.py --device cuda and
+#             allreduce_world1.py, each in its own process;
 #   soak      the elastic chaos soak, for the time left.
 # GPU correctness as a whole comes from scripts/device_check.sh, not from here.
 #
@@ -73,6 +77,16 @@ if has gpu; then
   for round in $(seq 1 "${RESNET_ROUNDS:-2}"); do
     for mode in ddp-nccl ddp-perseus; do
       step "gpu resnet50 $mode round $round" 60 bash -c "cd /tmp && PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/resnet50_synthetic.py' --mode $mode | tee -a '$OUT/resnet50.txt'"
+    done
+  done
+fi
+if has ab; then
+  for round in $(seq 1 "${AB_ROUNDS:-3}"); do
+    for setting in ${AB:-PERSEUS_CALLER_CYCLES=0 PERSEUS_CALLER_CYCLES=1}; do
+      say "== ab round $round $setting" && echo "== ab round $round $setting" >>"$OUT/ab.txt"
+      step "ab dist_percall $setting" 60 bash -c "cd /tmp && env $setting PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/dist_percall.py' | tee -a '$OUT/ab.txt'"
+      step "ab percall_split $setting" 60 bash -c "env $setting python3 bench/torch_distributed/percall_split.py --device cuda | tee -a '$OUT/ab.txt'"
+      step "ab allreduce_world1 $setting" 60 bash -c "cd /tmp && env $setting PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/allreduce_world1.py' | tee -a '$OUT/ab.txt'"
     done
   done
 fi
