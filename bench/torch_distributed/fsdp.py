@@ -47,6 +47,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import placement
+import rank_exit
 from collective_clock import CollectiveClock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -120,7 +121,7 @@ def worker(rank, args, port):
             "faults_per_step": slowest[1].item(),
             "params": params, "model": "mlp%dx%d" % (args.depth, args.width),
             "per_rank": ranks, **split}), flush=True)
-    dist.destroy_process_group()
+    rank_exit.leave()
 
 
 def free_port():

@@ -39,7 +39,8 @@ def _rounds(row):
 
 def ddp_table(rows):
     out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms "
-           "(page faults/step) | vs Gloo |", "|---|---|---|---|---|---|---|"]
+           "(page faults/step) | vs Gloo | bucket allreduces alone ms |",
+           "|---|---|---|---|---|---|---|---|"]
     for ranks in sorted({r["ranks"] for r in rows if r.get("bench") == "ddp"}):
         gloo = _find(rows, "ddp", "gloo", ranks)
         for lib in ("perseus", "gloo", "hvd", "local"):
@@ -50,11 +51,30 @@ def ddp_table(rows):
             floor = _find(rows, "ddp", "local", ranks)
             floor_ratio = floor["samples_per_s"] / gloo["samples_per_s"] if gloo and floor else None
             verdict = "" if ratio is None or lib != "perseus" else _verdict(
-                ratio, ">=", DDP_BAR, floor_ratio)
-            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s |" % (
+                ratio, ">=", DDP_BAR, floor_ratio) + _with_comm(row, floor, gloo)
+            out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s | %s |" % (
                 ranks, row["model"], row["tensors"], row["params"], lib, row["samples_per_s"],
-                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict))
+                row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
+                _comm(row)))
     return out
+
+
+def _comm(row):
+    """ddp.py's `comm_ms`, with the bucket sizes it allreduced."""
+    if "comm_ms" not in row or row.get("library") in ("local", "hvd"):
+        return "-"
+    sizes = row.get("bucket_bytes") or []
+    return "%.2f (%s)" % (row["comm_ms"], " + ".join("%.1f MB" % (b / 1e6) for b in sizes))
+
+
+def _with_comm(row, floor, gloo):
+    """The floor's step plus this backend's bucket allreduces alone, as a ratio to Gloo: about
+    the best this allreduce allows where a rank's compute and communication share one core."""
+    if not floor or not gloo or "comm_ms" not in row:
+        return ""
+    best_ms = floor["step_ms"] + row["comm_ms"]
+    return "; floor step + these allreduces alone: %.1f ms, %.2fx" % (
+        best_ms, gloo["step_ms"] / best_ms)
 
 
 def _split(row):
@@ -107,7 +127,12 @@ def write_report(rows, cmd, machine, stamp, path):
              (cmd, stamp, machine), "",
              "## DDP training (bench/torch_distributed/ddp.py)", "",
              "bench/training's model and step loop (torch_train_bench.py), SGD with momentum, "
-             "synthetic data; samples/s over all ranks at the slowest rank's median step.", ""]
+             "synthetic data; samples/s over all ranks at the slowest rank's median step. "
+             "`bucket allreduces alone`: after training, in the same processes, tensors of "
+             "the sizes of DDP's buckets allreduced as DDP issues them, with no compute "
+             "(ddp.py's `comm_ms`, the median round's); each rank computes and communicates on "
+             "one core, so the `local` step plus that time is about the best step the "
+             "backend's allreduce allows.", ""]
     lines += ddp_table(rows)
     lines += ["", "## FSDP2 step time (bench/torch_distributed/fsdp.py)", "",
               "Each Linear+ReLU block `fully_shard`ed, then the root; SGD; the slowest rank's "
