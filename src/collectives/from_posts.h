@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/post_board.h"
+#include "collectives/post_lending.h"
 #include "common/dtype.h"
 
 namespace perseus::collectives {
@@ -33,12 +34,18 @@ struct FromPosts {
   std::vector<size_t> piece_bytes;  // kGather: each rank's bytes
   int root = 0;                     // kCopyRoot
   size_t bytes = 0;                 // kCopyRoot
+  // kGather, kCopyRoot: posts may be by address, described at this offset of each pool
+  // (post_lending.h); false: every post is in the pool.
+  bool lends = false;
+  size_t lend_offset = 0;
 };
 
-// Writes generation `gen`'s result into `out`, reading every rank's post on `board`. `own` is
-// this rank's input, which a broadcast's root copies from (an in-place root has nothing to do).
-void finishFromPosts(const PostBoard& board, uint64_t gen, const FromPosts& how, const void* own,
-                     void* out);
+// Writes generation `gen`'s result into `out`, reading every rank's post on `board`, those
+// posted by address through `lending` (null when none can be). `own` is this rank's input,
+// which a broadcast's root and an allgather's own rows come from (an in-place root has nothing
+// to do). Returns 0, or the errno of a read by address that failed (the rest is still copied).
+int finishFromPosts(const PostBoard& board, const PostLending* lending, uint64_t gen,
+                    const FromPosts& how, const void* own, void* out);
 
 // out = postscale * (op over the n posts of `count` elements each). op is never kAverage.
 void reduceFromPosts(void* out, const void* const* posts, int n, size_t count, DataType dtype,

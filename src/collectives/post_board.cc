@@ -18,11 +18,8 @@ PostBoard::PostBoard(std::atomic<uint64_t>* states, size_t num_states,
 
 namespace {
 
-// The area's words: the listening flag, the post count (one cache line each), the states.
-constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
 constexpr size_t kListeningWord = 0;
-constexpr size_t kPostsWord = kWordsPerLine;
-constexpr size_t kFirstState = 2 * kWordsPerLine;
+constexpr size_t kPostsWord = PostBoard::kWordsPerLine;
 
 }  // namespace
 
@@ -35,7 +32,7 @@ std::optional<PostBoard> PostBoard::fromArena(transport::ShmArena& arena, int ra
   size_t pool_bytes = 0;
   for (int lr = 0; lr < size; ++lr) {
     const transport::ShmArena::SharedArea a = arena.sharedArea(lr);
-    if (a.words == nullptr || a.num_words <= kFirstState || a.bytes == nullptr ||
+    if (a.words == nullptr || slotsIn(a.num_words) == 0 || a.bytes == nullptr ||
         globals[static_cast<size_t>(lr)] < 0 || globals[static_cast<size_t>(lr)] >= size) {
       return std::nullopt;
     }
@@ -46,7 +43,7 @@ std::optional<PostBoard> PostBoard::fromArena(transport::ShmArena& arena, int ra
     posts[r] = a.words + kPostsWord;
   }
   const transport::ShmArena::SharedArea shared = arena.sharedArea(0);
-  return PostBoard(shared.words + kFirstState, shared.num_words - kFirstState, std::move(pools),
+  return PostBoard(shared.words + kFirstState, slotsIn(shared.num_words), std::move(pools),
                    pool_bytes, std::move(listening), std::move(posts), rank);
 }
 

@@ -20,8 +20,9 @@
 // Its memory is the arena's shared area (ShmArena::sharedArea()), laid out by fromArena():
 // per rank, the listening flag and the post count on cache lines of their own (a peer reads
 // the flag on every post that completes a generation, the owner writes the count on every
-// post), then the slot states (local rank 0's are the shared ones); the area's bytes are the
-// rank's two payload pools, one per parity of a post's generation.
+// post), a line for posts by address (post_lending.h), then the slot states and as many read
+// counts (local rank 0's are the shared ones); the area's bytes are the rank's two payload
+// pools, one per parity of a post's generation.
 //
 // Thread contract: any thread; callers serialise posts of one slot (one name is in flight
 // once per rank).
@@ -51,6 +52,15 @@ class PostBoard {
   // rank r is the local rank whose global rank is r); nullopt unless the arena holds every rank
   // of the job and has a shared area.
   static std::optional<PostBoard> fromArena(transport::ShmArena& arena, int rank, int size);
+
+  // The shared area's words (fromArena()): per rank, three lines (the listening flag, the post
+  // count, post_lending.h's line); then the slot states, then one read count per slot.
+  static constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
+  static constexpr size_t kLendingWord = 2 * kWordsPerLine;
+  static constexpr size_t kFirstState = 3 * kWordsPerLine;
+  static size_t slotsIn(size_t num_words) {
+    return num_words > kFirstState ? (num_words - kFirstState) / 2 : 0;
+  }
 
   int size() const { return static_cast<int>(pools_.size()); }
   int rank() const { return rank_; }

@@ -89,6 +89,8 @@ Params Params::fromEnvironment(const Lookup& lookup) {
 #undef PERSEUS_PARAM_PARSE
   if (p.fusion_threshold < 0)
     badValue("PERSEUS_FUSION_THRESHOLD", show(p.fusion_threshold), "a size >= 0");
+  if (p.posted_by_address < 0)
+    badValue("PERSEUS_POSTED_BY_ADDRESS", show(p.posted_by_address), "a size >= 0 (0: off)");
   if (p.timeout_s <= 0)
     badValue("PERSEUS_TIMEOUT", show(p.timeout_s), "a positive number of seconds");
   if (p.tcp_connections < 1 || p.tcp_connections > 64)

@@ -150,7 +150,7 @@ TEST(PostBoard, APostedCollectiveFinishesFromTheGenerationsPosts) {
   sum.count = 2;
   sum.postscale = 0.5;
   float out[2] = {};
-  finishFromPosts(b1, gen, sum, nullptr, out);
+  finishFromPosts(b1, nullptr, gen, sum, nullptr, out);
   EXPECT_EQ(out[0], 3.0f);
   EXPECT_EQ(out[1], 30.0f);
 
@@ -159,7 +159,8 @@ TEST(PostBoard, APostedCollectiveFinishesFromTheGenerationsPosts) {
   gather.offset = 64;
   gather.piece_bytes = {4, 0, 8};  // rank 1 contributes no rows
   float rows[3] = {};
-  finishFromPosts(b0, gen, gather, nullptr, rows);
+  const float row0 = 1;  // a rank's own rows come from its input
+  finishFromPosts(b0, nullptr, gen, gather, &row0, rows);
   EXPECT_EQ(rows[0], 1.0f);
   EXPECT_EQ(rows[1], 3.0f);
   EXPECT_EQ(rows[2], 30.0f);
@@ -170,12 +171,12 @@ TEST(PostBoard, APostedCollectiveFinishesFromTheGenerationsPosts) {
   root2.root = 2;
   root2.bytes = 8;
   float got[2] = {};
-  finishFromPosts(b1, gen, root2, nullptr, got);
+  finishFromPosts(b1, nullptr, gen, root2, nullptr, got);
   EXPECT_EQ(got[0], 3.0f);
   const float own[2] = {7, 8};  // the root itself reads its own input, not its post
   float mine[2] = {};
   root2.root = 0;
-  finishFromPosts(b0, gen, root2, own, mine);
+  finishFromPosts(b0, nullptr, gen, root2, own, mine);
   EXPECT_EQ(mine[1], 8.0f);
 }
 

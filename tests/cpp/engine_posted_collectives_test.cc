@@ -341,8 +341,15 @@ TEST(PostedCollectives, BroadcastsAllgathersAndReducescattersArePostedAndMatchTh
   }
 }
 
+// Through the pools (posts by address off: Note [Posts by address] lets larger ones post).
+Params poolOnlyParams() {
+  Params p = engineTestParams();
+  p.posted_by_address = 0;
+  return p;
+}
+
 TEST(PostedCollectives, BroadcastsAndAllgathersPostUpTo64KibAndReductionsUpTo4Kib) {
-  EngineRanks ranks(2, engineTestParams());
+  EngineRanks ranks(2, poolOnlyParams());
   ranks.run([&](int r, Engine& e) {
     constexpr size_t kCopyFloats = PostSlots::kMaxCopyBytes / sizeof(float);
     std::vector<float> b(kCopyFloats), over(kCopyFloats + 1), sum(PostSlots::kMaxBytes / 4 + 1);
@@ -369,7 +376,7 @@ TEST(PostedCollectives, BroadcastsAndAllgathersPostUpTo64KibAndReductionsUpTo4Ki
 TEST(PostedCollectives, ContributionsOver4KibTakeAtMostHalfOfThePool) {
   // 64 KiB broadcasts: 8 fill half of each rank's 1 MiB pool; a 4-float allreduce named after
   // them still gets a slot.
-  EngineRanks ranks(2, engineTestParams());
+  EngineRanks ranks(2, poolOnlyParams());
   ranks.run([&](int r, Engine& e) {
     constexpr int kNames = 10;
     std::vector<float> b(PostSlots::kMaxCopyBytes / sizeof(float)), v(4);

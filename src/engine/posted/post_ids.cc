@@ -15,7 +15,7 @@ void PostIds::add(int64_t id, Posted posted) {
   // Release: a reader whose acquire load sees either value also sees this place's last
   // remove() when it re-reads the id, so it never takes them for the id it was looking for.
   // (No standalone fence: ThreadSanitizer does not model those.)
-  p.slot.store(posted.slot, std::memory_order_release);
+  p.slot.store(posted.slot | (posted.lent ? kLentBit : 0), std::memory_order_release);
   p.gen.store(posted.gen, std::memory_order_release);
   p.id.store(id, std::memory_order_release);
 }
@@ -34,8 +34,9 @@ void PostIds::remove(int64_t id) {
 bool PostIds::find(int64_t id, Posted* out) const {
   const Place& p = placeOf(id);
   if (p.id.load(std::memory_order_acquire) == id) {
-    const Posted seen{p.slot.load(std::memory_order_acquire),
-                      p.gen.load(std::memory_order_acquire)};
+    const uint64_t slot = p.slot.load(std::memory_order_acquire);
+    const Posted seen{static_cast<size_t>(slot & ~kLentBit), p.gen.load(std::memory_order_acquire),
+                      (slot & kLentBit) != 0};
     if (p.id.load(std::memory_order_relaxed) != id) return false;  // removed meanwhile
     *out = seen;
     return true;

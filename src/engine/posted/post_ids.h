@@ -24,6 +24,7 @@ class PostIds {
   struct Posted {
     size_t slot = 0;
     uint64_t gen = 0;
+    bool lent = false;  // its buffer is read by address (Note [Posts by address])
   };
 
   PostIds();
@@ -34,9 +35,10 @@ class PostIds {
 
  private:
   static constexpr size_t kRingSize = size_t{1} << 12;
+  static constexpr uint64_t kLentBit = uint64_t{1} << 63;
   struct Place {
-    std::atomic<int64_t> id{0};  // 0: free (ids start at 1)
-    std::atomic<uint64_t> slot{0};
+    std::atomic<int64_t> id{0};     // 0: free (ids start at 1)
+    std::atomic<uint64_t> slot{0};  // with kLentBit when lent
     std::atomic<uint64_t> gen{0};
   };
   Place& placeOf(int64_t id) const { return ring_[static_cast<size_t>(id) & (kRingSize - 1)]; }

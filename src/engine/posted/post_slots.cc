@@ -13,7 +13,8 @@ constexpr size_t kAlign = 64;
 
 }  // namespace
 
-PostSlots::PostSlots(collectives::PostBoard* board) : board_(board) {
+PostSlots::PostSlots(collectives::PostBoard* board, size_t lend_max_bytes)
+    : board_(board), lend_max_bytes_(lend_max_bytes) {
   if (board_ != nullptr) slots_.reserve(board_->numSlots());
 }
 
@@ -123,10 +124,10 @@ void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> n
   }
   PostSlot s;
   size_t bytes = 0;  // the largest contribution of a rank
-  if (!describe(r, &s, &bytes)) return;
-  const size_t span = (bytes + kAlign - 1) / kAlign * kAlign;
-  const bool large = bytes > kMaxBytes;
-  if (!may_add || bytes == 0 || bytes > maxBytes(r.op)) return;
+  if (!may_add || !describe(r, &s, &bytes)) return;
+  const size_t span = placeFor(&s, bytes);
+  const bool large = bytes > kMaxBytes && !s.address_only;
+  if (span == 0) return;
   if (large && large_bytes_ + span > largeShare(board_->poolBytes())) return;
   // Only names that could be posted enter the table: the others would take places (and evict
   // first sightings of names that can) at every negotiated run.
@@ -142,13 +143,34 @@ void PostSlots::learn(const Response& r, bool may_add, std::shared_ptr<Handle> n
     return;
   }
   s.name = std::make_shared<const std::string>(r.name);
+  s.index = slots_.size();
   s.offset = next_offset_;
   s.from_posts.offset += next_offset_;
+  s.from_posts.lend_offset += next_offset_;
   s.negotiated = std::move(negotiated);
   next_offset_ += span;
   if (large) large_bytes_ += span;
   by_name_.emplace(r.name, slots_.size());
   slots_.push_back(std::move(s));
+}
+
+size_t PostSlots::placeFor(PostSlot* s, size_t bytes) const {
+  if (bytes == 0) return 0;
+  const auto align = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  const bool copies = s->kind == OpType::kBroadcast || s->kind == OpType::kAllgather;
+  // Note [Broadcast in parts] (collectives/single_copy_shm.cc): readers of one process slow
+  // each other down, so a broadcast too large for the pools is posted by address only with one
+  // reader.
+  const bool lend_large = s->kind == OpType::kAllgather || board_->size() == 2;
+  if (!copies || lend_max_bytes_ == 0 || bytes < kMinLendBytes || bytes > lend_max_bytes_ ||
+      (bytes > kMaxCopyBytes && !lend_large)) {
+    return bytes > maxBytes(s->kind) ? 0 : align(bytes);
+  }
+  s->from_posts.lends = true;
+  s->address_only = bytes > kMaxCopyBytes;
+  const size_t data = s->address_only ? 0 : align(bytes);
+  s->from_posts.lend_offset = data;  // after the payload (made absolute with the slot's offset)
+  return data + kAlign;
 }
 
 bool PostSlots::secondSighting(const std::string& name) {

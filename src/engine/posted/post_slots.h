@@ -31,7 +31,9 @@ struct PostSlot {
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;
   std::vector<int64_t> out_shape;     // allgather, reducescatter: the library-owned output
+  size_t index = 0;                   // on the board
   size_t offset = 0;                  // this rank's payload in its pools
+  bool address_only = false;          // too large for the pools: posted by address or not at all
   collectives::FromPosts from_posts;  // how a complete generation's result is made
   // Guarded by the owner's mutex:
   uint64_t gen = 0;                    // this rank's last posted generation
@@ -43,6 +45,7 @@ struct PostSlot {
   // dropped, so whoever claimed it reads them without the mutex.
   const void* input = nullptr;
   void* output = nullptr;
+  bool lent = false;       // the peers read `input` by address: it completes once they all have
   size_t pending_pos = 0;  // index in the owner's pending list
   int64_t pending_id = 0;  // the pending post's handle id (PostIds)
 };
@@ -60,11 +63,17 @@ class PostSlots {
   // the names of small ones still find room after a model's mid-sized ones.
   static size_t largeShare(size_t pool_bytes) { return pool_bytes / 2; }
   static size_t maxBytes(OpType kind) { return reduces(kind) ? kMaxBytes : kMaxCopyBytes; }
+  // The smallest contribution to a broadcast or an allgather that may be posted by address
+  // (Note [Posts by address] in posted_collectives.h): below it, copying through the pool
+  // costs less than the system call and the wait for the readers.
+  static constexpr size_t kMinLendBytes = 8u << 10;
   // Slots one name may be given in a job (each fall-back retires one).
   static constexpr int kMaxSlotsPerName = 4;
 
   // Slots on `board`, which outlives this (null: posting is off, and nothing is learned).
-  explicit PostSlots(collectives::PostBoard* board);
+  // Broadcasts and allgathers of up to `lend_max_bytes` per rank may be posted by address
+  // (PERSEUS_POSTED_BY_ADDRESS; 0: none).
+  PostSlots(collectives::PostBoard* board, size_t lend_max_bytes);
 
   // Whether a collective of this kind, device and tensor count can ever be posted: calls and
   // negotiated responses alike.
@@ -107,8 +116,12 @@ class PostSlots {
   // The slot for `r` without its place (kind, metadata, how it finishes), and the most bytes
   // a rank posts; false when `r` cannot be posted.
   bool describe(const Response& r, PostSlot* s, size_t* bytes) const;
+  // The pool bytes slot `s` takes for a rank's contribution of `bytes`, with its descriptor
+  // when it may be posted by address (which it marks); 0 when it cannot be posted.
+  size_t placeFor(PostSlot* s, size_t bytes) const;
 
   collectives::PostBoard* const board_;
+  const size_t lend_max_bytes_;
   std::vector<PostSlot> slots_;  // by slot index; size() is the next free slot
   size_t next_offset_ = 0;
   size_t large_bytes_ = 0;  // the pool bytes of slots over kMaxBytes

@@ -27,6 +27,17 @@ std::optional<PostBoard> openBoard(transport::ShmArena* arena, transport::Transp
   return PostBoard::fromArena(*arena, transport->rank(), transport->size());
 }
 
+// What posts by address need (Note [Posts by address]), when they are on.
+std::optional<collectives::PostLending> openLending(transport::ShmArena* arena,
+                                                    transport::Transport* transport,
+                                                    const Params& params) {
+  if (!params.posted_allreduce || params.posted_by_address <= 0 || arena == nullptr ||
+      transport == nullptr) {
+    return std::nullopt;
+  }
+  return collectives::PostLending::fromArena(*arena, transport->rank(), transport->size());
+}
+
 }  // namespace
 
 PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
@@ -35,11 +46,16 @@ PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Tran
       size_(transport != nullptr ? transport->size() : 0),
       spin_us_(params.spin_us),
       requeue_(std::move(requeue)),
+      refuse_reads_(!params.shm_single_copy),
       board_(openBoard(arena, transport, params)),
-      slots_(board_ ? &*board_ : nullptr) {
+      lending_(board_ ? openLending(arena, transport, params) : std::nullopt),
+      slots_(board_ ? &*board_ : nullptr,
+             lending_ ? static_cast<size_t>(params.posted_by_address) : 0) {
   const double patience_s = std::clamp(params.timeout_s / 8, 0.01, 1.0);
   patience_ =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s));
+  read_timeout_ =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(params.timeout_s));
   if (!board_) return;
   watched_ = std::make_unique<std::atomic<bool>[]>(board_->numSlots());
   claimed_ = std::make_unique<std::atomic<uint64_t>[]>(board_->numSlots());
@@ -48,6 +64,9 @@ PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Tran
 void PostedCollectives::learn(const Response& r, bool may_add, std::shared_ptr<Handle> negotiated) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // Every rank built its board before any response could be negotiated: the peers' lines are
+  // there to read.
+  if (lending_) lending_->probe(refuse_reads_);
   slots_.learn(r, may_add, std::move(negotiated));
 }
 
@@ -66,9 +85,10 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   if (s.dead) return PostResult::kNotPosted;
   const bool cuda = !c.inputs.empty() && c.inputs[0].device >= 0;
   // Done means the negotiated run left the engine's in-flight names (handles complete after).
+  const bool lend = s.from_posts.lends && lending_->everyoneReads();
   if (!PostSlots::postable(c.op, cuda, c.inputs.size()) || !PostSlots::matches(s, c) ||
       !PostSlots::fitsCallerOutput(s, c, board_->size()) ||
-      (s.negotiated && !s.negotiated->done())) {
+      (s.negotiated && !s.negotiated->done()) || (s.address_only && !lend)) {
     // Negotiated instead: so are every rank's posts of the name, from the revocation on.
     board_->revoke(index, 0);
     s.dead = true;
@@ -78,13 +98,7 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   const void* input = c.inputs[0].data;
   void* output = c.outputs.empty() ? nullptr : c.outputs[0];
   const uint64_t gen = s.gen + 1;
-  unsigned char* mine = board_->payload(board_->rank(), gen, s.offset);
-  if (PostSlots::reduces(s.kind) && s.prescale != 1.0) {
-    kernels::scaleCopy(mine, input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
-                       s.prescale);
-  } else if (s.kind != OpType::kBroadcast || s.root == board_->rank()) {
-    std::memcpy(mine, input, s.meta.bytes());
-  }
+  stage(s, gen, input, lend);
   if (!board_->publish(index)) {
     s.dead = true;
     return PostResult::kNotPosted;
@@ -97,13 +111,30 @@ FastPath::PostResult PostedCollectives::tryPost(const Call& c, std::shared_ptr<H
   return PostResult::kPosted;
 }
 
+void PostedCollectives::stage(PostSlot& s, uint64_t gen, const void* input, bool lend) {
+  const int me = board_->rank();
+  unsigned char* mine = board_->payload(me, gen, s.offset);
+  const bool gives = s.kind == OpType::kAllgather ? s.meta.bytes() > 0 : s.root == me;
+  s.lent = lend && gives;
+  if (s.from_posts.lends) {
+    collectives::PostLending::describe(board_->payload(me, gen, s.from_posts.lend_offset),
+                                       s.lent ? input : nullptr);
+  }
+  if (PostSlots::reduces(s.kind) && s.prescale != 1.0) {
+    kernels::scaleCopy(mine, input, static_cast<size_t>(s.meta.numElements()), s.meta.dtype,
+                       s.prescale);
+  } else if (!s.lent && (s.kind != OpType::kBroadcast || s.root == me)) {
+    std::memcpy(mine, input, s.meta.bytes());
+  }
+}
+
 void PostedCollectives::pendLocked(size_t index, uint64_t gen, const void* input, void* output,
                                    bool timed, std::shared_ptr<Handle>* handle) {
   PostSlot& s = slots_[index];
   s.pending = Handle::create(s.name, timed);
   s.pending_id = s.pending->id();
-  ids_.add(s.pending_id, {index, gen});
-  claimed_[index].store(gen - 1, std::memory_order_relaxed);  // before anyone sees the handle
+  ids_.add(s.pending_id, {index, gen, s.lent});
+  claimed_[index].store(2 * (gen - 1), std::memory_order_relaxed);  // before anyone sees it
   s.input = input;
   s.output = output;
   s.pending_pos = pending_slots_.size();
@@ -154,14 +185,8 @@ FastPath::PostResult PostedCollectives::watchBlocking(const void* input, void* o
                                                       std::unique_lock<std::mutex>& lock) {
   // Finished as a settling thread finishes a claim, but with nothing pending to claim: the
   // post is this caller's alone while watched_ (or the lock) keeps other threads off the slot.
-  const PostSlot& s = slots_[index];
   PostBoard::State st = board_->state(index, gen);
-  if (st == PostBoard::State::kComplete) {  // the generation's last post
-    ringPeers();
-    lock.unlock();
-    finish(s, gen, input, output, nullptr);
-    return PostResult::kFinished;
-  }
+  if (st == PostBoard::State::kComplete) ringPeers();  // the generation's last post
   watched_[index].store(true, std::memory_order_relaxed);
   lock.unlock();
   return watchMarked(st, input, output, index, gen, lock);
@@ -174,8 +199,15 @@ FastPath::PostResult PostedCollectives::watchMarked(PostBoard::State st, const v
   PostWatch watch(*this, spin_us_);
   while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
   if (st == PostBoard::State::kComplete) {
-    finish(s, gen, input, output, nullptr);
+    const int err = finish(s, gen, input, output, nullptr);
+    const bool read = !s.lent || awaitReaders(index, gen);
     watched_[index].store(false, std::memory_order_release);
+    if (err != 0) throw InternalError(readFailure(s, err));
+    if (!read) {
+      throw TimeoutError(PERSEUS_STR("posted " << opTypeName(s.kind) << " '" << *s.name
+                                               << "': the other ranks did not read this rank's "
+                                                  "buffer within PERSEUS_TIMEOUT"));
+    }
     return PostResult::kFinished;
   }
   // Not complete within the spin, or revoked: from here it is pending like any post, with a
@@ -216,7 +248,7 @@ bool PostedCollectives::listen() {
   board_->setListening(true);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t index : pending_slots_) {
-    if (board_->state(index, slots_[index].gen) != PostBoard::State::kWaiting) {
+    if (settleable(index)) {
       board_->setListening(false);
       return false;
     }
@@ -259,8 +291,8 @@ void PostedCollectives::dropCompletedLocked(PostSlot& s) {
 }
 
 bool PostedCollectives::claim(size_t index, uint64_t gen) {
-  uint64_t expected = gen - 1;
-  return claimed_[index].compare_exchange_strong(expected, gen, std::memory_order_acq_rel);
+  uint64_t expected = 2 * gen - 2;
+  return claimed_[index].compare_exchange_strong(expected, 2 * gen, std::memory_order_acq_rel);
 }
 
 void PostedCollectives::dropPendingLocked(PostSlot& s) {
@@ -286,6 +318,7 @@ std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
                                 << "' waited past its patience for the other ranks' posts; "
                                    "it is negotiated instead";
   }
+  if (st == PostBoard::State::kComplete && s.lent) return claimLentLocked(index);
   if (!claim(index, s.gen)) return std::nullopt;  // a waiting caller settles it (progress())
   if (st == PostBoard::State::kRevoked) s.dead = true;
   Claim c;
@@ -320,12 +353,14 @@ void PostedCollectives::settle(Claim c) {
     requeue_(std::move(c.renegotiate));
     return;
   }
-  finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
-  c.handle->complete(StatusCode::kOk, "");
+  if (c.lent) return settleLent(std::move(c));
+  const int err = finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
+  c.handle->complete(err == 0 ? StatusCode::kOk : StatusCode::kInternal,
+                     err == 0 ? "" : readFailure(*c.slot, err));
 }
 
-void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
-                               Handle* handle) {
+int PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
+                              Handle* handle) {
   // The generation's payloads stay put until this rank posts again (post_board.h).
   // A library-owned output unless the result goes to a caller's buffer: an into-call's (Note
   // [Allgather into]) or an opened call's (finishOpened).
@@ -335,9 +370,13 @@ void PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* inpu
     outs[0].allocate(s.meta.dtype, s.out_shape);
     output = outs[0].ptr();
   }
-  collectives::finishFromPosts(*board_, gen, s.from_posts, input, output);
+  const int err = collectives::finishFromPosts(*board_, lending_ ? &*lending_ : nullptr, gen,
+                                               s.from_posts, input, output);
+  // Counted also after a failed read: a peer waits for the count, not for the bytes.
+  if (s.from_posts.lends && lending_->readAll(s.index, gen)) ringPeers();
   if (s.kind == OpType::kAllreduce) completed_allreduces_.fetch_add(1, std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_relaxed);
+  return err;
 }
 
 bool PostedCollectives::progress(Handle& handle) {
@@ -351,10 +390,12 @@ bool PostedCollectives::progress(Handle& handle) {
     // any lock, the bookkeeping after. A waiter's path runs cold after a long watch; with the
     // lock, the claim and the pending list first, the step's last tensor completed later at
     // 1000 tensors per step (`perseusrun -np 2 python bench/probes/negotiation_lag_probe.py`).
+    if (p.lent) return progressLent(handle, p.slot, p.gen);
     if (!claim(p.slot, p.gen)) return true;  // the engine thread has it
     const PostSlot& s = slots_[p.slot];
-    finish(s, p.gen, s.input, s.output, &handle);
-    handle.complete(StatusCode::kOk, "");
+    const int err = finish(s, p.gen, s.input, s.output, &handle);
+    handle.complete(err == 0 ? StatusCode::kOk : StatusCode::kInternal,
+                    err == 0 ? "" : readFailure(s, err));
     std::lock_guard<std::mutex> lock(mu_);
     dropCompletedLocked(slots_[p.slot]);  // unless a submission of the name dropped it already
     return false;

@@ -46,6 +46,38 @@
 //    the board's listening flag, and the post that completes a generation rings it through the
 //    transport's doorbell. Ringing on every post would wake engine threads that have nothing to
 //    do, taking the core from the watcher or from a loop that submits thousands of tensors.
+//
+// Note [Posts by address]
+// A broadcast's root or an allgather's rank with rows may post the address of its own buffer
+// instead of a copy in its pool (collectives/post_lending.h); each reader then copies straight
+// out of the poster's memory (process_vm_readv), one copy where the pool takes two, and the
+// own rows of an allgather come from the rank's own input. For names whose contribution is from
+// PostSlots::kMinLendBytes up to PERSEUS_POSTED_BY_ADDRESS per rank (above 64 KiB such a name's
+// slot has no room in the pools: posted by address or not at all, and broadcasts only with one
+// reader, Note [Broadcast in parts]).
+//  - Agreement: every rank reads a byte of every peer's memory at its first learn() (skipped
+//    under PERSEUS_SHM_SINGLE_COPY=0) and publishes the answer; a rank lends only while every
+//    rank said yes. A post's descriptor (the address, or 0) is in its pool, written before the
+//    post is counted, so each reader follows each poster's choice, and ranks that see the
+//    answers at different times still agree. A post that can only be made by address when not
+//    every rank can read revokes its slot: the name is negotiated, as for a mismatch.
+//  - The buffer is the caller's again once its call returns, so a post whose buffer others read
+//    (`lent`) completes only once every rank has read the generation: each rank adds one to the
+//    slot's read count after its copies (every generation of such a slot, whether or not anyone
+//    lent), and the one that completes the count rings those who listen. A lent post has two
+//    stages in claimed_ (2g-1: this rank's read of generation g is taken; 2g: settled), so that
+//    the reads stay one per rank and no thread ever waits for the peers while it holds a post
+//    another thread could settle: a pending lent post is read by whoever first sees its
+//    generation complete and stays pending, still in flight, until the count completes. Only a
+//    caller that watches its own post (a blocking broadcast, an opened allgather) waits for the
+//    readers on its thread; it holds no other post.
+//  - The invariants above hold. Two pools still suffice: a rank posts g + 1 only after its g
+//    settled, which for a lent post means everyone read g. Revocation still freezes the count:
+//    a generation that completed is read and counted on every rank (claimLocked() settles it
+//    whatever the slot's state), one that did not is read by nobody, so its poster may
+//    renegotiate at once. Patience applies while a post waits for posts, not for reads: once a
+//    generation completed every rank reads it without waiting for anyone. join() and mismatches
+//    revoke as before, and the negotiated run that follows reports them by name.
 #pragma once
 
 #include <algorithm>
@@ -63,6 +95,7 @@
 
 #include "collectives/from_posts.h"
 #include "collectives/post_board.h"
+#include "collectives/post_lending.h"
 #include "common/params.h"
 #include "engine/call.h"
 #include "engine/entry.h"
@@ -154,6 +187,9 @@ class PostedCollectives final : public FastPath {
     const void* input = nullptr;
     void* output = nullptr;
     uint64_t gen = 0;
+    // A lent post (Note [Posts by address]): `read` this rank's copies of it (the handle stays
+    // pending), else only complete the handle (everyone has read it).
+    bool lent = false, read = false;
   };
   bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
   // Someone needs the engine thread to settle pending posts promptly: a callback is attached
@@ -168,6 +204,9 @@ class PostedCollectives final : public FastPath {
   }
   // Sets the board's listening flag; false (and not listening) when a post can be settled now.
   bool listen();
+  // With the lock held: writes this rank's post of generation `gen` of `s` (its input into its
+  // pool, or with `lend` its descriptor: Note [Posts by address]) before it is counted.
+  void stage(PostSlot& s, uint64_t gen, const void* input, bool lend);
   // Call `c`, published as generation `gen` of `index`, with the lock held: watchBlocking() for
   // a blocking call its caller can watch (an allreduce, a broadcast), else kPosted at once.
   PostResult watchCaller(const Call& c, const void* input, void* output, size_t index, uint64_t gen,
@@ -196,6 +235,22 @@ class PostedCollectives final : public FastPath {
   // Any thread: the right to settle generation `gen` of the slot's pending post, given once
   // (the engine thread's sweep and a waiting caller may both see it complete).
   bool claim(size_t slot, uint64_t gen);
+  // The two stages of a lent post's settling (Note [Posts by address]): its read, then, once
+  // everyone has read, its completion.
+  bool claimRead(size_t slot, uint64_t gen);
+  bool claimLentDone(size_t slot, uint64_t gen);
+  // Caller holds mu_. claimLocked() for a lent post whose generation completed.
+  std::optional<Claim> claimLentLocked(size_t slot);
+  // progress() for a lent post whose generation completed.
+  bool progressLent(Handle& handle, size_t slot, uint64_t gen);
+  // settle() for a lent post's claim.
+  void settleLent(Claim c);
+  // A watching caller, after its copies of a lent post: waits until every rank has read it
+  // (they read as soon as they see the generation complete, without waiting for anyone).
+  // False when that took longer than PERSEUS_TIMEOUT.
+  bool awaitReaders(size_t slot, uint64_t gen) const;
+  // Caller holds mu_. Whether the slot's pending post can be settled, or moved on, now.
+  bool settleable(size_t slot) const;
   // Caller holds mu_. Whether the slot has a post in flight (a submission of its name now is a
   // duplicate); drops a pending post whose handle completed already.
   bool inFlightLocked(size_t slot);
@@ -208,8 +263,11 @@ class PostedCollectives final : public FastPath {
   void settle(Claim c);
   // Writes a complete generation's result (collectives/from_posts.h): into `output`, or for an
   // allgather or a reducescatter with a `handle` into its library-owned output (`handle` is
-  // null for a blocking call finished on its thread, whose `output` is its own).
-  void finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
+  // null for a blocking call finished on its thread, whose `output` is its own). Counts this
+  // rank's read of a slot that may be posted by address. 0, or the errno of a failed read.
+  int finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
+  // The error of a call whose read by address failed.
+  std::string readFailure(const PostSlot& s, int err) const;
   void ringPeers() const;
 
   transport::Transport* const transport_;
@@ -217,7 +275,10 @@ class PostedCollectives final : public FastPath {
   const int64_t spin_us_;  // how long a blocking caller watches its post before it has a handle
   const Requeue requeue_;
   std::chrono::steady_clock::duration patience_{};
+  std::chrono::steady_clock::duration read_timeout_{};  // PERSEUS_TIMEOUT: awaitReaders()
+  const bool refuse_reads_;                             // PERSEUS_SHM_SINGLE_COPY=0
   std::optional<collectives::PostBoard> board_;
+  std::optional<collectives::PostLending> lending_;  // null: nothing is posted by address
 
   mutable std::mutex mu_;
   bool closed_ = false;
@@ -227,8 +288,9 @@ class PostedCollectives final : public FastPath {
   // Per slot: a blocking caller watches a post of it with no handle. Set under mu_, cleared by
   // that caller without it; tryPost() takes it as a post in flight.
   std::unique_ptr<std::atomic<bool>[]> watched_;
-  // Per slot: the last generation claimed for settling (claim()); tryPost() sets it to the one
-  // before the generation it publishes.
+  // Per slot: 2g when generation g was claimed for settling (claim()), 2g - 1 when a lent
+  // post's read was (claimRead()); pendLocked() sets 2(g - 1) for the generation it makes
+  // pending.
   std::unique_ptr<std::atomic<uint64_t>[]> claimed_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> listen_wanted_{false};

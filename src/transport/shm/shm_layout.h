@@ -21,12 +21,13 @@ constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
 constexpr size_t kCauseBytes = 384;
 constexpr uint64_t kSegmentMagic = 0x3153554553524550ull;  // "PERSEUS1", little-endian
-constexpr uint32_t kLayoutVersion = 5;
+constexpr uint32_t kLayoutVersion = 6;
 // CPUs a segment header can name (glibc's CPU_SETSIZE).
 constexpr int kMaxCpus = 1024;
-// ShmArena::sharedArea(), sized for the post board (collectives/post_board.h): two cache lines
-// of per-rank words and 4096 slot states, and two payload pools of 1 MiB.
-constexpr size_t kSharedWords = 2 * (kCacheLine / sizeof(uint64_t)) + 4096;
+// ShmArena::sharedArea(), sized for the post board (collectives/post_board.h): three cache
+// lines of per-rank words, 4096 slot states and as many read counts (collectives/post_lending.h),
+// and two payload pools of 1 MiB.
+constexpr size_t kSharedWords = 3 * (kCacheLine / sizeof(uint64_t)) + 2 * 4096;
 constexpr size_t kSharedBytes = 2u << 20;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
