@@ -85,20 +85,6 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
          2 * (bytes - block) * cost::kCrossMemoryUsPerByte + block * cost::kArenaUsPerByte;
 }
 
-// Whether every member may read every other's memory (once per communicator); false when the
-// members must fall back, with this member's failed read in *err.
-bool agreed(Communicator& comm, const detail::ArenaView& view, int* err) {
-  if (comm.singleCopyAgreed()) return true;
-  const int p = comm.size(), r = comm.rank();
-  const bool refuse = !comm.params().shm_single_copy;
-  unsigned char probe = 0;
-  for (int k = 1; k < p && !refuse && *err == 0; ++k)
-    *err = single_copy::readRange(view, (r + k) % p, kInput, 0, &probe, 1);
-  if (view.barrierMax(refuse || *err != 0 ? 1 : 0) != 0) return false;
-  comm.setSingleCopyAgreed();
-  return true;
-}
-
 // Whether every member's output is its input: read from what they published, so all members
 // agree. Out of place, a large output's lines are not in cache, and both phases would write
 // them from memory (and a peer would read the reduced block from memory too): there the slot
@@ -172,7 +158,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
     return;
   }
   int err = 0;
-  if (!agreed(comm, view, &err)) return single_copy::fallBack(comm, args, kAllreduceShm, err);
+  if (!single_copy::agreed(comm, view, kInput, &err))
+    return single_copy::fallBack(comm, args, kAllreduceShm, err);
   const detail::Blocks blocks(args.count, comm.size(),
                               std::max<size_t>(1, 64 / args.elementSize()));
   err = reduceOwnBlock(comm, view, args, blocks);

@@ -63,15 +63,16 @@ void run(Communicator& comm, const CollectiveArgs& args) {
 extern const Algorithm kAllreduceShm;
 extern const Algorithm kAllreduceSingleCopy;
 extern const Algorithm kReducescattervShm;
+extern const Algorithm kReducescattervSingleCopy;
 
 namespace {
 
 // Runs `args` with the algorithm selected for it (`forced`: a PERSEUS_*_ALGO name, or empty)
 // and applies `postscale` to the `count` elements of this rank's result `out`: inside the
 // algorithm when it is one of `scaling` (Note [Scaled shm allreduce], Note [Single-copy
-// allreduce], Note [Scaled shm reduce-scatter]), in a pass afterwards otherwise. Only a top-level
-// call scales inside: one nested in another algorithm (hierarchical) gets a copy of these args with
-// the default postscale of 1.
+// allreduce], Note [Scaled shm reduce-scatter], Note [Single-copy reduce-scatter]), in a pass
+// afterwards otherwise. Only a top-level call scales inside: one nested in another algorithm
+// (hierarchical) gets a copy of these args with the default postscale of 1.
 void runScaled(Communicator& comm, CollectiveArgs args, const std::string& forced,
                std::initializer_list<const Algorithm*> scaling, double postscale, void* out,
                size_t count) {
@@ -185,7 +186,8 @@ void reducescatterv(Communicator& comm, const void* in, void* out,
   args.sizes = &counts;
   args.dtype = dtype;
   args.op = op;
-  runScaled(comm, args, std::string(), {&kReducescattervShm}, postscale, out,
+  runScaled(comm, args, forcedAlgorithm(comm, Collective::kReducescatterv),
+            {&kReducescattervShm, &kReducescattervSingleCopy}, postscale, out,
             counts[static_cast<size_t>(comm.rank())]);
 }
 

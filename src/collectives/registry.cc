@@ -26,6 +26,7 @@ extern const Algorithm kAllgathervSingleCopy;
 extern const Algorithm kAlltoallvPairwise;
 extern const Algorithm kReducescattervRing;
 extern const Algorithm kReducescattervShm;
+extern const Algorithm kReducescattervSingleCopy;
 extern const Algorithm kGathervLinear;
 extern const Algorithm kBarrierDissemination;
 extern const Algorithm kBarrierShm;
@@ -85,6 +86,7 @@ const std::vector<const Algorithm*>& allAlgorithms() {
       &kBroadcastChain,
       &kAlltoallvPairwise,
       &kReducescattervShm,
+      &kReducescattervSingleCopy,
       &kReducescattervRing,
       &kGathervLinear,
       &kBarrierShm,
@@ -124,11 +126,14 @@ const Algorithm& selectAlgorithm(const Communicator& comm, const CollectiveArgs&
                             << "'; choose one of: auto, " << namesOf(args.kind)));
     }
     if (!a->supports(comm, args)) {
-      throw UnsupportedError(PERSEUS_STR(
-          collectiveName(args.kind)
-          << " algorithm '" << forced << "' cannot run this call (" << comm.size() << " ranks, "
-          << args.totalBytes() << " bytes" << (comm.arena() ? ", one host" : "")
-          << "): " << a->description << ". Unset PERSEUS_ALLREDUCE_ALGO or pick another"));
+      throw UnsupportedError(
+          PERSEUS_STR(collectiveName(args.kind)
+                      << " algorithm '" << forced << "' cannot run this call (" << comm.size()
+                      << " ranks, " << args.totalBytes() << " bytes"
+                      << (comm.arena() ? ", one host" : "") << "): " << a->description << ". Unset "
+                      << (args.kind == Collective::kReducescatterv ? "PERSEUS_REDUCESCATTER_ALGO"
+                                                                   : "PERSEUS_ALLREDUCE_ALGO")
+                      << " or pick another"));
     }
     return *a;
   }
@@ -151,9 +156,13 @@ const Algorithm& selectAlgorithm(const Communicator& comm, const CollectiveArgs&
 }
 
 void runCollective(Communicator& comm, const CollectiveArgs& args) {
-  const std::string& forced =
-      args.kind == Collective::kAllreduce ? comm.params().allreduce_algo : std::string();
-  selectAlgorithm(comm, args, forced).run(comm, args);
+  selectAlgorithm(comm, args, forcedAlgorithm(comm, args.kind)).run(comm, args);
+}
+
+std::string forcedAlgorithm(const Communicator& comm, Collective kind) {
+  if (kind == Collective::kAllreduce) return comm.params().allreduce_algo;
+  if (kind == Collective::kReducescatterv) return comm.params().reducescatter_algo;
+  return std::string();
 }
 
 void runCollective(Communicator& comm, const CollectiveArgs& args, const std::string& algorithm) {

@@ -1,7 +1,8 @@
 // The algorithm table. Each collective has an ordered list of algorithms; each entry says
 // whether it can run a call (supports), what it would cost (estimate, µs, from the α-β-γ
 // model in cost_model.h) and runs it. The cheapest supported entry runs; PERSEUS_ALLREDUCE_ALGO
-// (Params::allreduce_algo) forces one by name. The choice is logged at DEBUG.
+// (Params::allreduce_algo) forces one by name, PERSEUS_REDUCESCATTER_ALGO a reduce-scatter's. The
+// choice is logged at DEBUG.
 //
 // Every member must select the same algorithm, so supports() and estimate() may depend only on
 // what all members share: the communicator's shape and the call's arguments (never on this
@@ -70,7 +71,11 @@ const Algorithm* findAlgorithm(Collective kind, const std::string& name);
 const Algorithm& selectAlgorithm(const Communicator& comm, const CollectiveArgs& args,
                                  const std::string& forced);
 
-// Selects (honouring PERSEUS_ALLREDUCE_ALGO for allreduce) and runs.
+// The algorithm the environment forces for `kind` (PERSEUS_ALLREDUCE_ALGO,
+// PERSEUS_REDUCESCATTER_ALGO), or empty / "auto".
+std::string forcedAlgorithm(const Communicator& comm, Collective kind);
+
+// Selects (honouring forcedAlgorithm) and runs.
 void runCollective(Communicator& comm, const CollectiveArgs& args);
 // Runs the named algorithm (tests and benchmarks); same errors as selectAlgorithm.
 void runCollective(Communicator& comm, const CollectiveArgs& args, const std::string& algorithm);

@@ -89,6 +89,18 @@ int readPeers(Communicator& comm, const detail::ArenaView& view, int which, unsi
   return first_err.load();
 }
 
+bool agreed(Communicator& comm, const detail::ArenaView& view, int which, int* err) {
+  if (comm.singleCopyAgreed()) return true;
+  const int p = comm.size(), r = comm.rank();
+  const bool refuse = !comm.params().shm_single_copy;
+  unsigned char probe = 0;
+  for (int k = 1; k < p && !refuse && *err == 0; ++k)
+    *err = readRange(view, (r + k) % p, which, 0, &probe, 1);
+  if (view.barrierMax(refuse || *err != 0 ? 1 : 0) != 0) return false;
+  comm.setSingleCopyAgreed();
+  return true;
+}
+
 void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
   g_fallbacks.fetch_add(1, std::memory_order_relaxed);
   comm.setSingleCopyFailed();
@@ -96,7 +108,8 @@ void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& s
     PERSEUS_LOG(WARNING, kCollectives)
         << "rank " << comm.globalRank(comm.rank()) << ": cannot read a local peer's memory ("
         << std::strerror(err) << ", in a " << collectiveName(args.kind)
-        << "); large broadcasts, allgathers and allreduces go through the shared-memory slots "
+        << "); large broadcasts, allgathers, allreduces and reduce-scatters go through the "
+           "shared-memory slots "
            "instead (more copies)";
   }
   slots.run(comm, args);

@@ -1,10 +1,10 @@
 // Single-copy reads between the members of one host (transport/shm/cross_memory.h), for the
-// algorithms built on them: single_copy_shm.cc (broadcast, allgatherv) and
-// allreduce_single_copy.cc. Each member publishes its process id and up to two buffer
-// addresses at the start of its own slot before a barrier; after it, any member copies ranges
-// of those buffers straight out of the member's memory, until the barrier that ends the call.
-// Members only read peers' slots between those barriers and write their own before the first
-// (Note [Arena slot discipline], arena_view.h), so a fall-back to a slot algorithm starts
+// algorithms built on them: single_copy_shm.cc (broadcast, allgatherv),
+// allreduce_single_copy.cc and reducescatter_single_copy.cc. Each member publishes its process id
+// and up to two buffer addresses at the start of its own slot before a barrier; after it, any
+// member copies ranges of those buffers straight out of the member's memory, until the barrier that
+// ends the call. Members only read peers' slots between those barriers and write their own before
+// the first (Note [Arena slot discipline], arena_view.h), so a fall-back to a slot algorithm starts
 // cleanly after the last one.
 #pragma once
 
@@ -37,6 +37,12 @@ int readThreads(const Communicator& comm, size_t bytes);
 int readPeers(Communicator& comm, const detail::ArenaView& view, int which, unsigned char* out,
               const std::vector<size_t>& from, const std::vector<size_t>& to,
               const std::vector<size_t>& bytes);
+
+// Whether every member may read a word of every other's published buffer `which`, agreed
+// among them by a barrierMax once per communicator (for algorithms that overwrite what a
+// fall-back would need once they start); false when all must fall back, with this member's
+// failed read in *err.
+bool agreed(Communicator& comm, const detail::ArenaView& view, int which, int* err);
 
 // Every member runs this when the members agreed to fall back: single-copy is not chosen on
 // `comm` again, and `slots` runs the call. `err`: this member's failed read (0 when another

@@ -66,6 +66,9 @@ namespace perseus {
     "auto, 1 or 0: reduce within the host, then across hosts, then broadcast within the host.")    \
   X(std::string, allreduce_algo, "PERSEUS_ALLREDUCE_ALGO", std::string("auto"),                    \
     "Forces one allreduce algorithm by name (see docs/algorithms.md); auto picks by cost model.")  \
+  X(std::string, reducescatter_algo, "PERSEUS_REDUCESCATTER_ALGO", std::string("auto"),            \
+    "Forces one reduce-scatter algorithm by name (see docs/algorithms.md); auto picks by cost "    \
+    "model.")                                                                                      \
   X(std::string, cpu_operations, "PERSEUS_CPU_OPERATIONS", std::string("auto"),                    \
     "Data plane for CPU tensors: auto (shared memory within a host, TCP across), tcp, or mpi.")    \
   X(int64_t, tcp_connections, "PERSEUS_TCP_CONNECTIONS", int64_t{2},                               \
