@@ -20,9 +20,9 @@
 // Its memory is the arena's shared area (ShmArena::sharedArea()), laid out by fromArena():
 // per rank, the listening flag and the post count on cache lines of their own (a peer reads
 // the flag on every post that completes a generation, the owner writes the count on every
-// post), a line for posts by address (post_lending.h), then the slot states and as many read
-// counts (local rank 0's are the shared ones); the area's bytes are the rank's two payload
-// pools, one per parity of a post's generation.
+// post), a line for posts by address (post_lending.h), then the slot states (local rank 0's are
+// the shared ones) and as many read marks (each rank's own, post_lending.h); the area's bytes
+// are the rank's two payload pools, one per parity of a post's generation.
 //
 // Thread contract: any thread; callers serialise posts of one slot (one name is in flight
 // once per rank).
@@ -54,7 +54,7 @@ class PostBoard {
   static std::optional<PostBoard> fromArena(transport::ShmArena& arena, int rank, int size);
 
   // The shared area's words (fromArena()): per rank, three lines (the listening flag, the post
-  // count, post_lending.h's line); then the slot states, then one read count per slot.
+  // count, post_lending.h's line); then the slot states, then one read mark per slot.
   static constexpr size_t kWordsPerLine = 64 / sizeof(uint64_t);
   static constexpr size_t kLendingWord = 2 * kWordsPerLine;
   static constexpr size_t kFirstState = 3 * kWordsPerLine;

@@ -16,9 +16,9 @@ const unsigned char kProbeByte = 0x5a;
 
 }  // namespace
 
-PostLending::PostLending(std::vector<std::atomic<uint64_t>*> lines, std::atomic<uint64_t>* reads,
-                         int rank)
-    : lines_(std::move(lines)), reads_(reads), rank_(rank) {
+PostLending::PostLending(std::vector<std::atomic<uint64_t>*> lines,
+                         std::vector<std::atomic<uint64_t>*> reads, int rank)
+    : lines_(std::move(lines)), reads_(std::move(reads)), rank_(rank) {
   std::atomic<uint64_t>* mine = lines_[static_cast<size_t>(rank_)];
   mine[kPid].store(static_cast<uint64_t>(::getpid()), std::memory_order_relaxed);
   mine[kProbeAddress].store(reinterpret_cast<uintptr_t>(&kProbeByte), std::memory_order_release);
@@ -27,18 +27,23 @@ PostLending::PostLending(std::vector<std::atomic<uint64_t>*> lines, std::atomic<
 std::optional<PostLending> PostLending::fromArena(transport::ShmArena& arena, int rank, int size) {
   if (size < 2 || arena.localSize() != size) return std::nullopt;
   const std::vector<int>& globals = arena.globalRanks();
-  std::vector<std::atomic<uint64_t>*> lines(static_cast<size_t>(size));
+  // The board's slots are the shared area's (local rank 0's); each rank's marks follow the
+  // slot states of its own area.
+  const size_t slots = PostBoard::slotsIn(arena.sharedArea(0).num_words);
+  std::vector<std::atomic<uint64_t>*> lines(static_cast<size_t>(size)),
+      reads(static_cast<size_t>(size));
   for (int lr = 0; lr < size; ++lr) {
     const transport::ShmArena::SharedArea a = arena.sharedArea(lr);
     const int g = globals[static_cast<size_t>(lr)];
-    if (a.words == nullptr || PostBoard::slotsIn(a.num_words) == 0 || g < 0 || g >= size) {
+    if (a.words == nullptr || slots == 0 || PostBoard::slotsIn(a.num_words) < slots || g < 0 ||
+        g >= size) {
       return std::nullopt;
     }
     lines[static_cast<size_t>(g)] = a.words + PostBoard::kLendingWord;
+    reads[static_cast<size_t>(g)] =
+        a.words + PostBoard::kFirstState + PostBoard::slotsIn(a.num_words);
   }
-  const transport::ShmArena::SharedArea shared = arena.sharedArea(0);
-  const size_t slots = PostBoard::slotsIn(shared.num_words);
-  return PostLending(std::move(lines), shared.words + PostBoard::kFirstState + slots, rank);
+  return PostLending(std::move(lines), std::move(reads), rank);
 }
 
 void PostLending::probe(bool refuse) {
@@ -71,13 +76,28 @@ int PostLending::read(int r, uint64_t address, void* to, size_t bytes) const {
 }
 
 bool PostLending::readAll(size_t slot, uint64_t gen) {
-  // Release: the owner that sees the count may rewrite what this rank copied.
-  const uint64_t now = reads_[slot].fetch_add(1, std::memory_order_acq_rel) + 1;
-  return now == gen * lines_.size();
+  // Release: the owner that sees the mark may rewrite what this rank copied. seq_cst with the
+  // loads below (Dekker): of two ranks that mark at once, one sees the other's mark.
+  reads_[static_cast<size_t>(rank_)][slot].store(gen, std::memory_order_seq_cst);
+  for (std::atomic<uint64_t>* marks : reads_) {
+    if (marks[slot].load(std::memory_order_seq_cst) < gen) return false;
+  }
+  return true;
 }
 
 bool PostLending::everyoneRead(size_t slot, uint64_t gen) const {
-  return reads_[slot].load(std::memory_order_acquire) >= gen * lines_.size();
+  for (std::atomic<uint64_t>* marks : reads_) {
+    if (marks[slot].load(std::memory_order_acquire) < gen) return false;
+  }
+  return true;
+}
+
+std::vector<int> PostLending::unread(size_t slot, uint64_t gen) const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < reads_.size(); ++r) {
+    if (reads_[r][slot].load(std::memory_order_acquire) < gen) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
 }
 
 void PostLending::describe(unsigned char* at, const void* address) {

@@ -5,9 +5,10 @@
 //
 // Beside the post board (post_board.h), in the same shared area: per rank, a line with its
 // process id, the address of a byte its peers read to find out whether they may read its
-// memory at all, and what it found out itself (unknown, yes, no); per slot, a read count: every
-// rank adds one per generation once it has copied every post it reads, so generation g of a
-// slot has been read by everyone once the count reaches g * size. A post's descriptor (the
+// memory at all, and what it found out itself (unknown, yes, no); per rank and slot, in the
+// rank's own area, the last generation it has read: a rank stores g once it has copied every
+// post of generation g it reads, so g has been read by everyone once every rank's mark reaches
+// it, and a lender that waits too long can name the ranks below it. A post's descriptor (the
 // address, or 0 for a post in the pool) lies in the rank's pool of the generation's parity, at
 // the slot's descriptor offset, written before the post is counted (PostBoard::publish()).
 //
@@ -27,8 +28,9 @@ namespace perseus::collectives {
 class PostLending {
  public:
   // `lines[r]`: set rank r's words (its pid, its probe byte's address, what it found);
-  // `reads`: one read count per slot of the board.
-  PostLending(std::vector<std::atomic<uint64_t>*> lines, std::atomic<uint64_t>* reads, int rank);
+  // `reads[r]`: set rank r's read marks, one per slot of the board.
+  PostLending(std::vector<std::atomic<uint64_t>*> lines, std::vector<std::atomic<uint64_t>*> reads,
+              int rank);
   // As PostBoard::fromArena(), which lays out the same area; publishes this rank's pid and
   // probe byte.
   static std::optional<PostLending> fromArena(transport::ShmArena& arena, int rank, int size);
@@ -42,11 +44,14 @@ class PostLending {
   // Copies `bytes` from `address` in set rank `r`'s memory to `to`: 0 or the errno.
   int read(int r, uint64_t address, void* to, size_t bytes) const;
 
-  // This rank copied every post of generation `gen` of `slot` it reads: true when that made
-  // everyone's count complete (the caller rings those who listen).
+  // This rank copied every post of generation `gen` of `slot` it reads: true when everyone
+  // has read it now (the caller rings those who listen; of ranks that mark at once, at least
+  // the last sees all the marks, and more than one may ring).
   bool readAll(size_t slot, uint64_t gen);
   // Whether every rank has read generation `gen` of `slot`.
   bool everyoneRead(size_t slot, uint64_t gen) const;
+  // The set ranks that have not read generation `gen` of `slot` yet, in rank order.
+  std::vector<int> unread(size_t slot, uint64_t gen) const;
 
   // A post's descriptor, in the poster's pool: its buffer's address, or 0 (posted in the pool).
   static void describe(unsigned char* at, const void* address);
@@ -57,7 +62,7 @@ class PostLending {
   enum Reads : uint64_t { kUnknown = 0, kYes = 1, kNo = 2 };
 
   std::vector<std::atomic<uint64_t>*> lines_;
-  std::atomic<uint64_t>* reads_;
+  std::vector<std::atomic<uint64_t>*> reads_;
   int rank_;
   bool everyone_ = false;  // cached once true
 };

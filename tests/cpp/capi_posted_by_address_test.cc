@@ -2,12 +2,16 @@
 // engine/posted/posted_collectives.h), ranks as forked processes of a job through the C API: the
 // right bytes at 2 and 3 ranks with uneven allgather pieces, a rank that overwrites its input as
 // soon as its call returns while the peers still get what it posted, the fall-back when one rank
-// does not read the others' memory (PERSEUS_SHM_SINGLE_COPY=0 there), and a mismatch of a name
-// posted by address, reported by name.
+// does not read the others' memory (PERSEUS_SHM_SINGLE_COPY=0 there), a mismatch of a name
+// posted by address, reported by name, and a reader that dies or stalls after the generation's
+// posts completed: the lender's handle fails within PERSEUS_TIMEOUT, naming it and the tensor.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "perseus/c_api.h"
@@ -172,6 +176,114 @@ TEST(CapiPostedByAddress, AMismatchOfANamePostedByAddressIsReportedByName) {
     return 0;
   });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
+}
+
+// Rank 1's part of a lent allgather of "ag.lost" (16 KiB per rank, by address): opened, so
+// that only this thread reads the generation (the engine thread leaves a watched post alone),
+// after rank 0 posted; unless `finish`, it returns with the generation complete and unread.
+int openedAllgather(std::vector<float>* in, bool finish) {
+  int64_t shape[2] = {64, kRowFloats};
+  perseus_tensor t = cpuTensor(in->data(), PERSEUS_FLOAT32, 2, shape);
+  int64_t result_shape[PERSEUS_MAX_NDIM];
+  int32_t ndim = 2;
+  perseus_opened o{};
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 posts first
+  CHILD_CHECK(perseus_open_allgather("ag.lost", &t, result_shape, &ndim, &o) == PERSEUS_OK);
+  if (!finish) {
+    CHILD_CHECK(o.open == 1);  // posted: the generation is complete once this returned
+    return 0;
+  }
+  std::vector<float> out(2 * in->size());
+  perseus_handle h = 0;
+  if (o.open == 1) {
+    CHILD_CHECK(perseus_finish_opened(&o, out.data(), &h) == PERSEUS_OK);
+  } else {
+    CHILD_CHECK(perseus_allgather("ag.lost", &t, 0, &h) == PERSEUS_OK);
+  }
+  if (h != 0) CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK && perseus_release(h) == PERSEUS_OK);
+  return 0;
+}
+
+// Rank 0's part: the asynchronous call, pending until rank 1 read its rows.
+int pendingAllgather(std::vector<float>* in, perseus_handle* h) {
+  int64_t shape[2] = {64, kRowFloats};
+  perseus_tensor t = cpuTensor(in->data(), PERSEUS_FLOAT32, 2, shape);
+  CHILD_CHECK(perseus_allgather("ag.lost", &t, 0, h) == PERSEUS_OK);
+  return 0;
+}
+
+enum class Reader { kKilled, kKilledAtShutdown, kStalled };
+
+// Rank 0 lends "ag.lost" to rank 1, which then never reads it (`how`): rank 0's handle fails
+// within `limit_s` naming rank 1 and the tensor, with `want`.
+void lendToAReaderThatNeverReads(Reader how, perseus_status want, double limit_s) {
+  auto st = runCapiJob(
+      2,
+      [&](int r) {
+        CHILD_CHECK(perseus_init() == PERSEUS_OK);
+        std::vector<float> in(64 * kRowFloats, static_cast<float>(r));
+        for (int k = 0; k < 6; ++k) {  // posted from the third run on
+          perseus_handle h = 0;
+          if (r == 1) {
+            if (openedAllgather(&in, true) != 0) return 1;
+            continue;
+          }
+          if (pendingAllgather(&in, &h) != 0) return 1;
+          CHILD_CHECK(perseus_wait(h, 10) == PERSEUS_OK && perseus_release(h) == PERSEUS_OK);
+        }
+        if (r == 1) {
+          if (openedAllgather(&in, false) != 0) return 1;
+          // Rank 0 reads this rank's rows meanwhile and waits for this rank's read of its own.
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          if (how != Reader::kStalled) raise(SIGKILL);
+          std::this_thread::sleep_for(std::chrono::seconds(4));  // past PERSEUS_TIMEOUT
+          perseus_shutdown();  // whatever rank 0 left: the job is failing
+          return 0;
+        }
+        perseus_handle h = 0;
+        if (pendingAllgather(&in, &h) != 0) return 1;
+        const auto start = std::chrono::steady_clock::now();
+        if (how == Reader::kKilledAtShutdown) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          perseus_shutdown();  // with the post pending: ends, and fails it
+        }
+        const perseus_status s = perseus_wait(h, 30);
+        const double took =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const std::string msg = perseus_last_error();
+        fprintf(stderr, "rank 0: after %.2f s: status %d: %s\n", took, s, msg.c_str());
+        CHILD_CHECK(s == want);
+        CHILD_CHECK(msg.find("'ag.lost'") != std::string::npos);
+        CHILD_CHECK(msg.find("rank 1 ") != std::string::npos);
+        if (how == Reader::kStalled)
+          CHILD_CHECK(msg.find("to read its buffer") != std::string::npos);
+        if (how == Reader::kKilled)
+          CHILD_CHECK(msg.find("to read this rank's buffer") != std::string::npos);
+        CHILD_CHECK(took < limit_s);
+        perseus_release(h);
+        perseus_shutdown();
+        return 0;
+      },
+      "2");
+  EXPECT_TRUE(st[0].ok()) << st[0].describe();
+  if (how == Reader::kStalled) {
+    EXPECT_TRUE(st[1].ok()) << st[1].describe();
+  } else {
+    EXPECT_EQ(st[1].signal, SIGKILL) << st[1].describe();
+  }
+}
+
+TEST(CapiPostedByAddress, AReaderKilledBeforeItReadFailsTheLenderNamingItAndTheTensor) {
+  // Found by its process, once per patience (PERSEUS_TIMEOUT / 8), not at the timeout.
+  lendToAReaderThatNeverReads(Reader::kKilled, PERSEUS_ERR_PEER_LOST, 2.0);
+}
+
+TEST(CapiPostedByAddress, AShutdownWithALentPostThatAKilledReaderNeverReadEnds) {
+  lendToAReaderThatNeverReads(Reader::kKilledAtShutdown, PERSEUS_ERR_PEER_LOST, 5.0);
+}
+
+TEST(CapiPostedByAddress, AReaderThatStallsBeforeItReadFailsTheLenderAtTheTimeout) {
+  lendToAReaderThatNeverReads(Reader::kStalled, PERSEUS_ERR_TIMEOUT, 2.0 + 1.5);
 }
 
 }  // namespace

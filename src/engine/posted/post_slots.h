@@ -8,6 +8,7 @@
 // that settles a post reads it without the mutex.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,7 +46,10 @@ struct PostSlot {
   // dropped, so whoever claimed it reads them without the mutex.
   const void* input = nullptr;
   void* output = nullptr;
-  bool lent = false;       // the peers read `input` by address: it completes once they all have
+  bool lent = false;  // the peers read `input` by address: it completes once they all have
+  // A lent post that waits for the peers' reads: since when the sweeps saw it wait, and when
+  // they next look whether a reader's process is gone (PostedCollectives::unreadLocked()).
+  std::chrono::steady_clock::time_point unread_since{}, unread_check{};
   size_t pending_pos = 0;  // index in the owner's pending list
   int64_t pending_id = 0;  // the pending post's handle id (PostIds)
 };

@@ -42,7 +42,8 @@ std::optional<collectives::PostLending> openLending(transport::ShmArena* arena,
 
 PostedCollectives::PostedCollectives(transport::ShmArena* arena, transport::Transport* transport,
                                      const Params& params, Requeue requeue)
-    : transport_(transport),
+    : arena_(arena),
+      transport_(transport),
       size_(transport != nullptr ? transport->size() : 0),
       spin_us_(params.spin_us),
       requeue_(std::move(requeue)),
@@ -137,6 +138,7 @@ void PostedCollectives::pendLocked(size_t index, uint64_t gen, const void* input
   claimed_[index].store(2 * (gen - 1), std::memory_order_relaxed);  // before anyone sees it
   s.input = input;
   s.output = output;
+  s.unread_since = s.unread_check = Clock::time_point{};
   s.pending_pos = pending_slots_.size();
   pending_slots_.push_back(index);
   pending_count_.fetch_add(1, std::memory_order_release);
@@ -200,14 +202,21 @@ FastPath::PostResult PostedCollectives::watchMarked(PostBoard::State st, const v
   while (st == PostBoard::State::kWaiting && watch.keepWatching()) st = board_->state(index, gen);
   if (st == PostBoard::State::kComplete) {
     const int err = finish(s, gen, input, output, nullptr);
-    const bool read = !s.lent || awaitReaders(index, gen);
-    watched_[index].store(false, std::memory_order_release);
-    if (err != 0) throw InternalError(readFailure(s, err));
-    if (!read) {
-      throw TimeoutError(PERSEUS_STR("posted " << opTypeName(s.kind) << " '" << *s.name
-                                               << "': the other ranks did not read this rank's "
-                                                  "buffer within PERSEUS_TIMEOUT"));
+    std::optional<Failure> failed;
+    if (err != 0) {
+      failed = readFailure(s, err);
+    } else if (s.lent) {
+      failed = awaitReaders(s, gen);
     }
+    if (failed) {
+      // Retired while still watched: no other call of the name posts in between.
+      lock.lock();
+      retireLocked(index);
+      watched_[index].store(false, std::memory_order_release);
+      lock.unlock();
+      raise(*failed);
+    }
+    watched_[index].store(false, std::memory_order_release);
     return PostResult::kFinished;
   }
   // Not complete within the spin, or revoked: from here it is pending like any post, with a
@@ -318,7 +327,7 @@ std::optional<PostedCollectives::Claim> PostedCollectives::claimLocked(
                                 << "' waited past its patience for the other ranks' posts; "
                                    "it is negotiated instead";
   }
-  if (st == PostBoard::State::kComplete && s.lent) return claimLentLocked(index);
+  if (st == PostBoard::State::kComplete && s.lent) return claimLentLocked(index, now);
   if (!claim(index, s.gen)) return std::nullopt;  // a waiting caller settles it (progress())
   if (st == PostBoard::State::kRevoked) s.dead = true;
   Claim c;
@@ -355,8 +364,9 @@ void PostedCollectives::settle(Claim c) {
   }
   if (c.lent) return settleLent(std::move(c));
   const int err = finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
-  c.handle->complete(err == 0 ? StatusCode::kOk : StatusCode::kInternal,
-                     err == 0 ? "" : readFailure(*c.slot, err));
+  if (err == 0) return c.handle->complete(StatusCode::kOk, "");
+  const Failure f = readFailure(*c.slot, err);
+  c.handle->complete(f.code, f.message);
 }
 
 int PostedCollectives::finish(const PostSlot& s, uint64_t gen, const void* input, void* output,
@@ -394,8 +404,8 @@ bool PostedCollectives::progress(Handle& handle) {
     if (!claim(p.slot, p.gen)) return true;  // the engine thread has it
     const PostSlot& s = slots_[p.slot];
     const int err = finish(s, p.gen, s.input, s.output, &handle);
-    handle.complete(err == 0 ? StatusCode::kOk : StatusCode::kInternal,
-                    err == 0 ? "" : readFailure(s, err));
+    const Failure f = err == 0 ? Failure{} : readFailure(s, err);
+    handle.complete(f.code, f.message);
     std::lock_guard<std::mutex> lock(mu_);
     dropCompletedLocked(slots_[p.slot]);  // unless a submission of the name dropped it already
     return false;
@@ -439,6 +449,8 @@ void PostedCollectives::progressAll() {
   const auto now = Clock::now();
   if (!listeningWanted() && now < next_sweep_) return;
   next_sweep_ = now + kSweepPeriod;
+  resumed_ = last_sweep_ != Clock::time_point{} && now - last_sweep_ > patience_;
+  last_sweep_ = now;
   std::vector<size_t> slots;
   {
     std::lock_guard<std::mutex> lock(mu_);

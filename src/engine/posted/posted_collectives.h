@@ -62,15 +62,15 @@
 //    answers at different times still agree. A post that can only be made by address when not
 //    every rank can read revokes its slot: the name is negotiated, as for a mismatch.
 //  - The buffer is the caller's again once its call returns, so a post whose buffer others read
-//    (`lent`) completes only once every rank has read the generation: each rank adds one to the
-//    slot's read count after its copies (every generation of such a slot, whether or not anyone
-//    lent), and the one that completes the count rings those who listen. A lent post has two
-//    stages in claimed_ (2g-1: this rank's read of generation g is taken; 2g: settled), so that
-//    the reads stay one per rank and no thread ever waits for the peers while it holds a post
-//    another thread could settle: a pending lent post is read by whoever first sees its
-//    generation complete and stays pending, still in flight, until the count completes. Only a
-//    caller that watches its own post (a blocking broadcast, an opened allgather) waits for the
-//    readers on its thread; it holds no other post.
+//    (`lent`) completes only once every rank has read the generation: each rank marks the
+//    generation read in its own word of the slot after its copies (every generation of such a
+//    slot, whether or not anyone lent), and one that sees every mark rings those who listen. A
+//    lent post has two stages in claimed_ (2g-1: this rank's read of generation g is taken;
+//    2g: settled), so that the reads stay one per rank and no thread ever waits for the peers
+//    while it holds a post another thread could settle: a pending lent post is read by whoever
+//    first sees its generation complete and stays pending, still in flight, until every rank read
+//    it. Only a caller that watches its own post (a blocking broadcast, an opened allgather) waits
+//    for the readers on its thread; it holds no other post.
 //  - The invariants above hold. Two pools still suffice: a rank posts g + 1 only after its g
 //    settled, which for a lent post means everyone read g. Revocation still freezes the count:
 //    a generation that completed is read and counted on every rank (claimLocked() settles it
@@ -78,6 +78,14 @@
 //    renegotiate at once. Patience applies while a post waits for posts, not for reads: once a
 //    generation completed every rank reads it without waiting for anyone. join() and mismatches
 //    revoke as before, and the negotiated run that follows reports them by name.
+//  - The wait for the readers is bounded, whoever waits (a watching caller in awaitReaders(),
+//    else the sweep in unreadLocked(), which every pending post gets, also one that a callback
+//    or a blocked caller waits for): once per patience it asks the arena whether the process of
+//    a rank that has not read is gone, and fails the post with PeerLostError naming it, as the
+//    transport would; after PERSEUS_TIMEOUT it fails it with TimeoutError naming the ranks that
+//    have not read. The lender's buffer is never reported read: the handle fails and the slot
+//    is retired, so the name is negotiated next, where the loss is found again. An engine that
+//    stops (a peer lost in a negotiation, shutdown) fails its pending posts, lent ones too.
 #pragma once
 
 #include <algorithm>
@@ -179,6 +187,13 @@ class PostedCollectives final : public FastPath {
   uint64_t othersPosts() const { return enabled() ? board_->othersPosts() : 0; }
 
  private:
+  // Why a post failed: its status, the message its handle carries, and for kPeerLost the rank
+  // that was lost.
+  struct Failure {
+    StatusCode code = StatusCode::kOk;
+    std::string message;
+    int rank = -1;
+  };
   // What a settling thread needs once it let go of the lock.
   struct Claim {
     const PostSlot* slot = nullptr;  // its learned part (immutable; slots never move)
@@ -190,6 +205,7 @@ class PostedCollectives final : public FastPath {
     // A lent post (Note [Posts by address]): `read` this rank's copies of it (the handle stays
     // pending), else only complete the handle (everyone has read it).
     bool lent = false, read = false;
+    Failure failure;  // a lent post whose readers were lost or timed out: its handle fails
   };
   bool hasPending() const { return pending_count_.load(std::memory_order_acquire) > 0; }
   // Someone needs the engine thread to settle pending posts promptly: a callback is attached
@@ -239,16 +255,34 @@ class PostedCollectives final : public FastPath {
   // everyone has read, its completion.
   bool claimRead(size_t slot, uint64_t gen);
   bool claimLentDone(size_t slot, uint64_t gen);
-  // Caller holds mu_. claimLocked() for a lent post whose generation completed.
-  std::optional<Claim> claimLentLocked(size_t slot);
+  // Caller holds mu_. claimLocked() for a lent post whose generation completed; with `now`
+  // (the sweep), one whose readers were lost or timed out fails (unreadLocked()).
+  std::optional<Claim> claimLentLocked(size_t slot,
+                                       const std::chrono::steady_clock::time_point* now);
   // progress() for a lent post whose generation completed.
   bool progressLent(Handle& handle, size_t slot, uint64_t gen);
   // settle() for a lent post's claim.
   void settleLent(Claim c);
   // A watching caller, after its copies of a lent post: waits until every rank has read it
   // (they read as soon as they see the generation complete, without waiting for anyone).
-  // False when that took longer than PERSEUS_TIMEOUT.
-  bool awaitReaders(size_t slot, uint64_t gen) const;
+  // The failure when a reader was lost or it took longer than PERSEUS_TIMEOUT.
+  std::optional<Failure> awaitReaders(const PostSlot& s, uint64_t gen) const;
+  // Caller holds mu_; the sweep, at `now`, for the slot's pending lent post that this rank has
+  // read and some peer has not: the failure once a reader's process is gone (looked at once
+  // per patience) or PERSEUS_TIMEOUT passed since the sweeps first saw it wait.
+  std::optional<Failure> unreadLocked(PostSlot& s, std::chrono::steady_clock::time_point now);
+  // Generation `gen` of `s`, lent, not read by every rank yet: the failure naming a reader
+  // whose process is gone, else with `timed_out` the one naming those that have not read;
+  // nullopt while it may still be read (or once it was).
+  std::optional<Failure> unreadFailure(const PostSlot& s, uint64_t gen, bool timed_out) const;
+  // The first of `ranks` (set ranks) whose process is gone, as PeerLostError names it, the
+  // message beginning with the slot's call; `waiting_for` says what this rank was doing.
+  std::optional<Failure> lostRank(const PostSlot& s, const std::vector<int>& ranks,
+                                  const std::string& waiting_for) const;
+  // Throws the exception of `f` (a blocking caller's failure).
+  [[noreturn]] static void raise(const Failure& f);
+  // Caller holds mu_. The slot takes no more posts: its name is negotiated from now on.
+  void retireLocked(size_t slot);
   // Caller holds mu_. Whether the slot's pending post can be settled, or moved on, now.
   bool settleable(size_t slot) const;
   // Caller holds mu_. Whether the slot has a post in flight (a submission of its name now is a
@@ -266,10 +300,12 @@ class PostedCollectives final : public FastPath {
   // null for a blocking call finished on its thread, whose `output` is its own). Counts this
   // rank's read of a slot that may be posted by address. 0, or the errno of a failed read.
   int finish(const PostSlot& s, uint64_t gen, const void* input, void* output, Handle* handle);
-  // The error of a call whose read by address failed.
-  std::string readFailure(const PostSlot& s, int err) const;
+  // The failure of a call whose read by address failed: a lost rank when a peer's process is
+  // gone, else kInternal.
+  Failure readFailure(const PostSlot& s, int err) const;
   void ringPeers() const;
 
+  transport::ShmArena* const arena_;  // tells whether a peer's process is gone (checkPeer())
   transport::Transport* const transport_;
   const int size_;
   const int64_t spin_us_;  // how long a blocking caller watches its post before it has a handle
@@ -297,6 +333,10 @@ class PostedCollectives final : public FastPath {
   std::atomic<int> watchers_{0};  // callers in watch(): the engine thread does not listen
   // The engine thread (the cycle's holder) only:
   std::chrono::steady_clock::time_point next_sweep_{};
+  std::chrono::steady_clock::time_point last_sweep_{};
+  // This sweep came longer than the patience after the last one (the engine thread ran a long
+  // cycle, as the peers may have): waits for reads count from now (unreadLocked()).
+  bool resumed_ = false;
   bool listening_ = false;
   std::atomic<uint64_t> completed_{0};
   std::atomic<uint64_t> completed_allreduces_{0};

@@ -57,6 +57,14 @@ class ShmArena {
     (void)reason;
   }
 
+  // Throws PeerLostError when local rank `local_rank`'s process is gone, naming its global rank
+  // (or the rank whose loss stopped it) and what this rank was `waiting_for`, as a transport
+  // names a lost peer. A no-op where the arena cannot tell. Any thread.
+  virtual void checkPeer(int local_rank, const std::string& waiting_for) const {
+    (void)local_rank;
+    (void)waiting_for;
+  }
+
   // Shared memory the arena keeps for a layer above it and never touches itself (the post
   // board of the posted collectives, collectives/post_board.h): per local rank, `num_words`
   // lock-free 64-bit atomics, zero at creation, then `num_bytes` bytes, mapped in every local

@@ -41,6 +41,15 @@ void* ShmArenaImpl::slot(int local_rank) {
   return set_->slot(local_rank);
 }
 
+void ShmArenaImpl::checkPeer(int local_rank, const std::string& waiting_for) const {
+  std::string why;
+  if (local_rank == localRank() || local_rank < 0 || local_rank >= localSize() ||
+      !set_->peerGone(local_rank, &why)) {
+    return;
+  }
+  set_->throwPeerLost(local_rank, why, waiting_for);
+}
+
 ShmArena::SharedArea ShmArenaImpl::sharedArea(int local_rank) {
   slot(local_rank);  // validates local_rank
   SharedArea a;

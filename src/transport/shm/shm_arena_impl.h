@@ -48,6 +48,7 @@ class ShmArenaImpl : public ShmArena {
   void recordLostPeer(int lost_rank, const std::string& reason) override {
     set_->recordCause(lost_rank, reason);
   }
+  void checkPeer(int local_rank, const std::string& waiting_for) const override;
   SharedArea sharedArea(int local_rank) override;
 
  private:

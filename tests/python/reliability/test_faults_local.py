@@ -1,5 +1,6 @@
 """Faults on one host (shared memory and, with PERSEUS_CPU_OPERATIONS=tcp, loopback TCP):
-a rank SIGKILLed at random points, a rank stuck in user code. Each ends in a clear error
+a rank SIGKILLed at random points (also among collectives posted by address, whose lender waits
+for the victim's read), a rank stuck in user code. Each ends in a clear error
 within bounded time, perseusrun names the rank that failed, and nothing is left behind."""
 
 import os
@@ -11,7 +12,8 @@ import relsupport as rs
 
 pytestmark = pytest.mark.timeout(150)
 TIMEOUT_S = 10  # PERSEUS_TIMEOUT of these jobs
-PHASES = ["start", "negotiation", "allreduce", "broadcast", "allgather"]
+PHASES = ["start", "negotiation", "allreduce", "broadcast", "allgather", "posted_broadcast",
+          "posted_allgather"]
 SEED = int(os.environ.get("REL_SEED", random.randrange(1 << 30)))
 
 

@@ -3,7 +3,9 @@ binding (perseus._core + numpy) so that ranks start fast.
 
 --mode kill --phase P --victim V: rank V SIGKILLs itself at a random moment of phase P:
     start (during init/rendezvous), negotiation (the others wait for a tensor V never submits),
-    allreduce / broadcast / allgather (inside a stream of large transfers).
+    allreduce / broadcast / allgather (inside a stream of large transfers), posted_broadcast /
+    posted_allgather (64 KiB per rank of one name, posted by address after its second run: the
+    victim may die before it read a survivor's buffer).
   Every other rank records the error it gets and when.
 --mode loop: large allreduces (checked) until --seconds pass; after the second one each rank
   marks "progress.<rank>" (the link-cut test cuts the link then). Errors are recorded.
@@ -22,6 +24,7 @@ import numpy as np
 import relcommon as rc
 
 LARGE = 4 << 20  # float32 elements: 16 MiB per rank and transfer
+LENT = 16 << 10  # float32 elements: 64 KiB per rank, posted by address
 
 
 def add_args(p):
@@ -94,7 +97,12 @@ def kill_mode(core, args, res):
     step = {"allreduce": lambda i: allreduce_checked(core, "big.%d" % i, args.elements),
             "broadcast": lambda i: broadcast_checked(core, "bc.%d" % i, args.elements,
                                                      (args.victim + 1) % rc.SIZE),
-            "allgather": lambda i: allgather_checked(core, "ag.%d" % i, args.elements)}[args.phase]
+            "allgather": lambda i: allgather_checked(core, "ag.%d" % i, args.elements),
+            "posted_broadcast": lambda i: [
+                broadcast_checked(core, "bc.lent", LENT, (args.victim + 1) % rc.SIZE)
+                for _ in range(20)],
+            "posted_allgather": lambda i: [
+                allgather_checked(core, "ag.lent", LENT * rc.SIZE) for _ in range(20)]}[args.phase]
     deadline = time.time() + args.seconds
     i = 0
     while not time_is_up(core, deadline, i):
