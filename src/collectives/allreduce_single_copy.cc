@@ -36,7 +36,6 @@
 // reduce thread each: ranks as many as the host's cores, or PERSEUS_REDUCE_THREADS=1.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -45,7 +44,6 @@
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "collectives/single_copy.h"
-#include "common/logging.h"
 #include "kernels/reduce.h"
 
 namespace perseus::collectives {
@@ -136,18 +134,6 @@ int gatherBlocks(Communicator& comm, const detail::ArenaView& view, const Collec
   return single_copy::readPeers(comm, view, kOutput, detail::bytePtr(args.out), at, at, bytes);
 }
 
-// A read failed on some member after they agreed that all could read: a peer is gone or its
-// buffer is not what it published.
-[[noreturn]] void failed(const Communicator& comm, int err) {
-  throw InternalError(PERSEUS_STR(
-      "single-copy allreduce on rank "
-      << comm.globalRank(comm.rank()) << ": "
-      << (err != 0
-              ? PERSEUS_STR("reading a local peer's memory failed (" << std::strerror(err) << ")")
-              : std::string("another member could not read a peer's memory"))
-      << "; set PERSEUS_SHM_SINGLE_COPY=0 to move large allreduces through the slots"));
-}
-
 void run(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
   single_copy::publish(view, comm.rank(), args.in, args.out);
@@ -163,9 +149,11 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   const detail::Blocks blocks(args.count, comm.size(),
                               std::max<size_t>(1, 64 / args.elementSize()));
   err = reduceOwnBlock(comm, view, args, blocks);
-  if (view.barrierMax(err != 0 ? 1 : 0) != 0) failed(comm, err);
+  if (view.barrierMax(err != 0 ? 1 : 0) != 0)
+    single_copy::failedAfterAgreement(comm, err, "allreduce", "large allreduces");
   err = gatherBlocks(comm, view, args, blocks);
-  if (view.barrierMax(err != 0 ? 1 : 0) != 0) failed(comm, err);
+  if (view.barrierMax(err != 0 ? 1 : 0) != 0)
+    single_copy::failedAfterAgreement(comm, err, "allreduce", "large allreduces");
 }
 
 }  // namespace

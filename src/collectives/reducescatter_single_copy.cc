@@ -20,7 +20,6 @@
 // among reduce threads (Note [Reduce-scatter threads]).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "collectives/arena_view.h"
@@ -28,7 +27,6 @@
 #include "collectives/detail.h"
 #include "collectives/registry.h"
 #include "collectives/single_copy.h"
-#include "common/logging.h"
 #include "kernels/reduce.h"
 
 namespace perseus::collectives {
@@ -89,18 +87,6 @@ int reduceOwnBlock(Communicator& comm, const detail::ArenaView& view, const Coll
   return 0;
 }
 
-// A read failed on some member after they agreed that all could read: a peer is gone or its
-// buffer is not what it published.
-[[noreturn]] void failed(const Communicator& comm, int err) {
-  throw InternalError(PERSEUS_STR(
-      "single-copy reduce-scatter on rank "
-      << comm.globalRank(comm.rank()) << ": "
-      << (err != 0
-              ? PERSEUS_STR("reading a local peer's memory failed (" << std::strerror(err) << ")")
-              : std::string("another member could not read a peer's memory"))
-      << "; set PERSEUS_SHM_SINGLE_COPY=0 to move reduce-scatters through the slots"));
-}
-
 void run(Communicator& comm, const CollectiveArgs& args) {
   detail::ArenaView view(comm);
   single_copy::publish(view, comm.rank(), args.in);
@@ -109,7 +95,8 @@ void run(Communicator& comm, const CollectiveArgs& args) {
   if (!single_copy::agreed(comm, view, kInput, &err))
     return single_copy::fallBack(comm, args, kReducescattervShm, err);
   err = reduceOwnBlock(comm, view, args);
-  if (view.barrierMax(err != 0 ? 1 : 0) != 0) failed(comm, err);
+  if (view.barrierMax(err != 0 ? 1 : 0) != 0)
+    single_copy::failedAfterAgreement(comm, err, "reduce-scatter", "reduce-scatters");
 }
 
 }  // namespace

@@ -101,6 +101,16 @@ bool agreed(Communicator& comm, const detail::ArenaView& view, int which, int* e
   return true;
 }
 
+void failedAfterAgreement(const Communicator& comm, int err, const char* what, const char* moved) {
+  throw InternalError(PERSEUS_STR(
+      "single-copy " << what << " on rank " << comm.globalRank(comm.rank()) << ": "
+                     << (err != 0 ? PERSEUS_STR("reading a local peer's memory failed ("
+                                                << std::strerror(err) << ")")
+                                  : std::string("another member could not read a peer's memory"))
+                     << "; set PERSEUS_SHM_SINGLE_COPY=0 to move " << moved
+                     << " through the slots"));
+}
+
 void fallBack(Communicator& comm, const CollectiveArgs& args, const Algorithm& slots, int err) {
   g_fallbacks.fetch_add(1, std::memory_order_relaxed);
   comm.setSingleCopyFailed();

@@ -44,6 +44,13 @@ int readPeers(Communicator& comm, const detail::ArenaView& view, int which, unsi
 // failed read in *err.
 bool agreed(Communicator& comm, const detail::ArenaView& view, int which, int* err);
 
+// Throws InternalError for a read that failed on some member after they agreed that all could
+// read (a peer is gone, or its buffer is not what it published): this member's errno `err`, or
+// 0 when another member failed; `what` names the collective, `moved` what
+// PERSEUS_SHM_SINGLE_COPY=0 moves through the slots instead.
+[[noreturn]] void failedAfterAgreement(const Communicator& comm, int err, const char* what,
+                                       const char* moved);
+
 // Every member runs this when the members agreed to fall back: single-copy is not chosen on
 // `comm` again, and `slots` runs the call. `err`: this member's failed read (0 when another
 // member failed or this one refused), logged once per process.
