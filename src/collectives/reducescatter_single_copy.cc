@@ -52,7 +52,7 @@ double estimate(const Communicator& comm, const CollectiveArgs& args) {
   const double block =
       static_cast<double>(*std::max_element(counts.begin(), counts.end()) * args.elementSize());
   const int p = comm.size();
-  const double reads = (p - 1) * (std::ceil(block / kChunkBytes) + 1);
+  const double reads = (p - 1) * std::ceil(block / kChunkBytes);
   return 2 * cost::kBarrierUs + reads * cost::kCrossMemoryUs +
          (p - 1) * block * cost::kCrossMemoryUsPerByte + block * cost::kArenaUsPerByte;
 }
