@@ -121,7 +121,8 @@ void allreduce(Communicator& comm, const void* in, void* out, size_t count, Data
   args.dtype = dtype;
   args.op = op;
   // PERSEUS_ALLREDUCE_ALGO picks among the element-wise algorithms; Adasum has one of its own.
-  const std::string forced = op == ReduceOp::kAdasum ? std::string() : comm.params().allreduce_algo;
+  const std::string forced =
+      op == ReduceOp::kAdasum ? std::string() : forcedAlgorithm(comm, Collective::kAllreduce);
   runScaled(comm, args, forced, {&kAllreduceShm, &kAllreduceSingleCopy}, postscale, out, count);
 }
 

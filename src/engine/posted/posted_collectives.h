@@ -263,6 +263,10 @@ class PostedCollectives final : public FastPath {
   bool progressLent(Handle& handle, size_t slot, uint64_t gen);
   // settle() for a lent post's claim.
   void settleLent(Claim c);
+  // After this thread read a lent post (`err`: its read's errno, 0 if it read): completes
+  // `handle` once every rank has read generation `gen` (at once when the read failed); false
+  // while others still read or when another thread completes it.
+  bool completeReadLent(Handle& handle, size_t slot, uint64_t gen, int err);
   // A watching caller, after its copies of a lent post: waits until every rank has read it
   // (they read as soon as they see the generation complete, without waiting for anyone).
   // The failure when a reader was lost or it took longer than PERSEUS_TIMEOUT.

@@ -69,13 +69,19 @@ void PostedCollectives::settleLent(Claim c) {
     c.handle->complete(c.failure.code, c.failure.message);
     return;
   }
-  const int err = finish(*c.slot, c.gen, c.input, c.output, c.handle.get());
-  if (err == 0 && !lending_->everyoneRead(index, c.gen)) return;  // a later look completes it
-  if (!claimLentDone(index, c.gen)) return;
-  const Failure f = err == 0 ? Failure{} : readFailure(*c.slot, err);
-  c.handle->complete(f.code, f.message);
+  // Unless everyone read already, a later look completes it.
+  completeReadLent(*c.handle, index, c.gen,
+                   finish(*c.slot, c.gen, c.input, c.output, c.handle.get()));
+}
+
+bool PostedCollectives::completeReadLent(Handle& handle, size_t index, uint64_t gen, int err) {
+  if (err == 0 && !lending_->everyoneRead(index, gen)) return false;
+  if (!claimLentDone(index, gen)) return false;
+  const Failure f = err == 0 ? Failure{} : readFailure(slots_[index], err);
+  handle.complete(f.code, f.message);
   std::lock_guard<std::mutex> lock(mu_);
   dropCompletedLocked(slots_[index]);
+  return true;
 }
 
 bool PostedCollectives::progressLent(Handle& handle, size_t index, uint64_t gen) {
@@ -83,13 +89,7 @@ bool PostedCollectives::progressLent(Handle& handle, size_t index, uint64_t gen)
   int err = 0;
   if (claimRead(index, gen)) err = finish(s, gen, s.input, s.output, &handle);
   // The sweep gives up on readers that were lost or too slow (claimLentLocked()).
-  if (err == 0 && !lending_->everyoneRead(index, gen)) return true;
-  if (!claimLentDone(index, gen)) return true;  // another thread completes it
-  const Failure f = err == 0 ? Failure{} : readFailure(s, err);
-  handle.complete(f.code, f.message);
-  std::lock_guard<std::mutex> lock(mu_);
-  dropCompletedLocked(slots_[index]);
-  return false;
+  return !completeReadLent(handle, index, gen, err);
 }
 
 std::optional<PostedCollectives::Failure> PostedCollectives::awaitReaders(const PostSlot& s,
