@@ -17,6 +17,9 @@
 #             default "PERSEUS_CALLER_CYCLES=0 PERSEUS_CALLER_CYCLES=1"), alternated AB_ROUNDS
 #             times (default 3): dist_percall.py, percall_split.py --device cuda and
 #             allreduce_world1.py, each in its own process;
+#   capi      the C API's world-size-1 CUDA allreduce from C++ (bench/gpu/gpu_capi_phases_bench,
+#             built there with GoogleTest from .devdeps; carry it): phase by phase, and back to
+#             back beside the CUDA calls it cannot avoid (CAPI_RUNS runs, default 3);
 #   soak      the elastic chaos soak, for the time left.
 # GPU correctness as a whole comes from scripts/device_check.sh, not from here.
 #
@@ -109,6 +112,17 @@ fi
 if has diag; then
   step "diagnosis cost, ${DIAG_PAIRS:-10} pairs" 240 \
     bash bench/probes/diagnosis_cost.sh "${DIAG_PAIRS:-10}" "$OUT/diagnosis_cost.md"
+fi
+if has capi; then
+  TB=$ROOT/build/device-bench
+  gtest=(); [ -d "$ROOT/.devdeps/googletest" ] && gtest=(-DPERSEUS_GTEST_SOURCE_DIR="$ROOT/.devdeps/googletest")
+  if step "capi build gpu_capi_phases_bench" 240 bash -c "cmake -S '$ROOT' -B '$TB' -G Ninja \
+      -DCMAKE_BUILD_TYPE=Release -DPERSEUS_WITH_MPI=OFF ${gtest[*]} >/dev/null && \
+      ninja -C '$TB' -j\$(nproc) gpu_capi_phases_bench"; then
+    for run in $(seq 1 "${CAPI_RUNS:-3}"); do
+      step "capi run $run" 60 bash -c "'$TB/bench/gpu_capi_phases_bench' | tee -a '$OUT/capi_phases.txt'"
+    done
+  fi
 fi
 if has soak; then
   # The soak gets what is left, less a minute for its clean end and the report.

@@ -62,6 +62,45 @@ void report(const char* what, perseus_tensor t, cudaStream_t stream, int reps) {
       what, median(submit), median(wait), median(sw), median(sync), median(total));
 }
 
+// Back to back, as torch.distributed's blocking dist.all_reduce runs (the Python extension's
+// allreduce_on_stream): submit, make the producer stream wait on the handle, release; one
+// synchronize at the end. Beside it, the CUDA calls such a collective cannot avoid at world
+// size 1 (Note [World size one]): the ready event recorded on the producer stream and the
+// producer stream's wait on it. Their difference is the engine's own cost per call.
+void backToBack(perseus_tensor t, cudaStream_t stream, int calls) {
+  using Clock = std::chrono::steady_clock;
+  auto perCall = [&](auto&& body) {
+    std::vector<double> rounds;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < calls; ++i) body();
+      PERSEUS_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+      rounds.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                       calls);
+    }
+    return median(rounds);
+  };
+  cudaEvent_t event = nullptr;
+  PERSEUS_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess);
+  const double floor = perCall([&] {
+    PERSEUS_CHECK(cudaEventRecord(event, stream) == cudaSuccess);
+    PERSEUS_CHECK(cudaStreamWaitEvent(stream, event, 0) == cudaSuccess);
+  });
+  const double engine = perCall([&] {
+    perseus_handle h;
+    PERSEUS_CHECK(perseus_allreduce("b2b", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h) == PERSEUS_OK,
+                  << perseus_last_error());
+    PERSEUS_CHECK(perseus_handle_cuda_stream_wait(h, stream) == PERSEUS_OK,
+                  << perseus_last_error());
+    perseus_release(h);
+  });
+  cudaEventDestroy(event);
+  std::printf(
+      "GPUCAPI back_to_back world1 cuda_1elem calls=%d on_stream_us=%.2f "
+      "cuda_floor_us=%.2f engine_over_floor_us=%.2f\n",
+      calls, engine, floor, engine - floor);
+}
+
 void run() {
   PERSEUS_CHECK(perseus_init() == PERSEUS_OK, << perseus_last_error());
   cudaStream_t stream = nullptr;
@@ -71,6 +110,7 @@ void run() {
   PERSEUS_CHECK(cudaMemset(d, 0, sizeof(float)) == cudaSuccess);
   int64_t shape[1] = {1};
   report("cuda_1elem", perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, 500);
+  backToBack(perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, 2000);
   float h = 0;
   report("cpu_1elem", perseus_tensor{&h, PERSEUS_FLOAT32, 1, shape, PERSEUS_DEVICE_CPU, nullptr},
          stream, 500);
