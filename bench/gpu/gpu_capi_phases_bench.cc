@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -101,7 +102,7 @@ void backToBack(perseus_tensor t, cudaStream_t stream, int calls) {
       calls, engine, floor, engine - floor);
 }
 
-void run() {
+void run(int back_to_back_calls) {
   PERSEUS_CHECK(perseus_init() == PERSEUS_OK, << perseus_last_error());
   cudaStream_t stream = nullptr;
   PERSEUS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
@@ -110,7 +111,7 @@ void run() {
   PERSEUS_CHECK(cudaMemset(d, 0, sizeof(float)) == cudaSuccess);
   int64_t shape[1] = {1};
   report("cuda_1elem", perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, 500);
-  backToBack(perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, 2000);
+  backToBack(perseus_tensor{d, PERSEUS_FLOAT32, 1, shape, 0, stream}, stream, back_to_back_calls);
   float h = 0;
   report("cpu_1elem", perseus_tensor{&h, PERSEUS_FLOAT32, 1, shape, PERSEUS_DEVICE_CPU, nullptr},
          stream, 500);
@@ -130,13 +131,14 @@ void run() {
 
 }  // namespace
 
-int main() {
+// argv[1]: calls per round of the back-to-back loop (default 2000; more, for a profiler).
+int main(int argc, char** argv) {
   if (!perseus::testing::haveGpu()) {
     std::fprintf(stderr, "gpu_capi_phases_bench: no CUDA device\n");
     return 77;
   }
   try {
-    run();
+    run(argc > 1 ? std::atoi(argv[1]) : 2000);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_capi_phases_bench: %s\n", e.what());
     return 1;

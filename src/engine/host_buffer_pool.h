@@ -20,6 +20,8 @@ class HostBufferPool {
  public:
   static constexpr size_t kMinPooledBytes = size_t{1} << 20;
   static constexpr size_t kPoolBytes = size_t{512} << 20;
+  // Outputs of this size or more sit on huge pages (Note [Huge output pages]).
+  static constexpr size_t kHugeBytes = size_t{4} << 20;
 
   struct Deleter {
     size_t capacity = 0;

@@ -1,5 +1,10 @@
-// Note [Recycled outputs]: released large host outputs are reused, within bounds.
+// Note [Recycled outputs]: released large host outputs are reused, within bounds; Note [Huge
+// output pages]: the largest are 2 MiB aligned (ASan checks that each kind is freed as it was
+// allocated).
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "engine/host_buffer_pool.h"
 
@@ -44,6 +49,24 @@ TEST(HostBufferPool, HoldsAtMostItsCap) {
   }
   EXPECT_LE(pool.pooledBytes(), HostBufferPool::kPoolBytes);
   EXPECT_GE(pool.pooledBytes(), HostBufferPool::kPoolBytes - 64 * kMiB);
+}
+
+TEST(HostBufferPool, LargeOutputsAreAlignedForHugePagesAndRecycledAlike) {
+  HostBufferPool& pool = HostBufferPool::instance();
+  const size_t bytes = HostBufferPool::kHugeBytes + 1;
+  uint8_t* first;
+  {
+    HostBufferPool::Buffer b = pool.take(bytes);
+    first = b.get();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % (2 * kMiB), 0u);
+    EXPECT_EQ(b.get_deleter().capacity % (2 * kMiB), 0u);
+    EXPECT_GE(b.get_deleter().capacity, bytes);
+    b[bytes - 1] = 1;
+  }
+  HostBufferPool::Buffer again = pool.take(bytes);
+  EXPECT_EQ(again.get(), first);
+  HostBufferPool::Buffer below = pool.take(HostBufferPool::kHugeBytes - 1);  // not rounded
+  EXPECT_EQ(below.get_deleter().capacity, HostBufferPool::kHugeBytes - 1);
 }
 
 }  // namespace
