@@ -80,17 +80,20 @@ std::optional<ProcessSetInfo> Engine::processSet(int32_t id) const { return dire
 
 void Engine::prepareDevice(Entry& e) {
   if (e.device < 0) return;
-  const std::string what = PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "'");
+  // Built only for an error: this runs for every CUDA op, and a stream costs about a microsecond.
+  auto what = [&e] {
+    return PERSEUS_STR(opTypeName(e.request.op) << " '" << e.request.name << "'");
+  };
   if (!gpu_) {
     throw UnsupportedError(
-        PERSEUS_STR(what << ": tensors on CUDA device " << e.device
-                         << " need a build with CUDA and NCCL (PERSEUS_WITH_CUDA=ON); "
-                            "this build is CPU-only: copy the tensor to the CPU or "
-                            "install a CUDA build"));
+        PERSEUS_STR(what() << ": tensors on CUDA device " << e.device
+                           << " need a build with CUDA and NCCL (PERSEUS_WITH_CUDA=ON); "
+                              "this build is CPU-only: copy the tensor to the CPU or "
+                              "install a CUDA build"));
   }
   int expected = -1;
   if (!gpu_device_.compare_exchange_strong(expected, e.device) && expected != e.device) {
-    throw InvalidArgumentError(PERSEUS_STR(what
+    throw InvalidArgumentError(PERSEUS_STR(what()
                                            << ": tensor on CUDA device " << e.device
                                            << ", but this process already used device " << expected
                                            << "; one process drives one GPU (select it per local "
