@@ -32,6 +32,11 @@ struct ReleaseHandle {
 
 constexpr double kWaitSliceS = 0.25;
 
+// Up to this many bytes of input an allgather's result may be copied out of the library's memory
+// into a new tensor (bench/small_ops/README.md): below it, the copy costs less than handing that
+// memory over through a DLPack capsule.
+constexpr long long kCopyOutputMaxBytes = 64 * 1024;
+
 // How a late wait ended: done, failed (with a Python error; the collective is over), or
 // interrupted by a signal (with a Python error; the collective may still be running).
 enum class Waited { kDone, kFailed, kInterrupted };
@@ -267,6 +272,9 @@ PyObject* allgatherOpened(const char* name, FlatTensor& t, PyObject* like, PyObj
 // tensor made through the type's exchange API (else by allocate(shape, tensor)); NotImplemented,
 // with no call, for any other tensor. A posted allgather of the global set is opened, then
 // finished into the new tensor, which is made while the other ranks' posts are on their way.
+// Above kCopyOutputMaxBytes only that way: an input the post path does not take is declined
+// (NotImplemented, nothing submitted), because copying the library's output would cost a pass
+// over it that the caller's handle path, sharing that memory, does not.
 PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!exactCount("allgather_tensor", nargs, 5)) return nullptr;
   FlatTensor t;
@@ -277,11 +285,13 @@ PyObject* allgatherTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (name == nullptr) return nullptr;
   const long process_set = PyLong_AsLong(args[2]);
   if (process_set == -1 && PyErr_Occurred()) return nullptr;
+  const bool copies = viewBytes(t) <= kCopyOutputMaxBytes;
   if (process_set == 0 && makesTensors(args[0])) {
     PyObject* out = allgatherOpened(name, t, args[0], args[4]);
-    if (out != Py_NotImplemented) return out;
+    if (out != Py_NotImplemented || !copies) return out;
     Py_DECREF(out);
   }
+  if (!copies) Py_RETURN_NOTIMPLEMENTED;
   return allgather(name, t, process_set, args[4], args[0], &t, args[0]);
 }
 

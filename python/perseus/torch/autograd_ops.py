@@ -128,7 +128,7 @@ def _allgather(tensor, name=None, process_set=global_process_set):
     tried = type(name) is str and process_set is global_process_set
     if tried:
         out = (_core_allgather or _bind_core_allgather())(
-            tensor, name, 0, _ops._ALLGATHER_COPY_MAX, _ops._empty_like_with_address)
+            tensor, name, 0, _ops._ALLGATHER_POSTED_MAX, _ops._empty_like_with_address)
         if out is not NotImplemented:
             return out
     # The autograd function costs several times a small allgather: only for a gradient.
@@ -142,7 +142,7 @@ def _allgather(tensor, name=None, process_set=global_process_set):
 # A named small allgather of the global set goes to the extension with no Python frame; the
 # function above takes every other call.
 allgather = _ops.fast_entry("allgather", _allgather,
-                            (_ops._ALLGATHER_COPY_MAX, _ops._empty_like_with_address))
+                            (_ops._ALLGATHER_POSTED_MAX, _ops._empty_like_with_address))
 
 
 class _GroupedAllgather(torch.autograd.Function):

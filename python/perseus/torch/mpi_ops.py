@@ -178,7 +178,7 @@ def allgather_blocking(tensor, name=None, process_set=global_process_set):
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("allgather", name, ps)
-    out = (_core_module or _direct()).allgather_tensor(tensor, name, ps, _ALLGATHER_COPY_MAX,
+    out = (_core_module or _direct()).allgather_tensor(tensor, name, ps, _ALLGATHER_POSTED_MAX,
                                                        _empty_like_with_address)
     if out is not NotImplemented:
         return out
@@ -207,10 +207,15 @@ def allgather_declined(tensor, name, ps):
     return out if restore is None else restore(out)
 
 
-# Up to this many bytes of input (the post lane's bound for allgathers), allgather_blocking makes
-# the result tensor while the peers post and has the collective written into it
+# Up to this many bytes of input (the post lane's bound for allgathers through the pool),
+# allgather_into makes the result tensor and has the collective's result copied into it
 # (bench/small_ops/README.md); above, the result is the library's memory, shared zero-copy.
 _ALLGATHER_COPY_MAX = 64 * 1024
+# Up to this many bytes of input (PERSEUS_POSTED_BY_ADDRESS's default: Note [Posts by address]),
+# _core.allgather_tensor opens a posted allgather and has it written straight into the result
+# tensor, which it makes while the peers post; above 64 KiB only a post by address goes that way,
+# and the rest is declined to the handle path.
+_ALLGATHER_POSTED_MAX = 4 * 1024 * 1024
 # Up to this many bytes, hvd.allreduce reduces a copy of its input in place (autograd_ops): a
 # bound on the copy, whose cost grows with the size where the asynchronous path's does not.
 _ALLREDUCE_COPY_MAX = 16 * 1024

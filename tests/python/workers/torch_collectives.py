@@ -146,10 +146,12 @@ def check_allgather(rank, size):
         expect = torch.cat([torch.ones((r + 1, 2)).mul(r).to(dtype) for r in range(size)])
         assert out.dtype == dtype and torch.equal(out, expect), (dtype, out)
     # A name that repeats goes the posted way after its first runs; ranks still differ in rows,
-    # and may change them (that call is negotiated again). Results of up to 64 KiB of input per
-    # rank (the post lane's bound) are tensors the extension makes, larger ones the library's.
+    # and may change them (that call is negotiated again). Results of posted calls of up to
+    # 4 MiB of input per rank (posts by address above 64 KiB) are tensors the extension makes
+    # and has written into; the first, negotiated runs of one name above 64 KiB are declined
+    # to the handle path and share the library's memory.
     for rows in (1, 1, 1, 2, 2, 3):
-        for cols in (2, 5000, 20000):
+        for cols in (2, 5000, 20000, 200000):
             base = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
             t = base + rank if rank < size - 1 else torch.cat([base + rank] * 2)
             out = hvd.allgather(t, name="ag.repeat.%d" % cols)
