@@ -1,7 +1,9 @@
 """The randomised elastic loop: several perseusrun jobs in elastic mode on this machine, each
 bounded in time, taking random events in random order at random intervals, some of them while
 the last event is still being recovered from:
-  - kill: SIGKILL to a random current worker (never below --min-np);
+  - kill: SIGKILL to a random current worker (never below --min-np, and never the last one
+    that has run a step: perseusrun, as Horovod's elastic driver, blacklists a host whose
+    every worker failed, and the workers added since may not have started);
   - add: one more slot in the discovery script's listing (never above --max-np).
 
 Every run is checked: no hang (each run has a deadline), perseusrun exits 0, every step of
@@ -107,12 +109,26 @@ class RandomRun:
             return self.rng.choice([0.0, 0.2, 0.5])
         return self.rng.uniform(1.0, 3.0)
 
+    def victims(self):
+        """The members a kill may take: any but the last one that has run a step."""
+        stepped = {w for w, recs in self.job.records().items()
+                   if any(r.get("event") == "step" for r in recs)} & set(self.expected)
+        return [w for w in self.expected if stepped - {w}]
+
     def event(self):
-        kinds = ([] if len(self.expected) <= MIN_NP else ["kill"]) + \
-                ([] if len(self.expected) >= MAX_NP else ["add"])
+        deadline = time.time() + 60
+        while True:
+            victims = self.victims() if len(self.expected) > MIN_NP else []
+            kinds = (["kill"] if victims else []) + \
+                    ([] if len(self.expected) >= MAX_NP else ["add"])
+            if kinds:
+                break
+            if time.time() > deadline:  # at --max-np with no member that has run a step
+                self.fail("no added worker ran a step within 60 s")
+            time.sleep(0.1)
         kind = self.rng.choice(kinds)
         if kind == "kill":
-            victim = self.rng.choice(self.expected)
+            victim = self.rng.choice(victims)
             try:
                 os.kill(self.wait_pid(victim), signal.SIGKILL)
             except ProcessLookupError:
