@@ -148,6 +148,34 @@ TEST(CapiPostedByAddress, ARankThatDoesNotReadOthersMemoryMakesEveryonePostThrou
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].describe();
 }
 
+// Note [By-address cap on many cores]: with more than one reduce thread per rank the negotiated
+// single-copy read is split among them, and posts by address stop at 1 MiB.
+TEST(CapiPostedByAddress, RanksWithSeveralReduceThreadsPostByAddressOnlyUpTo1MiB) {
+  for (const char* threads : {"1", "2"}) {
+    auto st = runCapiJob(2, [&](int r) {
+      setenv("PERSEUS_REDUCE_THREADS", threads, 1);
+      CHILD_CHECK(perseus_init() == PERSEUS_OK);
+      int64_t count = 512 * 1024;  // 2 MiB
+      std::vector<float> b(static_cast<size_t>(count), static_cast<float>(r));
+      perseus_tensor t = cpuTensor(b.data(), PERSEUS_FLOAT32, 1, &count);
+      for (int k = 0; k < 6; ++k) {
+        CHILD_CHECK(perseus_broadcast_blocking("two.mib", &t, &t, 0, 0) == PERSEUS_OK);
+        CHILD_CHECK(b[0] == 0.0f && b[count - 1] == 0.0f);
+      }
+      perseus_engine_stats stats;
+      CHILD_CHECK(perseus_get_engine_stats(&stats) == PERSEUS_OK);
+      fprintf(stderr, "threads %s rank %d: %llu posted\n", threads, r,
+              static_cast<unsigned long long>(stats.posted_collectives));
+      CHILD_CHECK(threads[0] == '1' ? stats.posted_collectives >= 3
+                                    : stats.posted_collectives == 0);
+      CHILD_CHECK(perseus_shutdown() == PERSEUS_OK);
+      return 0;
+    });
+    for (int r = 0; r < 2; ++r)
+      EXPECT_TRUE(st[r].ok()) << "threads " << threads << " rank " << r << ": " << st[r].describe();
+  }
+}
+
 TEST(CapiPostedByAddress, AMismatchOfANamePostedByAddressIsReportedByName) {
   const int n = 2;
   auto st = runCapiJob(n, [&](int r) {
