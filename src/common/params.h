@@ -91,7 +91,7 @@ namespace perseus {
   X(int64_t, posted_by_address, "PERSEUS_POSTED_BY_ADDRESS", int64_t{4} << 20,                     \
     "Posted broadcasts and allgathers of 8 KiB up to this many bytes per rank are posted by "      \
     "address: the readers copy straight from the poster's memory (cross-memory attach), and the "  \
-    "poster returns once they have (Note [Posts by address]; at most 1 MiB where a rank has "     \
+    "poster returns once they have (Note [Posts by address]; at most 1 MiB where a rank has "      \
     "several reduce threads: Note [By-address cap on many cores]; 0: every post goes through the " \
     "pool, <= 64 KiB).")                                                                           \
   X(int64_t, cache_capacity, "PERSEUS_CACHE_CAPACITY", int64_t{1024},                              \
