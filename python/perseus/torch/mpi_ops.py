@@ -170,11 +170,11 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 def allgather_blocking(tensor, name=None, process_set=global_process_set):
-    """synchronize(allgather_async(...)) without the handle table. A small contiguous CPU
-    tensor of a native dtype takes one FASTCALL (_core.allgather_tensor for a torch.Tensor,
-    read as allreduce_ reads it, else _core.allgather_into): no capsule, no Python
-    handle, the result copied into a new tensor, which costs less than wrapping the library's
-    memory below _ALLGATHER_COPY_MAX bytes of input."""
+    """synchronize(allgather_async(...)) without the handle table. A contiguous CPU tensor of
+    a native dtype takes one FASTCALL (_core.allgather_tensor for a torch.Tensor of up to
+    _ALLGATHER_POSTED_MAX bytes, read as allreduce_ reads it, else _core.allgather_into): no
+    capsule, no Python handle, the result written or copied into a new tensor, which costs
+    less than wrapping the library's memory where the extension takes the call."""
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
         name = op_name("allgather", name, ps)
