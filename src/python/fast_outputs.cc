@@ -34,7 +34,8 @@ constexpr double kWaitSliceS = 0.25;
 
 // Up to this many bytes of input an allgather's result may be copied out of the library's memory
 // into a new tensor (bench/small_ops/README.md): below it, the copy costs less than handing that
-// memory over through a DLPack capsule.
+// memory over through a DLPack capsule. perseus.torch's _ALLGATHER_COPY_MAX is the same bound
+// for the allgathers it makes by address (allgather_into).
 constexpr long long kCopyOutputMaxBytes = 64 * 1024;
 
 // How a late wait ended: done, failed (with a Python error; the collective is over), or

@@ -210,6 +210,7 @@ def allgather_declined(tensor, name, ps):
 # Up to this many bytes of input (the post lane's bound for allgathers through the pool),
 # allgather_into makes the result tensor and has the collective's result copied into it
 # (bench/small_ops/README.md); above, the result is the library's memory, shared zero-copy.
+# The extension's allgather_tensor copies up to the same bound (kCopyOutputMaxBytes).
 _ALLGATHER_COPY_MAX = 64 * 1024
 # Up to this many bytes of input (PERSEUS_POSTED_BY_ADDRESS's default: Note [Posts by address]),
 # _core.allgather_tensor opens a posted allgather and has it written straight into the result
