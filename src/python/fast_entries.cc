@@ -3,7 +3,8 @@
 // fast calls (fast_calls.h) with no Python frame. The frame, its keyword matching and its global
 // lookups were about a fifth of a small allreduce_ (bench/small_ops/README.md). Each entry binds
 // its arguments as the Python function it stands for would, takes the fast call when the Python
-// function would (a named call of the global set, the same op table), and otherwise calls that
+// function would (a call of the global set, the same op table; no name is the kind's
+// blocking name, perseus.common.names), and otherwise calls that
 // function with the arguments unchanged: it raises what Python raises for a wrong call, and
 // takes every other path (another process set, a CUDA tensor, a gradient).
 #include <Python.h>
@@ -38,6 +39,7 @@ struct Entry {
   PyObject* fallback;    // the Python function it stands for
   PyObject* global_set;  // the global process set
   PyObject* config;      // what the entry's kind says it is
+  PyObject* unnamed;     // the name of a call with name=None (names.blocking_name)
   PyObject* dict;
 };
 
@@ -91,6 +93,13 @@ bool globalSet(PyObject* self, PyObject* process_set) {
   return process_set == nullptr || process_set == entryOf(self)->global_set;
 }
 
+// The call's name: a str as given, the entry's unnamed name for None or no name, else null
+// (the fallback makes one of it).
+PyObject* nameOf(PyObject* self, PyObject* name) {
+  if (name == nullptr || name == Py_None) return entryOf(self)->unnamed;
+  return PyUnicode_CheckExact(name) ? name : nullptr;
+}
+
 // The fast call's result, else (NotImplemented) the fallback's. The fast call runs inside an
 // InPerseusCall (call_site.h): a late collective's stall report then names the user's line that
 // waits for it, which the fallback's own Python frames show.
@@ -116,7 +125,7 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, size_t nargsf, P
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[7] = {};
   if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
-      a[2] == nullptr || !PyUnicode_CheckExact(a[2]) || !globalSet(self, a[6])) {
+      (a[2] = nameOf(self, a[2])) == nullptr || !globalSet(self, a[6])) {
     return fallback(self, args, nargs, kwnames);
   }
   // The op table's entry, as _DIRECT_OPS.get(op): absent (or unhashable) for ops it lacks.
@@ -141,7 +150,7 @@ PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, size_t nargs
   PyObject* config = entryOf(self)->config;
   PyObject* a[8] = {};
   if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
-      a[2] == nullptr || !PyUnicode_CheckExact(a[2]) ||
+      (a[2] = nameOf(self, a[2])) == nullptr ||
       (a[3] != nullptr && a[3] != PyTuple_GET_ITEM(config, 1)) || !globalSet(self, a[7])) {
     return fallback(self, args, nargs, kwnames);
   }
@@ -163,7 +172,7 @@ PyObject* broadcastEntry(PyObject* self, PyObject* const* args, size_t nargsf, P
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[4] = {};
   if (!bind(names, args, nargs, kwnames, a) || a[1] == nullptr || !PyLong_CheckExact(a[1]) ||
-      a[2] == nullptr || !PyUnicode_CheckExact(a[2]) || !globalSet(self, a[3])) {
+      (a[2] = nameOf(self, a[2])) == nullptr || !globalSet(self, a[3])) {
     return fallback(self, args, nargs, kwnames);
   }
   PyObject* call[4] = {a[0], a[2], a[1], zero};
@@ -176,7 +185,7 @@ PyObject* allgatherEntry(PyObject* self, PyObject* const* args, size_t nargsf, P
   static const auto names = interned(kAllgatherParams);
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[3] = {};
-  if (!bind(names, args, nargs, kwnames, a) || a[1] == nullptr || !PyUnicode_CheckExact(a[1]) ||
+  if (!bind(names, args, nargs, kwnames, a) || (a[1] = nameOf(self, a[1])) == nullptr ||
       !globalSet(self, a[2])) {
     return fallback(self, args, nargs, kwnames);
   }
@@ -241,6 +250,7 @@ int traverseEntry(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(e->fallback);
   Py_VISIT(e->global_set);
   Py_VISIT(e->config);
+  Py_VISIT(e->unnamed);
   Py_VISIT(e->dict);
   Py_VISIT(Py_TYPE(self));  // a heap type's instances own a reference to it
   return 0;
@@ -251,6 +261,7 @@ int clearEntry(PyObject* self) {
   Py_CLEAR(e->fallback);
   Py_CLEAR(e->global_set);
   Py_CLEAR(e->config);
+  Py_CLEAR(e->unnamed);
   Py_CLEAR(e->dict);
   return 0;
 }
@@ -338,9 +349,11 @@ PyObject* newEntry(PyTypeObject* type, const Kind& kind, PyObject* const* args) 
   Py_INCREF(args[1]);
   Py_INCREF(args[2]);
   Py_INCREF(args[3]);
+  Py_INCREF(args[5]);
   e->fallback = args[1];
   e->global_set = args[2];
   e->config = args[3];
+  e->unnamed = args[5];
   e->dict = PyDict_New();
   PyObject_GC_Track(e);
   PyObject* self = reinterpret_cast<PyObject*>(e);
@@ -351,11 +364,13 @@ PyObject* newEntry(PyTypeObject* type, const Kind& kind, PyObject* const* args) 
   return self;
 }
 
-// fast_entry(kind, fallback, global_set, config, module): the entry `kind` (a name in kKinds)
-// standing for the Python function `fallback`, as a function of module `module`.
+// fast_entry(kind, fallback, global_set, config, module, unnamed): the entry `kind` (a name
+// in kKinds) standing for the Python function `fallback`, as a function of module `module`;
+// a call with no name takes the str `unnamed`.
 PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || !PyUnicode_Check(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "fast_entry(kind, fallback, global_set, config, module)");
+  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyUnicode_CheckExact(args[5])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "fast_entry(kind, fallback, global_set, config, module, unnamed: str)");
     return nullptr;
   }
   static PyObject* const type = PyType_FromSpec(&kEntrySpec);
@@ -378,8 +393,9 @@ PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyMethodDef kFactory[] = {
     {"fast_entry", asCFunction<fastEntry>(), METH_FASTCALL,
-     "fast_entry(kind, fallback, global_set, config, module): the C entry 'allreduce', "
-     "'allreduce_', 'broadcast_' or 'allgather' standing for the Python function `fallback`."},
+     "fast_entry(kind, fallback, global_set, config, module, unnamed): the C entry "
+     "'allreduce', 'allreduce_', 'broadcast_' or 'allgather' standing for the Python function "
+     "`fallback`; a call with no name takes the name `unnamed`."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

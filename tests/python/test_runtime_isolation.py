@@ -65,7 +65,7 @@ def test_torch_collectives_survive_every_dtype_and_error_path():
     """torch loads the system's libstdc++.so.6 before perseus loads: the mixed case."""
     pytest.importorskip("torch")
     out = run_worker(2, "torch_collectives.py", "quick").stdout
-    assert out.count("PASS check_") == 2 * 9
+    assert out.count("PASS check_") == 2 * 10
     assert run_worker(2, "torch_errors.py").stdout.count("PASS errors") == 2
 
 

@@ -11,12 +11,12 @@ pytestmark = pytest.mark.timeout(200)
 
 def test_collectives_2_ranks():
     out = run_worker(2, "torch_collectives.py").stdout
-    assert out.count("PASS check_") == 2 * 9
+    assert out.count("PASS check_") == 2 * 10
 
 
 def test_collectives_3_ranks():
     out = run_worker(3, "torch_collectives.py", "quick").stdout
-    assert out.count("PASS check_") == 3 * 9
+    assert out.count("PASS check_") == 3 * 10
 
 
 def test_errors_raise_and_never_hang():

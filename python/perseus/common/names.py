@@ -1,6 +1,17 @@
-"""Names of unnamed collectives. Ranks must agree on every name, so an unnamed op gets
-'<kind>.noname.<n>' from a counter per (kind, process set): ranks that issue the same sequence
-of unnamed ops on a set get the same names, whatever they do on other sets."""
+"""Names of unnamed collectives. Ranks must agree on every name.
+
+An unnamed asynchronous op gets '<kind>.noname.<n>' from a counter per (kind, process set):
+ranks that issue the same sequence of unnamed ops on a set get the same names, whatever they do
+on other sets.
+
+An unnamed blocking call (allreduce_, allreduce, broadcast_, broadcast, allgather) gets one
+fixed name per (kind, process set), '<kind>.noname': a thread has at most one blocking call in
+flight, so the i-th such call pairs with the i-th on every rank as the counter's names would,
+and the name repeats, so the engine's response cache and post lane take it from the second
+call on, as they take a named call; a fresh name per call would be negotiated in full every
+time, which costs a small collective many times its own time. Two threads of one
+rank in unnamed blocking calls of one kind and set at once get DuplicateNameError; with the
+counter they could pair differently on different ranks."""
 
 import itertools
 import threading
@@ -23,3 +34,10 @@ def op_name(kind, name, process_set_id=0):
     if process_set_id == 0:
         return "%s.noname.%d" % (kind, n)
     return "%s.noname.%d.ps%d" % (kind, n, process_set_id)
+
+
+def blocking_name(kind, process_set_id=0):
+    """The name of an unnamed blocking call of `kind` on the set (module doc)."""
+    if process_set_id == 0:
+        return kind + ".noname"
+    return "%s.noname.ps%d" % (kind, process_set_id)

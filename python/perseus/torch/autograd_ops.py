@@ -5,6 +5,7 @@ whose gradients are the ones Horovod defines:
   broadcast      -> the averaged gradient on the root, zeros elsewhere
   alltoall       -> alltoall of the gradient back with the received splits
   reducescatter  -> allgather of the gradient (times the set size for Sum)
+An unnamed call takes its kind's blocking name (perseus.common.names), forward and backward.
 """
 
 import torch
@@ -43,6 +44,10 @@ class _Allreduce(torch.autograd.Function):
 def _allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
                prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the set (op=None: Average) and returns a new tensor."""
+    if name is None:
+        # With its name, a call that the C entry can take goes there.
+        return allreduce(tensor, average, _ops._blocking_name("allreduce", process_set),
+                         compression, op, prescale_factor, postscale_factor, process_set)
     op = resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
     reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
@@ -125,6 +130,8 @@ def _allgather(tensor, name=None, process_set=global_process_set):
     # A named call of the global set goes to the extension first, from this frame: it takes a
     # small dense CPU tensor that does not require grad and declines (NotImplemented) the rest.
     # A second Python frame and the autograd checks were a tenth of a small allgather.
+    if name is None:
+        name = _ops._blocking_name("allgather", process_set)
     tried = type(name) is str and process_set is global_process_set
     if tried:
         out = (_core_allgather or _bind_core_allgather())(
@@ -185,6 +192,8 @@ class _Broadcast(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    if name is None:
+        name = _ops._blocking_name("broadcast", process_set)
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -212,6 +221,8 @@ class _Alltoall(torch.autograd.Function):
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Returns the output, or (output, received_splits) when `splits` is given (Horovod)."""
+    if name is None:
+        name = _ops._blocking_name("alltoall", process_set)
     return _Alltoall.apply(tensor, splits, name, process_set)
 
 
@@ -234,6 +245,8 @@ class _Reducescatter(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    if name is None:
+        name = _ops._blocking_name("reducescatter", process_set)
     compressed, cctx = compression.compress(tensor)
     out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                postscale_factor)

@@ -6,7 +6,7 @@ import torch
 
 from perseus.common import basics as _basics
 from perseus.common.exceptions import InvalidArgumentError, UnsupportedError
-from perseus.common.names import op_name
+from perseus.common.names import blocking_name, op_name
 from perseus.common.ops import (Average, Max, Min, Product, Sum, check_adasum, resolve_op,
                                 to_core_op)
 from perseus.common.process_sets import global_process_set, process_set_id, set_root
@@ -177,7 +177,7 @@ def allgather_blocking(tensor, name=None, process_set=global_process_set):
     less than wrapping the library's memory where the extension takes the call."""
     ps = 0 if process_set is global_process_set else process_set_id(process_set)
     if type(name) is not str:
-        name = op_name("allgather", name, ps)
+        name = blocking_name("allgather", ps) if name is None else str(name)
     out = (_core_module or _direct()).allgather_tensor(tensor, name, ps, _ALLGATHER_POSTED_MAX,
                                                        _empty_like_with_address)
     if out is not NotImplemented:
@@ -302,6 +302,12 @@ _DIRECT_OPS = {None: 1, Average: 1, Sum: 0, Min: 2, Max: 3, Product: 4}
 _core_module = None
 
 
+def _blocking_name(kind, process_set):
+    """blocking_name of `kind` on `process_set` (an unnamed blocking call's name)."""
+    return blocking_name(kind, 0 if process_set is global_process_set
+                         else process_set_id(process_set))
+
+
 def _direct():
     global _core_module
     if _core_module is None:
@@ -335,13 +341,16 @@ def fast_entry(kind, fallback, config, module=None):
     make = getattr(_direct(), "fast_entry", None)
     if make is None:
         return fallback
-    return make(kind, fallback, global_process_set, config, module or fallback.__module__)
+    return make(kind, fallback, global_process_set, config, module or fallback.__module__,
+                blocking_name(kind.rstrip("_")))
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=global_process_set):
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
-    entry with its blocking flag)."""
+    entry with its blocking flag). Unnamed, it is blocking_name('allreduce')."""
+    if name is None:
+        name = _blocking_name("allreduce", process_set)
     if average is None and type(name) is str and process_set is global_process_set:
         try:
             core_op = _DIRECT_OPS.get(op)
@@ -390,7 +399,10 @@ def _allreduce_blocking_device_(tensor, average, name, op, prescale_factor, post
 
 
 def broadcast_blocking_(tensor, root_rank, name=None, process_set=global_process_set):
-    """synchronize(broadcast_async_(...)) as one call with no handle."""
+    """synchronize(broadcast_async_(...)) as one call with no handle. Unnamed, it is
+    blocking_name('broadcast')."""
+    if name is None:
+        name = _blocking_name("broadcast", process_set)
     if (type(name) is str and process_set is global_process_set and type(root_rank) is int
             and (_core_module or _direct()).broadcast_tensor(tensor, name, root_rank, 0)
             is not NotImplemented):

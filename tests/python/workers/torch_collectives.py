@@ -247,6 +247,41 @@ def check_async_and_misc(rank, size):
     assert hvd.allgather_object((rank, "x" * rank)) == [(r, "x" * r) for r in range(size)]
 
 
+def check_unnamed_blocking(rank, size):
+    # Unnamed blocking calls take one name per kind (perseus.common.names.blocking_name),
+    # among unnamed asynchronous ops, whose names come from a counter, and with shapes that
+    # change from call to call under the same name.
+    total = sum(range(size))
+    for it in range(6):
+        h = hvd.allreduce_async(torch.full((2,), float(rank)), op=hvd.Sum)
+        t = torch.full((1 + it % 3,), float(rank))
+        assert hvd.allreduce_(t, op=hvd.Sum) is t and t.eq(total).all(), t
+        assert hvd.allreduce(torch.full((4,), float(rank)), op=hvd.Max).eq(size - 1).all()
+        b = torch.full((it + 1,), float(rank))
+        assert hvd.broadcast_(b, root_rank=it % size) is b and b.eq(it % size).all(), b
+        assert hvd.broadcast(torch.tensor([rank]), size - 1).item() == size - 1
+        assert hvd.allgather(torch.tensor([rank] * (it % 2 + 1))).tolist() == [
+            r for r in range(size) for _ in range(it % 2 + 1)]
+        out = hvd.alltoall(torch.arange(size, dtype=torch.float32) + 10 * rank)
+        assert out.tolist() == [10.0 * r + rank for r in range(size)], out
+        out = hvd.reducescatter(torch.ones(size, 2), op=hvd.Sum)
+        assert out.shape == (1, 2) and out.eq(size).all(), out
+        assert hvd.synchronize(h).eq(total).all()
+    # A gradient through an unnamed allreduce: the backward's allreduce is unnamed too.
+    x = torch.ones(3, requires_grad=True)
+    hvd.allreduce(x * (rank + 1), op=hvd.Sum).sum().backward()
+    assert x.grad.eq(size * (rank + 1)).all(), x.grad
+    if size % 2 == 0:
+        halves = [hvd.add_process_set([r for r in range(size) if r % 2 == k]) for k in (0, 1)]
+        for _ in range(3):
+            t = torch.ones(2)
+            hvd.allreduce_(t, op=hvd.Sum, process_set=halves[rank % 2])
+            assert t.eq(size // 2).all(), t
+        hvd.barrier()
+        for half in halves:
+            hvd.remove_process_set(half)
+
+
 def check_process_sets(rank, size):
     evens = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
     assert evens.included() == (rank % 2 == 0)

@@ -56,6 +56,12 @@ def main():
     assert isinstance(e, MismatchError) and isinstance(e, PerseusInternalError), type(e)
     assert isinstance(e, ValueError)
     assert "bad.shape" in str(e), str(e)
+    # An unnamed blocking call has its kind's name (perseus.common.names), which the error
+    # names; the name is used again right after.
+    e = expect(MismatchError, hvd.allreduce_, torch.ones(2 + rank))
+    assert "allreduce.noname" in str(e), str(e)
+    t = torch.ones(2)
+    assert hvd.allreduce_(t, op=hvd.Sum).eq(hvd.size()).all(), t
     # Mismatched dtypes and ops
     expect(MismatchError, hvd.allreduce,
            torch.ones(2, dtype=torch.float32 if rank == 0 else torch.float64), name="bad.dtype")
