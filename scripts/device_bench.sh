@@ -20,6 +20,9 @@
 #   capi      the C API's world-size-1 CUDA allreduce from C++ (bench/gpu/gpu_capi_phases_bench,
 #             built there with GoogleTest from .devdeps; carry it): phase by phase, and back to
 #             back beside the CUDA calls it cannot avoid (CAPI_RUNS runs, default 3);
+#   profile   where the CPU time of the world-size-1 CUDA allreduce goes, sampled (bench/probes/
+#             sampler.c): the C API loop of part capi (run capi first) and dist.all_reduce on
+#             backend perseus (PROFILE_CALLS, default 100000 calls a round of the C API loop);
 #   soak      the elastic chaos soak, for the time left.
 # GPU correctness as a whole comes from scripts/device_check.sh, not from here.
 #
@@ -123,6 +126,20 @@ if has capi; then
       step "capi run $run" 60 bash -c "'$TB/bench/gpu_capi_phases_bench' | tee -a '$OUT/capi_phases.txt'"
     done
   fi
+fi
+if has profile; then
+  # Where the CPU time of the world-size-1 CUDA allreduce goes, sampled (bench/probes/sampler.c:
+  # no perf needed): the C API's back-to-back loop (built by part capi), then dist.all_reduce
+  # on backend perseus through dist_percall.py (only the samples with a perseus frame).
+  TB=$ROOT/build/device-bench
+  step "profile sampler build" 30 cc -O2 -shared -fPIC -o /tmp/sampler.so bench/probes/sampler.c -lrt
+  if [ -x "$TB/bench/gpu_capi_phases_bench" ]; then
+    step "profile capi" 90 env SAMPLER_OUT="$OUT/prof_capi.raw" LD_PRELOAD=/tmp/sampler.so \
+      "$TB/bench/gpu_capi_phases_bench" "${PROFILE_CALLS:-100000}"
+    step "profile capi report" 60 bash -c "python3 bench/probes/sampler_report.py '$OUT/prof_capi.raw' --only backToBack --top 70 > '$OUT/prof_capi.txt'"
+  fi
+  step "profile dist_percall" 120 bash -c "cd /tmp && SAMPLER_OUT='$OUT/prof_dist.raw' LD_PRELOAD=/tmp/sampler.so PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/dist_percall.py' --calls 20000"
+  step "profile dist_percall report" 60 bash -c "python3 bench/probes/sampler_report.py '$OUT/prof_dist.raw' --only libperseus --top 70 > '$OUT/prof_dist.txt'"
 fi
 if has soak; then
   # The soak gets what is left, less a minute for its clean end and the report.
