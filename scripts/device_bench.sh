@@ -140,6 +140,7 @@ if has profile; then
   fi
   step "profile dist_percall" 120 bash -c "cd /tmp && SAMPLER_OUT='$OUT/prof_dist.raw' LD_PRELOAD=/tmp/sampler.so PYTHONPATH='$ROOT/bench/gpu' python3 '$ROOT/bench/gpu/dist_percall.py' --calls 20000"
   step "profile dist_percall report" 60 bash -c "python3 bench/probes/sampler_report.py '$OUT/prof_dist.raw' --only libperseus --top 70 > '$OUT/prof_dist.txt'"
+  rm -f "$OUT"/prof_*.raw.*  # addresses of this machine's build: only its reports mean anything
 fi
 if has soak; then
   # The soak gets what is left, less a minute for its clean end and the report.
