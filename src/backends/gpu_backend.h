@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ class GpuWork {
   // With PERSEUS_ALLREDUCE_NANCHECK=1: after done, the name of the first tensor of the batch
   // (in batch order) whose input held a NaN or Inf, or "" if none.
   virtual std::string nonFiniteTensor() = 0;
+  // The stream the work's completion was recorded on, and the record's place in the order
+  // the stream saw it: a stream runs in order, so once a work on it is done, every work with an
+  // earlier place on it is done too (Note [GPU completion by stream], gpu_completion.cc).
+  // False where no one stream orders the work.
+  virtual bool completionStream(const void** stream, uint64_t* order) const = 0;
 };
 
 struct GpuBackendOptions {

@@ -120,7 +120,9 @@ bool Driver::step(bool* pending) {
   const double retry_s = std::clamp(stallAttentionSeconds(params_) / 4, 0.01, 1.0);
   *pending = false;
   fast_path_.progressAll();
-  if (cycle_.gpuPending()) cycle_.pollGpu();
+  if (cycle_.gpuPending() && !(t_driving_engine == this && caller_skips_gpu_poll_)) {
+    cycle_.pollGpu();
+  }
   if (cycle_.stopped()) return false;
   bool fresh = cycle_.drain();
   if (t_driving_engine == this && !caller_gpu_ && gpu_device_.load() >= 0) {
@@ -227,6 +229,7 @@ bool Driver::drive(const Handle& handle, Until until, int64_t spin_us) {
   // it parked afterwards starts when the lock is given back, below.
   t_driving_engine = this;
   caller_gpu_ = device.kept();
+  caller_skips_gpu_poll_ = until == Until::kStreamReady;
   bool stalled = false;
   // The idle time is counted from the first turn that found nothing to do.
   bool idle = false;
@@ -247,6 +250,7 @@ bool Driver::drive(const Handle& handle, Until until, int64_t spin_us) {
     }
   }
   caller_gpu_ = false;
+  caller_skips_gpu_poll_ = false;
   t_driving_engine = nullptr;
   // A stalled caller blocks next; the engine thread listens again from now on.
   last_drive_ns_.store(stalled ? 0 : nowNs(), std::memory_order_relaxed);

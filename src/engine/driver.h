@@ -122,6 +122,9 @@ class Driver {
   // Holder of cycle_mu_: a caller runs the cycles with the process's CUDA device kept for it,
   // so CUDA work may run on its thread.
   bool caller_gpu_ = false;
+  // Holder of cycle_mu_: a caller that waits only for its GPU work to be enqueued leaves the
+  // completion of GPU work to the engine thread (Note [Caller-run cycles], engine.h).
+  bool caller_skips_gpu_poll_ = false;
   std::atomic<bool> drive_requested_{false};
   std::atomic<int64_t> last_drive_ns_{0};  // steady clock; 0: no recent driver
   std::mutex park_mu_;

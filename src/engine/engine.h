@@ -38,14 +38,17 @@
 // the engine thread listens again. Polling a pending handle ends the window too, and yields
 // the core once: a busy poller would otherwise keep its core from the engine thread. A caller
 // that orders its stream after a CUDA op (streamWait) drives until the op's GPU work is enqueued,
-// not until the GPU finished it. Once the process submitted a CUDA tensor, the GPU backend makes
-// the process's device current on whichever thread runs the cycle, and a framework thread's
-// current device must not change under it: so a caller drives only while it has that device
-// current, and gets it back afterwards should a cycle have made another one current
-// (GpuBackend::currentDevice/restoreDevice). A caller with another device current leaves the
-// cycles to the engine thread (restoring its device could create a CUDA context it never had),
-// and a caller that began driving before the first CUDA tensor came stops before running a cycle
-// with it. A caller never drives from inside a completion callback of the cycle it runs.
+// not until the GPU finished it, and leaves the completion of GPU work to the engine thread,
+// which runs a cycle turn on each parked slice: asking the GPU about finished work costs a
+// driver call (Note [GPU completion by stream]) that such a caller has no use for. Once the process
+// submitted a CUDA tensor, the GPU backend makes the process's device current on whichever thread
+// runs the cycle, and a framework thread's current device must not change under it: so a caller
+// drives only while it has that device current, and gets it back afterwards should a cycle have
+// made another one current (GpuBackend::currentDevice/restoreDevice). A caller with another device
+// current leaves the cycles to the engine thread (restoring its device could create a CUDA context
+// it never had), and a caller that began driving before the first CUDA tensor came stops before
+// running a cycle with it. A caller never drives from inside a completion callback of the cycle it
+// runs.
 #pragma once
 
 #include <atomic>

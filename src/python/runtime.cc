@@ -88,7 +88,7 @@ class StoreClient {
     if (!found) return py::none();
     py::bytes out(static_cast<const char*>(value), static_cast<size_t>(bytes));
     perseus_store_free(value);
-    return std::move(out);
+    return py::object(std::move(out));
   }
   int64_t add(const std::string& key, int64_t delta) {
     int64_t result = 0;

@@ -12,14 +12,30 @@ class ScriptedWork : public backends::GpuWork {
  public:
   bool done = false;
   std::exception_ptr error;  // thrown by poll() while set
+  const void* stream = nullptr;
+  uint64_t order = 0;  // 0: no stream orders it
+  int polls = 0;
   bool poll() override {
+    ++polls;
     if (error) std::rethrow_exception(error);
     return done;
   }
   void wait() override {}
   void streamWait(void*) override {}
   std::string nonFiniteTensor() override { return ""; }
+  bool completionStream(const void** s, uint64_t* o) const override {
+    *s = stream;
+    *o = order;
+    return order != 0;
+  }
 };
+
+std::shared_ptr<ScriptedWork> onStream(const void* stream, uint64_t order) {
+  auto w = std::make_shared<ScriptedWork>();
+  w->stream = stream;
+  w->order = order;
+  return w;
+}
 
 struct Fixture {
   GpuCompletion completion;
@@ -97,6 +113,54 @@ TEST(GpuCompletion, ALostPeerBreaksTheEngineAndFailAllFailsTheRest) {
     EXPECT_NE(h->message().find("' failed: rank 1 exited"), std::string::npos) << h->message();
   }
   EXPECT_TRUE(f.completion.empty());
+}
+
+// Note [GPU completion by stream]: once the newest work on a stream is done, the older ones on
+// it are done without being asked; works of another stream, or recorded later, are asked.
+TEST(GpuCompletion, AStreamsNewestDoneWorkRetiresItsOlderOnesWithoutAQuery) {
+  Fixture f;
+  int s1 = 0, s2 = 0;
+  std::vector<std::shared_ptr<ScriptedWork>> works = {onStream(&s1, 1), onStream(&s1, 3),
+                                                      onStream(&s2, 2), onStream(&s1, 4)};
+  std::vector<std::shared_ptr<Handle>> handles;
+  for (size_t i = 0; i < works.size(); ++i)
+    handles.push_back(f.add("t" + std::to_string(i), {works[i]}));
+  std::vector<std::string> order;
+  for (auto& h : handles) {
+    h->setCallback([&order, name = std::string(h->name())](StatusCode, const std::string&) {
+      order.push_back(name);
+    });
+  }
+  works[0]->done = works[1]->done = works[2]->done = true;  // s1's newest (order 4) still runs
+  f.completion.poll(nullptr, f.onBreak());
+  EXPECT_EQ(order, (std::vector<std::string>{"t0", "t1", "t2"}));  // in the order added
+  EXPECT_EQ(works[0]->polls, 0);  // order 3 on s1 was done: order 1 is
+  EXPECT_EQ(works[1]->polls, 1);
+  EXPECT_EQ(works[2]->polls, 1);  // s2: asked
+  EXPECT_EQ(works[3]->polls, 1);
+  EXPECT_FALSE(handles[3]->done());
+  works[3]->done = true;
+  f.completion.poll(nullptr, f.onBreak());
+  EXPECT_TRUE(handles[3]->done());
+  EXPECT_TRUE(f.completion.empty());
+}
+
+TEST(GpuCompletion, AnOlderWorkAddedLaterIsRetiredByItsRecordOrderNotItsPlace) {
+  // Completion order follows the record order on the stream, which may differ from the order
+  // the engine hands works over: a work recorded later than a done one is still asked.
+  Fixture f;
+  int s = 0;
+  auto later = onStream(&s, 9), earlier = onStream(&s, 5), unordered = onStream(&s, 0);
+  auto h_later = f.add("later", {later});
+  auto h_earlier = f.add("earlier", {earlier});
+  auto h_unordered = f.add("unordered", {unordered});
+  earlier->done = true;
+  f.completion.poll(nullptr, f.onBreak());
+  EXPECT_TRUE(h_earlier->done());
+  EXPECT_FALSE(h_later->done());  // recorded after the done one: asked, and not done
+  EXPECT_EQ(later->polls, 1);
+  EXPECT_FALSE(h_unordered->done());  // no stream orders it: asked itself
+  EXPECT_EQ(unordered->polls, 1);
 }
 
 }  // namespace

@@ -7,6 +7,14 @@
 
 namespace perseus::nccl {
 
+uint64_t recordInOrder(cudaEvent_t event, cudaStream_t stream, const char* what) {
+  static std::mutex mutex;
+  static uint64_t next = 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  checkCuda(cudaEventRecord(event, stream), what);
+  return ++next;
+}
+
 EventPool::~EventPool() {
   for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
 }

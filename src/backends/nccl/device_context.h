@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -35,18 +36,32 @@ class EventPool {
   std::vector<cudaEvent_t> free_;
 };
 
-// A recorded "tensor ready" event (backends::GpuEvent); returns its event to the pool.
+// Records `event` on `stream`; returns the record's place among all records made through
+// here. Records are serialised, so on any one stream a later place is a later record
+// (backends::GpuWork::completionStream).
+uint64_t recordInOrder(cudaEvent_t event, cudaStream_t stream, const char* what);
+
+// A "tensor ready" event (backends::GpuEvent), once recorded on its stream; returns its event
+// to the pool.
 class CudaEvent : public backends::GpuEvent {
  public:
   CudaEvent(std::shared_ptr<EventPool> pool, cudaEvent_t event)
       : pool_(std::move(pool)), event_(event) {}
   ~CudaEvent() override { pool_->release(event_); }
+  void record(cudaStream_t stream, const char* what) {
+    order_ = recordInOrder(event_, stream, what);
+    stream_ = stream;
+  }
   cudaEvent_t get() const { return event_; }
+  cudaStream_t stream() const { return stream_; }
+  uint64_t order() const { return order_; }
   int device() const { return pool_->device(); }
 
  private:
   std::shared_ptr<EventPool> pool_;
   cudaEvent_t event_;
+  cudaStream_t stream_ = nullptr;
+  uint64_t order_ = 0;
 };
 
 struct Slot {

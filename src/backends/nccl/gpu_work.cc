@@ -27,6 +27,8 @@ CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double t
   events_->release(done_);
   borrowed_ = std::move(done);
   done_ = borrowed_->get();
+  done_stream_ = borrowed_->stream();
+  done_order_ = borrowed_->order();
 }
 
 CudaWork::~CudaWork() {
@@ -34,7 +36,17 @@ CudaWork::~CudaWork() {
 }
 
 void CudaWork::recordDone(cudaStream_t stream) {
-  checkCuda(cudaEventRecord(done_, stream), "cudaEventRecord (collective done)");
+  done_order_ = recordInOrder(done_, stream, "cudaEventRecord (collective done)");
+  done_stream_ = stream;
+}
+
+bool CudaWork::completionStream(const void** stream, uint64_t* order) const {
+  // The per-thread default stream's handle names another stream in each thread.
+  if (done_order_ == 0 || done_stream_ == cudaStreamPerThread) return false;
+  // The legacy default stream has two handles.
+  *stream = done_stream_ == cudaStreamLegacy ? nullptr : done_stream_;
+  *order = done_order_;
+  return true;
 }
 
 void CudaWork::setNanCheck(const int* host_flag, std::vector<std::string> names) {

@@ -40,6 +40,7 @@ class CudaWork : public backends::GpuWork {
   void wait() override;
   void streamWait(void* stream) override;
   std::string nonFiniteTensor() override;
+  bool completionStream(const void** stream, uint64_t* order) const override;
 
  private:
   void rethrowIfFailed();
@@ -47,6 +48,8 @@ class CudaWork : public backends::GpuWork {
   std::shared_ptr<EventPool> events_;
   std::shared_ptr<CudaEvent> borrowed_;  // set: done_ is its event, not ours to release
   cudaEvent_t done_ = nullptr;
+  cudaStream_t done_stream_ = nullptr;  // where done_ was recorded, once recorded
+  uint64_t done_order_ = 0;             // recordInOrder's place; 0: not recorded
   std::string what_;
   std::chrono::steady_clock::time_point deadline_;
   double timeout_s_;

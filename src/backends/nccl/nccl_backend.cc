@@ -28,8 +28,7 @@ std::shared_ptr<backends::GpuEvent> NcclBackend::recordReady(int device, void* s
   auto pool = context(device).events();
   DeviceGuard guard(device);
   auto event = std::make_shared<CudaEvent>(pool, pool->acquire());
-  checkCuda(cudaEventRecord(event->get(), static_cast<cudaStream_t>(stream)),
-            "cudaEventRecord (tensor ready)");
+  event->record(static_cast<cudaStream_t>(stream), "cudaEventRecord (tensor ready)");
   return event;
 }
 

@@ -35,8 +35,10 @@ class GpuCompletion {
            StatusCode code, std::string message, Clock::time_point launched);
 
   // Completes every handle whose work finished, or failed on its own (a local CUDA error:
-  // that handle only). A lost peer, a timeout or a shutdown that the backend reports calls
-  // `break_engine` and returns at once: stopping fails the rest (failAll).
+  // that handle only), in the order they were added. A lost peer, a timeout or a shutdown that
+  // the backend reports calls `break_engine` and returns at once: stopping fails the rest
+  // (failAll). Asks each stream about its works newest first (Note [GPU completion by
+  // stream], gpu_completion.cc).
   void poll(Timeline* timeline, const BreakEngine& break_engine);
 
   // Fails every pending handle with `message` (the engine stopped).
@@ -51,8 +53,20 @@ class GpuCompletion {
     StatusCode code = StatusCode::kOk;
     std::string message;
     Clock::time_point launched;
+    bool done = false;  // this poll's finding
   };
+  // The latest record found done on a stream during one poll.
+  struct StreamDone {
+    const void* stream;
+    uint64_t order;
+  };
+  bool workDone(backends::GpuWork& work);
+  // Which pending works are done: false when `break_engine` was called.
+  bool findDone(const BreakEngine& break_engine);
+
   std::vector<Pending> pending_;
+  std::vector<Pending> finished_;         // one poll's; kept for its capacity
+  std::vector<StreamDone> streams_done_;  // ditto
 };
 
 }  // namespace perseus::engine
