@@ -21,9 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef sigev_notify_thread_id
