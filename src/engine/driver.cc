@@ -21,6 +21,13 @@ using Clock = std::chrono::steady_clock;
 // due cycles this often.
 constexpr std::chrono::microseconds kDriveWindow{2000};
 constexpr std::chrono::microseconds kParkSlice{100};
+// Note [Caller-run cycles]: a caller that waits only for its GPU work to be enqueued polls GPU
+// completion this often at most. A poll is a driver call (cudaEventQuery) per stream, as costly
+// as a small op's whole submission; spaced out, one poll retires the works of several ops
+// (Note [GPU completion by stream]) and a handle completes this much later at most. The
+// completed works are freed on the caller's thread, where they were allocated: retiring them
+// on the engine thread instead cost more in the allocator than the polls it saved.
+constexpr std::chrono::microseconds kCallerGpuPollGap{20};
 
 // The driver whose cycle this thread is running as a caller: a completion callback that waits
 // must not try to drive again (the cycle lock is not recursive).
@@ -120,9 +127,7 @@ bool Driver::step(bool* pending) {
   const double retry_s = std::clamp(stallAttentionSeconds(params_) / 4, 0.01, 1.0);
   *pending = false;
   fast_path_.progressAll();
-  if (cycle_.gpuPending() && !(t_driving_engine == this && caller_skips_gpu_poll_)) {
-    cycle_.pollGpu();
-  }
+  if (cycle_.gpuPending() && gpuPollDue()) cycle_.pollGpu();
   if (cycle_.stopped()) return false;
   bool fresh = cycle_.drain();
   if (t_driving_engine == this && !caller_gpu_ && gpu_device_.load() >= 0) {
@@ -142,6 +147,14 @@ bool Driver::step(bool* pending) {
     next_retry_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(retry_s));
   }
+  return true;
+}
+
+bool Driver::gpuPollDue() {
+  if (t_driving_engine != this || !caller_spaces_gpu_polls_) return true;
+  const auto now = Clock::now();
+  if (now - caller_gpu_poll_ < kCallerGpuPollGap) return false;
+  caller_gpu_poll_ = now;
   return true;
 }
 
@@ -229,7 +242,7 @@ bool Driver::drive(const Handle& handle, Until until, int64_t spin_us) {
   // it parked afterwards starts when the lock is given back, below.
   t_driving_engine = this;
   caller_gpu_ = device.kept();
-  caller_skips_gpu_poll_ = until == Until::kStreamReady;
+  caller_spaces_gpu_polls_ = until == Until::kStreamReady;
   bool stalled = false;
   // The idle time is counted from the first turn that found nothing to do.
   bool idle = false;
@@ -250,7 +263,7 @@ bool Driver::drive(const Handle& handle, Until until, int64_t spin_us) {
     }
   }
   caller_gpu_ = false;
-  caller_skips_gpu_poll_ = false;
+  caller_spaces_gpu_polls_ = false;
   t_driving_engine = nullptr;
   // A stalled caller blocks next; the engine thread listens again from now on.
   last_drive_ns_.store(stalled ? 0 : nowNs(), std::memory_order_relaxed);

@@ -84,6 +84,8 @@ class Driver {
   // Runs fn holding cycle_mu_, asking the engine thread to give it up between its cycles.
   void withCycleLock(const std::function<void()>& fn);
   bool drivenRecently() const;
+  // Whether this turn polls GPU completion (a caller spaces its polls out).
+  bool gpuPollDue();
   // What a driving caller waits for: the handle done (waitFor), or its GPU work published
   // (streamWait).
   enum class Until { kDone, kStreamReady };
@@ -122,9 +124,11 @@ class Driver {
   // Holder of cycle_mu_: a caller runs the cycles with the process's CUDA device kept for it,
   // so CUDA work may run on its thread.
   bool caller_gpu_ = false;
-  // Holder of cycle_mu_: a caller that waits only for its GPU work to be enqueued leaves the
-  // completion of GPU work to the engine thread (Note [Caller-run cycles], engine.h).
-  bool caller_skips_gpu_poll_ = false;
+  // Holder of cycle_mu_: a caller that waits only for its GPU work to be enqueued asks the GPU
+  // about finished work at most once per kCallerGpuPollGap (Note [Caller-run cycles],
+  // engine.h); when it last did.
+  bool caller_spaces_gpu_polls_ = false;
+  std::chrono::steady_clock::time_point caller_gpu_poll_{};
   std::atomic<bool> drive_requested_{false};
   std::atomic<int64_t> last_drive_ns_{0};  // steady clock; 0: no recent driver
   std::mutex park_mu_;

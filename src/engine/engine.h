@@ -38,9 +38,9 @@
 // the engine thread listens again. Polling a pending handle ends the window too, and yields
 // the core once: a busy poller would otherwise keep its core from the engine thread. A caller
 // that orders its stream after a CUDA op (streamWait) drives until the op's GPU work is enqueued,
-// not until the GPU finished it, and leaves the completion of GPU work to the engine thread,
-// which runs a cycle turn on each parked slice: asking the GPU about finished work costs a
-// driver call (Note [GPU completion by stream]) that such a caller has no use for. Once the process
+// not until the GPU finished it, and polls GPU completion at most once per kCallerGpuPollGap:
+// asking the GPU about finished work costs a driver call (Note [GPU completion by stream])
+// that such a caller has no use for itself. Once the process
 // submitted a CUDA tensor, the GPU backend makes the process's device current on whichever thread
 // runs the cycle, and a framework thread's current device must not change under it: so a caller
 // drives only while it has that device current, and gets it back afterwards should a cycle have
