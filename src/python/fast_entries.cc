@@ -39,7 +39,8 @@ struct Entry {
   PyObject* fallback;    // the Python function it stands for
   PyObject* global_set;  // the global process set
   PyObject* config;      // what the entry's kind says it is
-  PyObject* unnamed;     // the name of a call with name=None (names.blocking_name)
+  PyObject* unnamed;     // the name of a call with name=None (names.blocking_name): a str, or
+                         // for the allreduce entries a dict by the op's core code
   PyObject* dict;
 };
 
@@ -93,11 +94,15 @@ bool globalSet(PyObject* self, PyObject* process_set) {
   return process_set == nullptr || process_set == entryOf(self)->global_set;
 }
 
-// The call's name: a str as given, the entry's unnamed name for None or no name, else null
-// (the fallback makes one of it).
-PyObject* nameOf(PyObject* self, PyObject* name) {
-  if (name == nullptr || name == Py_None) return entryOf(self)->unnamed;
-  return PyUnicode_CheckExact(name) ? name : nullptr;
+// The call's name: a str as given, the entry's unnamed name for None or no name (by `op`, the
+// op's core code, for the allreduce entries), else null (the fallback makes one of it).
+PyObject* nameOf(PyObject* self, PyObject* name, PyObject* op = nullptr) {
+  if (name != nullptr && name != Py_None) return PyUnicode_CheckExact(name) ? name : nullptr;
+  PyObject* unnamed = entryOf(self)->unnamed;
+  if (!PyDict_CheckExact(unnamed)) return unnamed;
+  PyObject* by_op = op != nullptr ? PyDict_GetItemWithError(unnamed, op) : nullptr;
+  if (by_op == nullptr) PyErr_Clear();
+  return by_op;
 }
 
 // The fast call's result, else (NotImplemented) the fallback's. The fast call runs inside an
@@ -125,12 +130,12 @@ PyObject* allreduceEntry(PyObject* self, PyObject* const* args, size_t nargsf, P
   static PyObject* const zero = PyLong_FromLong(0);
   PyObject* a[7] = {};
   if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
-      (a[2] = nameOf(self, a[2])) == nullptr || !globalSet(self, a[6])) {
+      !globalSet(self, a[6])) {
     return fallback(self, args, nargs, kwnames);
   }
   // The op table's entry, as _DIRECT_OPS.get(op): absent (or unhashable) for ops it lacks.
   PyObject* op = PyDict_GetItemWithError(entryOf(self)->config, a[3] == nullptr ? Py_None : a[3]);
-  if (op == nullptr) {
+  if (op == nullptr || (a[2] = nameOf(self, a[2], op)) == nullptr) {
     PyErr_Clear();
     return fallback(self, args, nargs, kwnames);
   }
@@ -150,13 +155,12 @@ PyObject* allreduceCopyEntry(PyObject* self, PyObject* const* args, size_t nargs
   PyObject* config = entryOf(self)->config;
   PyObject* a[8] = {};
   if (!bind(names, args, nargs, kwnames, a) || (a[1] != nullptr && a[1] != Py_None) ||
-      (a[2] = nameOf(self, a[2])) == nullptr ||
       (a[3] != nullptr && a[3] != PyTuple_GET_ITEM(config, 1)) || !globalSet(self, a[7])) {
     return fallback(self, args, nargs, kwnames);
   }
   PyObject* op =
       PyDict_GetItemWithError(PyTuple_GET_ITEM(config, 0), a[4] == nullptr ? Py_None : a[4]);
-  if (op == nullptr) {
+  if (op == nullptr || (a[2] = nameOf(self, a[2], op)) == nullptr) {
     PyErr_Clear();
     return fallback(self, args, nargs, kwnames);
   }
@@ -366,11 +370,12 @@ PyObject* newEntry(PyTypeObject* type, const Kind& kind, PyObject* const* args) 
 
 // fast_entry(kind, fallback, global_set, config, module, unnamed): the entry `kind` (a name
 // in kKinds) standing for the Python function `fallback`, as a function of module `module`;
-// a call with no name takes the str `unnamed`.
+// a call with no name takes the str `unnamed`, or the allreduce entries unnamed[op's code].
 PyObject* fastEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyUnicode_CheckExact(args[5])) {
+  if (nargs != 6 || !PyUnicode_Check(args[0]) ||
+      !(PyUnicode_CheckExact(args[5]) || PyDict_CheckExact(args[5]))) {
     PyErr_SetString(PyExc_TypeError,
-                    "fast_entry(kind, fallback, global_set, config, module, unnamed: str)");
+                    "fast_entry(kind, fallback, global_set, config, module, unnamed: str or dict)");
     return nullptr;
   }
   static PyObject* const type = PyType_FromSpec(&kEntrySpec);

@@ -4,17 +4,23 @@ An unnamed asynchronous op gets '<kind>.noname.<n>' from a counter per (kind, pr
 ranks that issue the same sequence of unnamed ops on a set get the same names, whatever they do
 on other sets.
 
-An unnamed blocking call (allreduce_, allreduce, broadcast_, broadcast, allgather) gets one
-fixed name per (kind, process set), '<kind>.noname': a thread has at most one blocking call in
-flight, so the i-th such call pairs with the i-th on every rank as the counter's names would,
+An unnamed blocking call (allreduce_, allreduce, broadcast_, broadcast, allgather, alltoall,
+reducescatter) gets one fixed name per (kind, reduce op, process set), '<kind>.noname' with the
+op's suffix where it is not Average ('allreduce.noname.sum'): a thread has at most one blocking
+call in flight, so the i-th such call pairs with the i-th on every rank as the counter's names would,
 and the name repeats, so the engine's response cache and post lane take it from the second
 call on, as they take a named call; a fresh name per call would be negotiated in full every
-time, which costs a small collective many times its own time. Two threads of one
+time, which costs a small collective many times its own time. The op is in the name because a
+loop often averages a loss and sums a count: under one name, each change of op would take the
+name off the post lane (a name that changes its shape, dtype or op is negotiated again, and
+after a few changes stays negotiated). Two threads of one
 rank in unnamed blocking calls of one kind and set at once get DuplicateNameError; with the
 counter they could pair differently on different ranks."""
 
 import itertools
 import threading
+
+from perseus.common.ops import Adasum, Max, Min, Product, Sum
 
 _lock = threading.Lock()  # only to create a counter; next() on one is atomic under the GIL
 _counters = {}
@@ -36,8 +42,14 @@ def op_name(kind, name, process_set_id=0):
     return "%s.noname.%d.ps%d" % (kind, n, process_set_id)
 
 
-def blocking_name(kind, process_set_id=0):
-    """The name of an unnamed blocking call of `kind` on the set (module doc)."""
-    if process_set_id == 0:
-        return kind + ".noname"
-    return "%s.noname.ps%d" % (kind, process_set_id)
+_OP_SUFFIX = {Sum: ".sum", Adasum: ".adasum", Min: ".min", Max: ".max", Product: ".product"}
+
+
+def blocking_name(kind, process_set_id=0, op=None):
+    """The name of an unnamed blocking call of `kind` with reduce op `op` (None or Average:
+    none) on the set (module doc)."""
+    try:
+        name = kind + ".noname" + _OP_SUFFIX.get(op, "")
+    except TypeError:  # an unhashable op: the call reports it
+        name = kind + ".noname"
+    return name if process_set_id == 0 else "%s.ps%d" % (name, process_set_id)

@@ -46,8 +46,9 @@ def _allreduce(tensor, average=None, name=None, compression=Compression.none, op
     """Reduces `tensor` over the set (op=None: Average) and returns a new tensor."""
     if name is None:
         # With its name, a call that the C entry can take goes there.
-        return allreduce(tensor, average, _ops._blocking_name("allreduce", process_set),
-                         compression, op, prescale_factor, postscale_factor, process_set)
+        name = _ops._blocking_name("allreduce", process_set, op, average)
+        return allreduce(tensor, average, name, compression, op, prescale_factor,
+                         postscale_factor, process_set)
     op = resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
     reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
@@ -246,7 +247,7 @@ class _Reducescatter(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     if name is None:
-        name = _ops._blocking_name("reducescatter", process_set)
+        name = _ops._blocking_name("reducescatter", process_set, op)
     compressed, cctx = compression.compress(tensor)
     out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                postscale_factor)

@@ -302,10 +302,13 @@ _DIRECT_OPS = {None: 1, Average: 1, Sum: 0, Min: 2, Max: 3, Product: 4}
 _core_module = None
 
 
-def _blocking_name(kind, process_set):
-    """blocking_name of `kind` on `process_set` (an unnamed blocking call's name)."""
+def _blocking_name(kind, process_set, op=None, average=None):
+    """blocking_name of `kind` on `process_set` with the op that `op` and Horovod's deprecated
+    `average` make (an unnamed blocking call's name)."""
+    if op is None and average is not None:
+        op = Average if average else Sum
     return blocking_name(kind, 0 if process_set is global_process_set
-                         else process_set_id(process_set))
+                         else process_set_id(process_set), op)
 
 
 def _direct():
@@ -341,8 +344,12 @@ def fast_entry(kind, fallback, config, module=None):
     make = getattr(_direct(), "fast_entry", None)
     if make is None:
         return fallback
+    base = kind.rstrip("_")
+    unnamed = blocking_name(base)
+    if base == "allreduce":  # by the op's core code, as the entry reads it (_DIRECT_OPS)
+        unnamed = {code: blocking_name(base, 0, op) for op, code in _DIRECT_OPS.items()}
     return make(kind, fallback, global_process_set, config, module or fallback.__module__,
-                blocking_name(kind.rstrip("_")))
+                unnamed)
 
 
 def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -350,7 +357,7 @@ def allreduce_blocking_(tensor, average=None, name=None, op=None, prescale_facto
     """synchronize(allreduce_async_(...)) as one call with no handle (the core's allreduce
     entry with its blocking flag). Unnamed, it is blocking_name('allreduce')."""
     if name is None:
-        name = _blocking_name("allreduce", process_set)
+        name = _blocking_name("allreduce", process_set, op, average)
     if average is None and type(name) is str and process_set is global_process_set:
         try:
             core_op = _DIRECT_OPS.get(op)

@@ -55,14 +55,17 @@ def main():
         assert scattered.shape == (2, 3) and scattered.eq(hvd.size()).all(), scattered
         posted = hvd.engine_stats()["posted_collectives"] - after["posted_collectives"]
         assert posted == 3 * 2, posted
-        # Unnamed blocking calls repeat their kind's name (perseus.common.names): posted too.
+        # Unnamed blocking calls repeat their kind's and op's name (perseus.common.names):
+        # an averaged loss and a summed count, alternated, are each posted from their third.
         start = hvd.engine_stats()["posted_allreduces"]
         for k in range(5):
+            loss = hvd.allreduce(torch.tensor(float(hvd.rank())))
+            assert loss.item() == (hvd.size() - 1) / 2, loss
             t = torch.ones(1)
             hvd.allreduce_(t, op=hvd.Sum)
             assert t.item() == hvd.size(), t
         unnamed = hvd.engine_stats()["posted_allreduces"] - start
-        assert unnamed == 3, unnamed
+        assert unnamed == 2 * 3, unnamed
         print("PASS engine_stats rank %d: %s" % (hvd.rank(), diff), flush=True)
         hvd.shutdown()
         return 0
