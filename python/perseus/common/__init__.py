@@ -14,7 +14,7 @@ from perseus.common.basics import (  # noqa: F401
     stop_timeline)
 from perseus.common.elastic import worker as _elastic_worker
 from perseus.common.exceptions import HorovodInternalError, PerseusInternalError  # noqa: F401
-from perseus.common.names import blocking_name, op_name  # noqa: F401
+from perseus.common.names import op_name  # noqa: F401
 from perseus.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from perseus.common.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, process_set_id, remove_process_set)

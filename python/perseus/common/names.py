@@ -6,16 +6,15 @@ on other sets.
 
 An unnamed blocking call (allreduce_, allreduce, broadcast_, broadcast, allgather, alltoall,
 reducescatter) gets one fixed name per (kind, reduce op, process set), '<kind>.noname' with the
-op's suffix where it is not Average ('allreduce.noname.sum'): a thread has at most one blocking
-call in flight, so the i-th such call pairs with the i-th on every rank as the counter's names would,
-and the name repeats, so the engine's response cache and post lane take it from the second
-call on, as they take a named call; a fresh name per call would be negotiated in full every
-time, which costs a small collective many times its own time. The op is in the name because a
-loop often averages a loss and sums a count: under one name, each change of op would take the
-name off the post lane (a name that changes its shape, dtype or op is negotiated again, and
-after a few changes stays negotiated). Two threads of one
-rank in unnamed blocking calls of one kind and set at once get DuplicateNameError; with the
-counter they could pair differently on different ranks."""
+op's suffix where it is not Average ('allreduce.noname.sum'). A thread has at most one blocking
+call in flight, so the i-th such call pairs with the i-th on every rank as the counter's names
+would; and the name repeats, so the engine treats it as a named call (its response cached from
+the second call, posted from the third), where a fresh name per call would be negotiated in
+full every time, many times a small collective's own cost. The op is in the name because a loop
+often averages a loss and sums a count: a name that changes its shape, dtype or op is
+negotiated again, and after a few changes stays negotiated. Two threads of one rank in unnamed
+blocking calls of one kind, op and set at once get DuplicateNameError; with the counter they
+could pair differently on different ranks."""
 
 import itertools
 import threading

@@ -58,10 +58,13 @@ void GpuCompletion::poll(Timeline* timeline, const BreakEngine& break_engine) {
   if (!findDone(break_engine)) return;
   // The finished leave the list before their handles complete, in the order they came.
   size_t kept = 0;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Pending& p = pending_[i];
-    auto& to = !p.done && p.code == StatusCode::kOk ? pending_[kept++] : finished_.emplace_back();
-    if (&to != &p) to = std::move(p);
+  for (Pending& p : pending_) {
+    if (p.done || p.code != StatusCode::kOk) {
+      finished_.push_back(std::move(p));
+    } else {
+      if (&pending_[kept] != &p) pending_[kept] = std::move(p);
+      ++kept;
+    }
   }
   pending_.resize(kept);
   for (Pending& p : finished_) {
