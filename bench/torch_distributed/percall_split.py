@@ -10,16 +10,20 @@ process and interleaved round by round.
 Rows (microseconds per call; fastest round, then the median round):
   floor      dist.all_reduce on a no-op Python backend (returns a completed Work)
   whole      dist.all_reduce on perseus; `whole - floor` is what the backend adds
+  whole-py   the same with the blocking call's C entry switched off: the Python path
   direct     the backend's allreduce([t], opts) and the Work's wait(), called from Python;
              `floor-direct` is the same for the no-op backend, so that `direct - floor-direct`
              is the backend's own share and `whole - floor` less that share is what torch's
              side costs more for perseus than for the no-op backend
   async      the same with async_op=True (the path of DDP's hooks and of every CUDA call)
   s:...      the stages of those paths, each alone (their sum exceeds `direct` by the Python
-             calls that join them); `s:loop` is the timing loop's own cost per call.
+             calls that join them); `s:loop` is the timing loop's own cost per call, and
+             `s:entry` the blocking call's C entry (dist_allreduce), all `direct` makes on the
+             blocking path besides the Python method around it.
 On CUDA every timed loop ends with torch.cuda.synchronize(), so GPU work queued by the calls
 counts too."""
 import argparse
+import contextlib
 import datetime
 import os
 import statistics
@@ -80,9 +84,25 @@ def stages(b, t):
     else:  # the current stream's pointer, and making it wait on a completed collective
         rows["s:stream"] = lambda: _current_stream(t)
         rows["s:stream-wait"] = lambda: h.cuda_stream_wait(_current_stream(t))
+    if getattr(b, "_dist_allreduce", None) is not None:  # the blocking call's one C entry
+        rows["s:entry"] = lambda: b._dist_allreduce([t], sync, b._fast)
     rows["s:core-submit"] = lambda: core.allreduce("split.s", _t.capsule(t), None, 0, 1.0, 1.0,
                                                    ps, _t.stream_of(t)).wait(60)
     return rows
+
+
+@contextlib.contextmanager
+def entry_off(b, off):
+    """With off: the backend's blocking allreduce without its C entry, the Python path it
+    leaves calls to (row `whole-py`, beside `whole` in the same run)."""
+    saved = b._dist_allreduce if off else None
+    if off:
+        b._dist_allreduce = None
+    try:
+        yield
+    finally:
+        if off:
+            b._dist_allreduce = saved
 
 
 def timed(fn, calls, cuda, clock):
@@ -128,16 +148,24 @@ def main():
     rows = {"floor": lambda: dist.all_reduce(t, group=noop),
             "whole": lambda: dist.all_reduce(t, group=world),
             "floor-direct": lambda: nb.allreduce([t], sync).wait()}
+    python_path = getattr(b, "_dist_allreduce", None) is not None
+    if python_path:
+        rows["whole-py"] = rows["whole"]
+        taken = b._dist_allreduce([t], sync, b._fast) is not NotImplemented
+        if dist.get_rank() == 0:
+            print("the C entry %s this tensor" % ("takes" if taken else "leaves"))
     rows.update(stages(b, t))
-    for fn in rows.values():  # warm-up, and every rank makes the same calls
-        for _ in range(200):
-            fn()
+    for name, fn in rows.items():  # warm-up, and every rank makes the same calls
+        with entry_off(b, name == "whole-py"):
+            for _ in range(200):
+                fn()
     times = {name: [] for name in rows}
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     for _ in range(args.rounds):
         for name, fn in rows.items():
             dist.barrier()
-            times[name].append(timed(fn, args.calls, cuda, clock))
+            with entry_off(b, name == "whole-py"):
+                times[name].append(timed(fn, args.calls, cuda, clock))
     if dist.get_rank() == 0:
         print("world size %d, %s, torch %s, %s route, %d calls x %d rounds, %s clock: us per "
               "call, fastest round (median round)"
@@ -147,8 +175,8 @@ def main():
         floor, floor_direct = min(times["floor"]), min(times["floor-direct"])
         for name, ts in times.items():
             extra = ""
-            if name == "whole":
-                extra = "   whole - floor: +%.2f" % (min(ts) - floor)
+            if name in ("whole", "whole-py"):
+                extra = "   %s - floor: +%.2f" % (name, min(ts) - floor)
             elif name == "direct":
                 extra = "   direct - floor-direct: +%.2f" % (min(ts) - floor_direct)
             print("  %-16s %7.2f (%7.2f)%s" % (name, min(ts), statistics.median(ts), extra))

@@ -87,7 +87,9 @@ struct DLPackExchangeAPI {
   // Fills `out` (shape and strides stay valid while the object is unchanged and the GIL held);
   // 0, or -1 with a Python exception set. May be NULL.
   int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
-  void* current_work_stream;
+  // The framework's current work stream of a device (torch: its current CUDA stream) in *out;
+  // 0, or -1 with a Python exception set. May be NULL.
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out);
 };
 
 }  // extern "C"

@@ -76,6 +76,29 @@ bool parseTensorReduce(PyObject* const* args, TensorReduce& a) {
   return !PyErr_Occurred();
 }
 
+perseus_status allreduceOnItsStream(const char* name, FlatTensor& t, long op, double prescale,
+                                    double postscale, long process_set, const char** what) {
+  const auto op32 = static_cast<int32_t>(op);
+  const auto set32 = static_cast<int32_t>(process_set);
+  perseus_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  if (t.t.device == PERSEUS_DEVICE_CPU) {
+    *what = "perseus_allreduce_blocking";
+    status = perseus_allreduce_blocking(name, &t.t, &t.t, op32, prescale, postscale, set32);
+  } else {
+    perseus_handle id = 0;
+    *what = "perseus_allreduce";
+    status = perseus_allreduce(name, &t.t, &t.t, op32, prescale, postscale, set32, &id);
+    if (status == PERSEUS_OK) {
+      *what = "perseus_handle_cuda_stream_wait";
+      status = perseus_handle_cuda_stream_wait(id, t.t.cuda_stream);
+      perseus_release(id);
+    }
+  }
+  Py_END_ALLOW_THREADS;
+  return status;
+}
+
 namespace {
 
 // The optional trailing (device, stream) of a CUDA tensor; absent: a CPU tensor.
@@ -161,18 +184,9 @@ PyObject* allreduceOnStream(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   }
   InplaceAllreduce a;
   if (!parseInplaceAllreduce(args, nargs, a)) return nullptr;
-  perseus_handle id = 0;
-  perseus_status status;
-  const char* what = "perseus_allreduce";
-  Py_BEGIN_ALLOW_THREADS;
-  status = perseus_allreduce(a.name, &a.t.t, &a.t.t, static_cast<int32_t>(a.op), a.prescale,
-                             a.postscale, static_cast<int32_t>(a.process_set), &id);
-  if (status == PERSEUS_OK) {
-    what = "perseus_handle_cuda_stream_wait";
-    status = perseus_handle_cuda_stream_wait(id, a.t.t.cuda_stream);
-    perseus_release(id);
-  }
-  Py_END_ALLOW_THREADS;
+  const char* what = nullptr;
+  const perseus_status status =
+      allreduceOnItsStream(a.name, a.t, a.op, a.prescale, a.postscale, a.process_set, &what);
   return finish(status, what);
 }
 

@@ -10,6 +10,7 @@ namespace py = pybind11;
 
 namespace perseus_py {
 void registerCollectives(py::module_& m);
+void registerDistAllreduce(py::module_& m);
 void registerFastCalls(py::module_& m);
 void registerFastEntries(py::module_& m);
 void registerFastOutputs(py::module_& m);
@@ -25,5 +26,6 @@ PYBIND11_MODULE(_core, m) {
   perseus_py::registerFastCalls(m);
   perseus_py::registerFastOutputs(m);
   perseus_py::registerFastEntries(m);
+  perseus_py::registerDistAllreduce(m);
   perseus_py::registerSiteFinder();
 }

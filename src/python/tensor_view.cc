@@ -58,27 +58,59 @@ PyObject* registerTensorType(PyObject*, PyObject* const* args, Py_ssize_t nargs)
   Py_RETURN_NONE;
 }
 
-bool viewDenseCpu(PyObject* obj, FlatTensor& out) {
-  const DLPackExchangeAPI* api = apiOf(Py_TYPE(obj));
+namespace {
+
+// `obj` through its type's exchange API: true, with `api` and `dl` set, for a contiguous tensor
+// of a dtype the core takes; false, with no Python error set, for anything else.
+bool viewDense(PyObject* obj, const DLPackExchangeAPI*& api, DLTensor& dl) {
+  api = apiOf(Py_TYPE(obj));
   if (api == nullptr) return false;
-  DLTensor dl{};
   if (api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
     PyErr_Clear();  // the Python path meets the same tensor and reports what is wrong with it
     return false;
   }
-  const int32_t dtype = perseusDtype(dl.dtype);
-  if (dl.device.device_type != kDLCPU || dtype < 0 || dl.ndim < 0 || dl.ndim > PERSEUS_MAX_NDIM ||
-      nonContiguousDim(dl) >= 0) {
-    return false;
-  }
+  return perseusDtype(dl.dtype) >= 0 && dl.ndim >= 0 && dl.ndim <= PERSEUS_MAX_NDIM &&
+         nonContiguousDim(dl) < 0;
+}
+
+void flatten(const DLTensor& dl, FlatTensor& out) {
   std::copy(dl.shape, dl.shape + dl.ndim, out.shape);
   out.t.data = dataOrPlaceholder(static_cast<char*>(dl.data) + dl.byte_offset);
-  out.t.dtype = dtype;
+  out.t.dtype = perseusDtype(dl.dtype);
   out.dl_dtype = dl.dtype;
   out.t.ndim = dl.ndim;
   out.t.shape = out.shape;
   out.t.device = PERSEUS_DEVICE_CPU;
   out.t.cuda_stream = nullptr;
+}
+
+}  // namespace
+
+bool viewDenseCpu(PyObject* obj, FlatTensor& out) {
+  const DLPackExchangeAPI* api = nullptr;
+  DLTensor dl{};
+  if (!viewDense(obj, api, dl) || dl.device.device_type != kDLCPU) return false;
+  flatten(dl, out);
+  return true;
+}
+
+bool viewDenseOnCurrentStream(PyObject* obj, FlatTensor& out) {
+  const DLPackExchangeAPI* api = nullptr;
+  DLTensor dl{};
+  if (!viewDense(obj, api, dl)) return false;
+  if (dl.device.device_type == kDLCPU) {
+    flatten(dl, out);
+    return true;
+  }
+  void* stream = nullptr;
+  if (dl.device.device_type != kDLCUDA || api->current_work_stream == nullptr ||
+      api->current_work_stream(kDLCUDA, dl.device.device_id, &stream) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  flatten(dl, out);
+  out.t.device = dl.device.device_id;
+  out.t.cuda_stream = stream;
   return true;
 }
 

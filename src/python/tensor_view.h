@@ -37,6 +37,11 @@ PyObject* registerTensorType(PyObject* self, PyObject* const* args, Py_ssize_t n
 // Python path converts it or reports why not).
 bool viewDenseCpu(PyObject* obj, FlatTensor& out);
 
+// viewDenseCpu(), and also a contiguous CUDA tensor of a dtype the core takes, with its device
+// and the framework's current stream on that device (the stream a torch.distributed collective
+// is ordered on).
+bool viewDenseOnCurrentStream(PyObject* obj, FlatTensor& out);
+
 // Whether newTensorLike() can make tensors of `obj`'s type (its exchange API can take a managed
 // tensor).
 bool makesTensors(PyObject* obj);

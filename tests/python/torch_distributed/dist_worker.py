@@ -75,6 +75,33 @@ def check_allreduce(rank, size):
         assert work.is_completed() and work.is_success()
 
 
+def check_blocking_entry(rank, size):
+    """The blocking allreduce's C entry (dist_allreduce) and the Python path it leaves calls to
+    number a signature's names alike: ranks taking different paths for the same call still
+    pair. Then a name whose last use is still in flight: rank 1 submits late, so rank 0's
+    65th call of a signature meets its first name unfinished and waits its turn."""
+    total = sum(range(1, size + 1))
+    for i in range(6):
+        t = torch.full((5,), float(rank + 1))
+        if (i + rank) % 2:  # a subclass the entry leaves to the Python path
+            t = torch.nn.Parameter(t, requires_grad=False)
+        dist.all_reduce(t)
+        same(t, torch.full((5,), float(total)), "blocking all_reduce %d" % i)
+        bad = torch.full((6,), 1.0)[::2]  # strided: left to the asynchronous path
+        dist.all_reduce(bad, op=R.MAX)
+        same(bad, torch.ones(3), "strided blocking all_reduce %d" % i)
+    if rank == 1:
+        time.sleep(0.3)
+    pending = [torch.full((7,), float(rank)) for _ in range(64)]
+    works = [dist.all_reduce(t, async_op=True) for t in pending]
+    t = torch.full((7,), float(rank + 1))
+    dist.all_reduce(t)
+    same(t, torch.full((7,), float(total)), "blocking all_reduce behind 64 in flight")
+    for w, p in zip(works, pending):
+        w.wait()
+        same(p, torch.full((7,), float(sum(range(size)))), "in-flight all_reduce")
+
+
 def check_movement(rank, size):
     for dtype in DTYPES + [torch.int16]:
         t = value(rank, dtype)
@@ -214,7 +241,7 @@ def check_objects(rank, size):
 
 def ops(method="env"):
     rank, size = init(method)
-    for check in (check_allreduce, check_movement, check_reduce_scatter, check_alltoall,
+    for check in (check_allreduce, check_blocking_entry, check_movement, check_reduce_scatter, check_alltoall,
                   check_rooted, check_p2p, check_objects):
         check(rank, size)
     dist.destroy_process_group()

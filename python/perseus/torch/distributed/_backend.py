@@ -27,6 +27,7 @@ from perseus.common import basics
 from perseus.common.exceptions import (DuplicateNameError, InvalidArgumentError,
                                        PerseusInternalError)
 from perseus.torch import _tensors as _t
+from perseus.torch import mpi_ops
 from perseus.torch.distributed import _engine, _groups, _p2p, _reduce, _shrink
 from perseus.torch.distributed._movement import DataMovement
 from perseus.torch.distributed._work import PerseusWork, done_work
@@ -41,6 +42,9 @@ _op_key, _plain_by_key = _reduce.op_key, _reduce.PLAIN_BY_KEY.get
 _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
+# The extension's blocking allreduce for this backend (Note [Blocking calls]): where torch tells
+# a backend that its caller waits and hashes a ReduceOp as its RedOpType's value.
+_FAST_BLOCKING = _HAS_ASYNC_OP and _reduce.op_key is hash
 # torch's raw getter of a device's current CUDA stream (as _tensors.current_stream_ptr), by index.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -90,6 +94,11 @@ class PerseusOps(DataMovement):
         self._allreduce_names = _NameCycles(self.group_label)
         self._core = basics.core()
         self._completed = done_work(self, "collective", [])  # Note [Blocking calls]
+        # _direct(): the extension with torch.Tensor's exchange API registered, which it reads
+        # the tensor through.
+        self._dist_allreduce = (getattr(mpi_ops._direct(), "dist_allreduce", None)
+                                if _FAST_BLOCKING else None)
+        self._fast = (self._allreduce_names, _reduce.PLAIN_BY_KEY, process_set, self._completed)
         self.is_default_group = False  # set by the creator: this group's shutdown stops Perseus
         self._job = _engine.job()  # unless the group was shrunk since (Note [Shrinking])
         self._p2p = _p2p.PointToPoint(self)
@@ -174,15 +183,25 @@ class PerseusOps(DataMovement):
     # -- allreduce ------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
+        # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
+        # gets a Work that is complete already. The extension's dist_allreduce makes the call
+        # for a contiguous CPU or CUDA tensor and a plain op, by address (no capsule, no
+        # handle); a CUDA call returns once the current stream waits on the collective, as the
+        # Work's wait() would make it (no host block for the GPU work). It is the per-call
+        # floor, so it is one C call; what it leaves (NotImplemented) takes the path below.
+        if self._dist_allreduce is not None:
+            try:
+                done = self._dist_allreduce(tensors, opts, self._fast)
+            except PerseusInternalError as e:
+                raise PerseusWork(self, "allreduce", None, tensors)._fail(e) from e
+            if done is not NotImplemented:
+                if done.__class__ is str:  # that name's last use is still in flight
+                    op = _plain_by_key(_op_key(opts.reduceOp))
+                    return self._allreduce_async(tensors[0], op, 1.0, done, tensors, True)
+                return done
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts)
         t = tensors[0]
-        # Note [Blocking calls]: a caller that waits at once (dist.all_reduce without async_op)
-        # gets a Work that is complete already. A CPU tensor takes the engine's blocking call,
-        # by address (no capsule, no handle); a CUDA tensor, by address too, the call that
-        # returns once the current stream waits on the collective, as the Work's wait() would
-        # make it (no host block for the GPU work). This path is written out for its cost: it
-        # is the per-call floor.
         blocking = _HAS_ASYNC_OP and opts is not None and not opts.asyncOp
         if blocking and t.layout is _STRIDED and t.is_contiguous() and (t.is_cpu or t.is_cuda):
             dtype = t.dtype
