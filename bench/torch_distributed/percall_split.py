@@ -68,7 +68,7 @@ def stages(b, t):
         "s:op": lambda: plain_op(sync.reduceOp),
         "s:tensor": lambda: (t.is_cpu, t.layout, t.is_contiguous(), t.dtype),
         "s:data_ptr+shape": lambda: (t.data_ptr(), t.shape),
-        "s:name": lambda: next(b._allreduce_names[(t.dtype, t.numel())]),
+        "s:name": lambda: next(b._allreduce_names[t.numel() * 16 + code]),
         "s:capsule": lambda: _t.capsule(t),
         "s:work": lambda: PerseusWork(b, "allreduce", h, [t], None, dev),
         "s:wait-done": done.wait,

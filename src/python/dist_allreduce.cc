@@ -18,7 +18,7 @@ namespace {
 
 // What a group gives dist_allreduce, as its Python method builds it once.
 struct GroupConfig {
-  PyObject* names;      // {(torch dtype, element count): an endless iterator over names}
+  PyObject* names;      // {_signature_key: an endless iterator over names}
   PyObject* ops;        // {hash(ReduceOp): the core op} for the ops that need no prescale
   long process_set;     // the group's process set
   PyObject* completed;  // the group's completed Work, what a blocking call returns
@@ -69,13 +69,12 @@ long plainOp(PyObject* opts, PyObject* ops) {
 }
 
 // The next name of the tensor's signature (a new reference), or null with no error set when the
-// group has no cycle for it yet (the Python method makes one).
-PyObject* nextName(PyObject* names, PyObject* tensor, const FlatTensor& t) {
-  static PyObject* const dtype_attr = PyUnicode_InternFromString("dtype");
+// group has no cycle for it yet (the Python method makes one). The key is _signature_key's:
+// count * 16 + the core's dtype code.
+PyObject* nextName(PyObject* names, const FlatTensor& t) {
   long long count = 1;
   for (int32_t i = 0; i < t.t.ndim; ++i) count *= t.shape[i];
-  PyObject* dtype = PyObject_GetAttr(tensor, dtype_attr);
-  PyObject* key = dtype == nullptr ? nullptr : Py_BuildValue("(NL)", dtype, count);
+  PyObject* key = PyLong_FromLongLong(count * 16 + t.t.dtype);
   PyObject* cycle = key == nullptr ? nullptr : PyDict_GetItemWithError(names, key);
   Py_XDECREF(key);
   PyObject* name = cycle == nullptr ? nullptr : PyIter_Next(cycle);
@@ -102,7 +101,7 @@ PyObject* distAllreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   PyObject* tensor = PyList_GET_ITEM(tensors, 0);
   FlatTensor t;
   if (op < 0 || !viewDenseOnCurrentStream(tensor, t)) Py_RETURN_NOTIMPLEMENTED;
-  PyObject* name = nextName(group.names, tensor, t);
+  PyObject* name = nextName(group.names, t);
   if (name == nullptr) Py_RETURN_NOTIMPLEMENTED;
   const char* name_utf8 = PyUnicode_AsUTF8(name);
   if (name_utf8 == nullptr) {

@@ -36,6 +36,7 @@ _NAME_CYCLE = 64  # a power of two
 _NAME_MASK = _NAME_CYCLE - 1
 _NATIVE = _t.NATIVE
 _CORE_DTYPE = _t.CORE_DTYPE
+_CODE_DTYPE = {code: dtype for dtype, code in _CORE_DTYPE.items()}
 _STRIDED = torch.strided
 _plain_op = _reduce.plain_op
 _op_key, _plain_by_key = _reduce.op_key, _reduce.PLAIN_BY_KEY.get
@@ -61,8 +62,16 @@ def _signature_names(group_label, kind, dtype, count):
     return [base + str(i) for i in range(_NAME_CYCLE)]
 
 
+def _signature_key(dtype, count):
+    """A _NameCycles key: count * 16 + the core's code of the dtype where it has one (an int,
+    which the blocking call's C entry builds alike, and which unlike a tuple is no object for
+    the garbage collector), else (dtype, count)."""
+    code = _CORE_DTYPE.get(dtype)
+    return (dtype, count) if code is None else count * 16 + code
+
+
 class _NameCycles(dict):
-    """(dtype, count) -> an endless iterator over that allreduce signature's names:
+    """_signature_key -> an endless iterator over that allreduce signature's names:
     `next(cycles[key])` is the next name, in one expression, because the blocking allreduce is
     the per-call floor."""
 
@@ -71,8 +80,9 @@ class _NameCycles(dict):
         self._group_label = group_label
 
     def __missing__(self, key):
+        dtype, count = key if isinstance(key, tuple) else (_CODE_DTYPE[key & 15], key >> 4)
         cycle = self[key] = itertools.cycle(_signature_names(self._group_label, "allreduce",
-                                                             *key))
+                                                             dtype, count))
         return cycle
 
 
@@ -208,7 +218,7 @@ class PerseusOps(DataMovement):
             code = _CORE_DTYPE.get(dtype)
             op = _plain_by_key(_op_key(opts.reduceOp))
             if code is not None and op is not None:
-                name = next(self._allreduce_names[(dtype, t.numel())])
+                name = next(self._allreduce_names[t.numel() * 16 + code])
                 try:
                     if t.is_cpu:
                         self._core.allreduce_inplace(name, t.data_ptr(), code, t.shape, op, 1.0,
@@ -228,7 +238,7 @@ class PerseusOps(DataMovement):
             op, pre = _reduce.core_op(reduce_op, "allreduce")
         if t.dtype not in _NATIVE or t.is_sparse:
             _t.check_reducible(t, "allreduce", self.group_label)
-        name = next(self._allreduce_names[(t.dtype, t.numel())])
+        name = next(self._allreduce_names[_signature_key(t.dtype, t.numel())])
         return self._allreduce_async(t, op, pre, name, tensors, blocking)
 
     def _allreduce_async(self, t, op, pre, name, tensors, blocking):
