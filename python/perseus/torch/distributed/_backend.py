@@ -44,8 +44,10 @@ _capsule = _t.capsule
 # Whether torch tells a backend that its caller waits at once (Note [Blocking calls]).
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")
 # The extension's blocking allreduce for this backend (Note [Blocking calls]): where torch tells
-# a backend that its caller waits and hashes a ReduceOp as its RedOpType's value.
-_FAST_BLOCKING = _HAS_ASYNC_OP and _reduce.op_key is hash
+# a backend that its caller waits, hashes a ReduceOp as its RedOpType's value and gives its
+# tensors the DLPack exchange API that the extension reads them through.
+_FAST_BLOCKING = (_HAS_ASYNC_OP and _reduce.op_key is hash
+                  and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"))
 # torch's raw getter of a device's current CUDA stream (as _tensors.current_stream_ptr), by index.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
