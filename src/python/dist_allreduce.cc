@@ -45,8 +45,9 @@ bool waitsAtOnce(PyObject* opts) {
     PyErr_Clear();
     return false;
   }
+  const bool waits = value == Py_False;
   Py_DECREF(value);
-  return value == Py_False;
+  return waits;
 }
 
 // The core op of opts.reduceOp when it needs no prescale, else -1 with no error set. torch binds
