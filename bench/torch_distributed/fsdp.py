@@ -52,7 +52,7 @@ from collective_clock import CollectiveClock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "training"))
-from page_faults import minor_faults  # noqa: E402
+from page_faults import minor_faults, thread_faults_between, thread_minor_faults  # noqa: E402
 
 
 def build(width, depth, world):
@@ -66,7 +66,8 @@ def build(width, depth, world):
 
 
 def time_steps(args, model, rank, clock):
-    """(median seconds per step, this process's minor page faults per timed step)."""
+    """(median seconds per step, this process's minor page faults per timed step, those faults
+    by thread name)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch_size, args.width, generator=data)
@@ -81,14 +82,16 @@ def time_steps(args, model, rank, clock):
     for _ in range(args.warmup):
         step()
     clock.reset()
-    faults = minor_faults()
+    faults, by_thread = minor_faults(), thread_minor_faults()
     windows = []
     for _ in range(args.iters):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
         windows.append((time.perf_counter() - t0) / args.steps)
-    return statistics.median(windows), (minor_faults() - faults) / (args.iters * args.steps)
+    steps = args.iters * args.steps
+    return (statistics.median(windows), (minor_faults() - faults) / steps,
+            thread_faults_between(by_thread, thread_minor_faults(), steps))
 
 
 def worker(rank, args, port):
@@ -105,12 +108,13 @@ def worker(rank, args, port):
     model = build(args.width, args.depth, args.ranks)
     clock = CollectiveClock().install()
     mine = time_steps(args, model, rank, clock)
-    slowest = torch.tensor(mine, dtype=torch.float64)
+    slowest = torch.tensor(mine[:2], dtype=torch.float64)
     split = clock.split(args.iters * args.steps, synchronized=args.backend != "local")
     # Each rank's step, faults and waiting: where the ranks differ, the slow one shows.
     ranks = [None] * args.ranks
     dist.all_gather_object(ranks, {"step_ms": round(mine[0] * 1e3, 1),
                                    "faults_per_step": round(mine[1]),
+                                   "faults_by_thread": mine[2],
                                    "waiting_ms": round(split["waiting_ms"], 1)})
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest step, the most faults
     if rank == 0:

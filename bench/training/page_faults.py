@@ -7,6 +7,7 @@ what its backend sends: on bench/training's model under DDP one process takes no
 next about 4000 a step (16 MB zeroed), a step's time moving by several ms. The rows carry
 the count so that a figure can be read with it.
 """
+import os
 
 
 def minor_faults():
@@ -16,3 +17,33 @@ def minor_faults():
             return int(f.read().rsplit(")", 1)[1].split()[7])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def thread_minor_faults():
+    """{thread id: (thread name, minor page faults so far)} of this process's threads; {} where
+    /proc/self/task does not exist. Which thread takes a process's faults: its compute, or a
+    library's own threads."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                stat = f.read()
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                name = f.read().strip()
+            out[tid] = (name, int(stat.rsplit(")", 1)[1].split()[7]))
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return out
+
+
+def thread_faults_between(before, after, per=1):
+    """{thread name: faults per `per`} of the threads that faulted between two
+    thread_minor_faults() readings, most first (threads of one name summed)."""
+    by_name = {}
+    for tid, (name, count) in after.items():
+        by_name[name] = by_name.get(name, 0) + count - before.get(tid, (name, 0))[1]
+    return {k: round(v / per) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v}
