@@ -32,6 +32,7 @@ one that did not. The ratios carry over between machines; the absolute figures d
 import argparse
 import ctypes
 import os
+import random
 import statistics
 import sys
 
@@ -191,9 +192,12 @@ def main():
         for op, build in builders.items():
             stages = build(t, str(nbytes), comm)
             for rep in range(args.reps):
+                # Shuffled alike on every rank (seeded by the repetition), so that no stage
+                # always follows the same one: a stage that leaves freed pages behind (a fresh
+                # large result) would otherwise make its successor fault them in every time.
                 order = list(stages.items())
-                shift = rep % len(order)
-                for stage, fn in order[shift:] + order[:shift]:
+                random.Random(rep).shuffle(order)
+                for stage, fn in order:
                     results.setdefault((op, nbytes, stage), []).append(sample(fn, args.k))
     if hvd.rank() == 0:
         print("op bytes stage min_us median_us min_vs_mpi4py")
