@@ -156,7 +156,7 @@ def main():
         with entry_off(b, name == "whole-py"):
             for _ in range(200):
                 fn()
-    if python_path:  # after the warm-up, which made the tensor's name cycle
+    if python_path:
         taken = b._dist_allreduce([t], sync, b._fast) is not NotImplemented
         if dist.get_rank() == 0:
             print("the C entry %s this tensor" % ("takes" if taken else "leaves"))

@@ -69,16 +69,17 @@ long plainOp(PyObject* opts, PyObject* ops) {
   return out;
 }
 
-// The next name of the tensor's signature (a new reference), or null with no error set when the
-// group has no cycle for it yet (the Python method makes one). The key is _signature_key's:
-// count * 16 + the core's dtype code.
+// The next name of the tensor's signature (a new reference), or null with no error set when
+// there is none. The key is _signature_key's, count * 16 + the core's dtype code; looked up as
+// Python would, so that the group's _NameCycles makes a signature's cycle on its first call.
 PyObject* nextName(PyObject* names, const FlatTensor& t) {
   long long count = 1;
   for (int32_t i = 0; i < t.t.ndim; ++i) count *= t.shape[i];
   PyObject* key = PyLong_FromLongLong(count * 16 + t.t.dtype);
-  PyObject* cycle = key == nullptr ? nullptr : PyDict_GetItemWithError(names, key);
+  PyObject* cycle = key == nullptr ? nullptr : PyObject_GetItem(names, key);
   Py_XDECREF(key);
   PyObject* name = cycle == nullptr ? nullptr : PyIter_Next(cycle);
+  Py_XDECREF(cycle);
   if (name != nullptr && PyUnicode_Check(name)) return name;
   Py_XDECREF(name);
   PyErr_Clear();
@@ -87,10 +88,9 @@ PyObject* nextName(PyObject* names, const FlatTensor& t) {
 
 // dist_allreduce(tensors, opts, config): the blocking allreduce of tensors[0] when the call
 // waits at once, the op needs no prescale, the tensor is a contiguous CPU or CUDA tensor of a
-// registered type and a native dtype, and its signature has a name cycle. Returns the group's
-// completed Work; the name taken, as a str, when that name's last use is still in flight (the
-// caller submits it asynchronously); NotImplemented, having taken nothing, for any other call;
-// null with the engine's error.
+// registered type and a native dtype. Returns the group's completed Work; the name taken, as a
+// str, when that name's last use is still in flight (the caller submits it asynchronously);
+// NotImplemented, having taken nothing, for any other call; null with the engine's error.
 PyObject* distAllreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   GroupConfig group;
   if (!exactCount("dist_allreduce", nargs, 3) || !parseConfig(args[2], group)) return nullptr;
