@@ -10,6 +10,9 @@
 #   td        bench/torch_distributed/run.py (TD_ARGS, default --rounds 3 --fsdp-ranks 2,4): DDP
 #             at 2 CPU ranks and FSDP2 at 2 and 4, perseus against Gloo and the no-communication
 #             floor; and percall.py at 2 CPU ranks;
+#   fsdpprobe FSDP2 at 4 CPU ranks, each rank's step, waiting and page faults by thread, under
+#             glibc's defaults and with its heap thresholds fixed, beside Gloo and the floor
+#             (bench/probes/fsdp_per_rank.sh), with the host's transparent huge page settings;
 #   torchrun  torchrun's start-up spread, 30 starts;
 #   diag      what the stall diagnosis and straggler accounting cost at 2 ranks (DIAG_PAIRS
 #             pairs, default 10; bench/probes/diagnosis_cost.sh);
@@ -107,6 +110,10 @@ if has td; then
     python3 bench/torch_distributed/run.py ${TD_ARGS:---rounds 3 --fsdp-ranks 2,4}
   cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
   step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
+fi
+if has fsdpprobe; then
+  say "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
+  step "fsdp per rank, 4 ranks" 400 bash -c "bash bench/probes/fsdp_per_rank.sh 4 | tee '$OUT/fsdp_per_rank.txt'"
 fi
 if has torchrun; then
   step "torchrun start-up, 30 starts" 150 \

@@ -34,6 +34,8 @@ def thread_minor_faults():
                 stat = f.read()
             with open("/proc/self/task/%s/comm" % tid) as f:
                 name = f.read().strip()
+            if tid == str(os.getpid()):
+                name = "main"  # other threads keep their name, which is the program's unless set
             out[tid] = (name, int(stat.rsplit(")", 1)[1].split()[7]))
         except (OSError, IndexError, ValueError):
             continue  # the thread ended meanwhile
