@@ -20,8 +20,12 @@ the shared-memory slots and reduces this rank's block into FSDP2's output, scali
 piece by 1/ranks while it is in cache (AVG is SUM and a postscale). Both run on the engine's
 thread while FSDP2's waits.
 
-Every rank computes with one thread. Prints one JSON line (rank 0): the median step over
---iters timed windows of --steps steps (the slowest rank's), and where rank 0's steps went
+Every rank computes with one thread. The timed steps start once every rank's malloc heap has
+stopped growing (settle(); settle_steps in the output): until then a step's time is mostly
+the page faults of glibc's heap growing into FSDP2's buffers, how many steps that lasts varies
+between backends and between ranks, and a training job is past it in its first minute. Prints
+one JSON line (rank 0): the median step over --iters timed windows of --steps steps (the
+slowest rank's), and where rank 0's steps went
 (collective_clock.py): collective_ms, the time in the all-gathers and reduce-scatters after
 the last rank called them (the backend's own time), and waiting_ms, the time in them before
 that (the other rank's compute or collective ending later), per step over all timed steps.
@@ -52,7 +56,8 @@ from collective_clock import CollectiveClock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "training"))
-from page_faults import minor_faults, thread_faults_between, thread_minor_faults  # noqa: E402
+from page_faults import (heap_bytes, minor_faults, thread_faults_between,  # noqa: E402
+                         thread_minor_faults)
 
 
 def build(width, depth, world):
@@ -65,9 +70,32 @@ def build(width, depth, world):
     return fully_shard(model, mesh=mesh)
 
 
+def settle(step, most, quiet=3):
+    """Steps until no rank's malloc heap has grown past its high-water mark for `quiet` steps
+    in a row, at most `most` steps; returns how many it took. In FSDP2's first steps glibc's
+    heap keeps growing (by up to hundreds of MB a step, each new page a page fault) while its
+    free chunks fragment into a shape that fits the all-gathered blocks and gradients; once
+    they fit, a step faults almost nothing. How many steps that takes depends on the order of
+    allocations and frees, which differs between backends and between ranks; a training job
+    is past it within its first minute, so the timed steps start after it. The ranks agree
+    (an allreduce of a flag), since FSDP2's ranks must take the same number of steps."""
+    high, still, taken = heap_bytes(), 0, 0
+    while taken < most and still < quiet:
+        faults = minor_faults()
+        step()
+        taken += 1
+        now = heap_bytes()
+        grew = (now > high) if now is not None else (minor_faults() - faults > 256)
+        high = max(high, now) if now is not None else high
+        flag = torch.tensor([float(grew)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        still = 0 if flag.item() else still + 1
+    return taken
+
+
 def time_steps(args, model, rank, clock):
     """(median seconds per step, this process's minor page faults per timed step, those faults
-    by thread name)."""
+    by thread name, the steps settle took)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch_size, args.width, generator=data)
@@ -81,6 +109,7 @@ def time_steps(args, model, rank, clock):
 
     for _ in range(args.warmup):
         step()
+    settle_steps = settle(step, args.settle)
     clock.reset()
     faults, by_thread = minor_faults(), thread_minor_faults()
     windows = []
@@ -91,7 +120,7 @@ def time_steps(args, model, rank, clock):
         windows.append((time.perf_counter() - t0) / args.steps)
     steps = args.iters * args.steps
     return (statistics.median(windows), (minor_faults() - faults) / steps,
-            thread_faults_between(by_thread, thread_minor_faults(), steps))
+            thread_faults_between(by_thread, thread_minor_faults(), steps), settle_steps)
 
 
 def worker(rank, args, port):
@@ -124,6 +153,7 @@ def worker(rank, args, port):
             "batch_per_rank": args.batch_size, "step_ms": slowest[0].item() * 1e3,
             "faults_per_step": slowest[1].item(),
             "params": params, "model": "mlp%dx%d" % (args.depth, args.width),
+            "settle_steps": mine[3],
             "per_rank": ranks, **split}), flush=True)
     rank_exit.leave()
 
@@ -145,6 +175,9 @@ def main():
     p.add_argument("--steps", type=int, default=2, help="steps per timed window")
     p.add_argument("--iters", type=int, default=3, help="timed windows")
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--settle", type=int, default=40,
+                   help="at most this many more untimed steps, until the heap stops growing "
+                        "(settle()); 0 times from right after --warmup")
     placement.add_argument(p)
     args = p.parse_args()
     mp.start_processes(worker, args=(args, free_port()), nprocs=args.ranks, start_method="spawn")

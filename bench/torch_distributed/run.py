@@ -125,8 +125,8 @@ def main():
         run_bench(bench_runs("ddp.py", args.ranks, steps, "ddp", args.bind_to) + [
             hvd_run(args.ranks, steps, args.bind_to)], as_ddp_rows)
     if "fsdp" not in skip:
-        steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--depth", "4"] \
-            if args.quick else []
+        steps = ["--steps", "1", "--iters", "1", "--warmup", "1", "--settle", "0",
+                 "--depth", "4"] if args.quick else []
         for n in (int(x) for x in args.fsdp_ranks.split(",")):
             run_bench(bench_runs("fsdp.py", n, steps, "fsdp2", args.bind_to))
     print(publish(rows, r, args, load_before))

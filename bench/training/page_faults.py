@@ -7,6 +7,7 @@ what its backend sends: on bench/training's model under DDP one process takes no
 next about 4000 a step (16 MB zeroed), a step's time moving by several ms. The rows carry
 the count so that a figure can be read with it.
 """
+import ctypes
 import os
 
 
@@ -49,3 +50,31 @@ def thread_faults_between(before, after, per=1):
     for tid, (name, count) in after.items():
         by_name[name] = by_name.get(name, 0) + count - before.get(tid, (name, 0))[1]
     return {k: round(v / per) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v}
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+                .split()]
+
+
+def _mallinfo2():
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None  # not glibc, or glibc before 2.33
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_bytes():
+    """The bytes glibc's malloc holds from the kernel (the main heap and its arenas, and the
+    chunks it mapped alone); None where mallinfo2 does not exist. It grows while the heap
+    fragments into a shape the program's allocations fit, and stays once they fit."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return info.arena + info.hblkhd
