@@ -235,6 +235,16 @@ PERSEUS_API perseus_status perseus_allreduce_blocking(const char* name, const pe
                                                       const perseus_tensor* output, int32_t op,
                                                       double prescale, double postscale,
                                                       int32_t process_set);
+/* perseus_allreduce, then perseus_handle_cuda_stream_wait(handle, stream) and
+ * perseus_release(handle), in one call with no handle: `stream` is ordered after the
+ * allreduce on the GPU, and the host waits only until the engine has enqueued it (the form of
+ * a framework's blocking call on its current stream). CPU tensors: as perseus_allreduce_blocking;
+ * `stream` is not used. */
+PERSEUS_API perseus_status perseus_allreduce_on_stream(const char* name,
+                                                       const perseus_tensor* input,
+                                                       const perseus_tensor* output, int32_t op,
+                                                       double prescale, double postscale,
+                                                       int32_t process_set, void* stream);
 PERSEUS_API perseus_status perseus_broadcast_blocking(const char* name, const perseus_tensor* input,
                                                       const perseus_tensor* output,
                                                       int32_t root_rank, int32_t process_set);

@@ -127,18 +127,19 @@ void toC(const engine::OpenedPost& o, perseus_opened* out) {
   out->input_ = o.input;
 }
 
-// The allreduce entry behind perseus_allreduce, perseus_grouped_allreduce and
-// perseus_allreduce_blocking (which passes no handle).
-void allreduce(const char* name, int32_t count, const perseus_tensor* inputs,
-               const perseus_tensor* outputs, int32_t op, double prescale, double postscale,
-               int32_t process_set, perseus_handle* handle, const char* call) {
+// The allreduce entry behind perseus_allreduce, perseus_grouped_allreduce,
+// perseus_allreduce_blocking and perseus_allreduce_on_stream: the engine's handle, or none
+// for a blocking call.
+std::shared_ptr<engine::Handle> allreduce(engine::Engine& e, const char* name, int32_t count,
+                                          const perseus_tensor* inputs,
+                                          const perseus_tensor* outputs, int32_t op,
+                                          double prescale, double postscale, int32_t process_set,
+                                          bool blocking, const char* call) {
   std::string_view n = checkName(name, call);
-  const bool blocking = handle == nullptr;
   checkCount(count, inputs, n);
   if (outputs == nullptr)
     throw InvalidArgumentError(
         PERSEUS_STR("'" << n << "': outputs are NULL (pass the inputs for in place)"));
-  auto e = capi::requireEngine();
   Views<TensorView> in(count);
   Views<void*> out(count);
   for (int32_t i = 0; i < count; ++i) {
@@ -146,9 +147,8 @@ void allreduce(const char* name, int32_t count, const perseus_tensor* inputs,
     in[k] = toView(&inputs[i], n, "input");
     out[k] = toOutput(&outputs[i], in[k], n);
   }
-  auto h = e->allreduce(n, in.span(), out.span(), toOp(op, n), prescale, postscale, process_set,
-                        blocking);
-  if (!blocking) *handle = capi::publish(h);
+  return e.allreduce(n, in.span(), out.span(), toOp(op, n), prescale, postscale, process_set,
+                     blocking);
 }
 
 // The broadcast entry behind perseus_broadcast and perseus_broadcast_blocking (no handle).
@@ -198,9 +198,11 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
+    checkName(name, "perseus_allreduce");
     checkHandle(handle);
-    allreduce(name, count, inputs, outputs, op, prescale, postscale, process_set, handle,
-              "perseus_allreduce");
+    auto e = capi::requireEngine();
+    *handle = capi::publish(allreduce(*e, name, count, inputs, outputs, op, prescale, postscale,
+                                      process_set, false, "perseus_allreduce"));
   });
 }
 
@@ -208,8 +210,30 @@ perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor
                                           const perseus_tensor* output, int32_t op, double prescale,
                                           double postscale, int32_t process_set) {
   return guarded([&] {
-    allreduce(name, 1, input, output, op, prescale, postscale, process_set, nullptr,
+    checkName(name, "perseus_allreduce_blocking");
+    auto e = capi::requireEngine();
+    allreduce(*e, name, 1, input, output, op, prescale, postscale, process_set, true,
               "perseus_allreduce_blocking");
+  });
+}
+
+perseus_status perseus_allreduce_on_stream(const char* name, const perseus_tensor* input,
+                                           const perseus_tensor* output, int32_t op,
+                                           double prescale, double postscale, int32_t process_set,
+                                           void* stream) {
+  return guarded([&] {
+    checkName(name, "perseus_allreduce_on_stream");
+    auto e = capi::requireEngine();
+    const bool cpu = input != nullptr && input->device == PERSEUS_DEVICE_CPU;
+    auto h = allreduce(*e, name, 1, input, output, op, prescale, postscale, process_set, cpu,
+                       "perseus_allreduce_on_stream");
+    if (cpu) return;
+    const int64_t spin_us = capi::runtime().spin_us.load(std::memory_order_relaxed);
+    if (h->streamReady()) {
+      h->streamWait(stream, spin_us);
+    } else {
+      e->streamWait(*h, stream, spin_us);
+    }
   });
 }
 

@@ -81,20 +81,10 @@ perseus_status allreduceOnItsStream(const char* name, FlatTensor& t, long op, do
   const auto op32 = static_cast<int32_t>(op);
   const auto set32 = static_cast<int32_t>(process_set);
   perseus_status status;
+  *what = "perseus_allreduce_on_stream";
   Py_BEGIN_ALLOW_THREADS;
-  if (t.t.device == PERSEUS_DEVICE_CPU) {
-    *what = "perseus_allreduce_blocking";
-    status = perseus_allreduce_blocking(name, &t.t, &t.t, op32, prescale, postscale, set32);
-  } else {
-    perseus_handle id = 0;
-    *what = "perseus_allreduce";
-    status = perseus_allreduce(name, &t.t, &t.t, op32, prescale, postscale, set32, &id);
-    if (status == PERSEUS_OK) {
-      *what = "perseus_handle_cuda_stream_wait";
-      status = perseus_handle_cuda_stream_wait(id, t.t.cuda_stream);
-      perseus_release(id);
-    }
-  }
+  status = perseus_allreduce_on_stream(name, &t.t, &t.t, op32, prescale, postscale, set32,
+                                       t.t.cuda_stream);
   Py_END_ALLOW_THREADS;
   return status;
 }

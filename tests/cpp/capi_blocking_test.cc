@@ -1,5 +1,5 @@
 // The blocking calls of the C API (perseus_allreduce_blocking, perseus_broadcast_blocking,
-// perseus_open_* and perseus_finish_opened):
+// perseus_allreduce_on_stream on CPU tensors, perseus_open_* and perseus_finish_opened):
 // the same results and errors as the asynchronous calls, on the negotiated path (a name's
 // first runs, large tensors, process sets) and on the post lane, where the rank that posts
 // last finishes with no handle and the others wait on an untimed one.
@@ -36,8 +36,12 @@ TEST(CapiBlocking, ResultsMatchTheAsynchronousCallsOnEveryPath) {
                         root = "bc." + std::to_string(count);
       for (int it = 0; it < 60; ++it) {
         for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r + 1) * (it + 1) + i;
-        // Rank 1 mixes in the asynchronous call: both kinds post into the same slots.
-        if (r == 1 && it % 3 == 0) {
+        // Rank 1 mixes in the asynchronous call, rank 2 the call on a stream (no stream for a
+        // CPU tensor): every kind posts into the same slots.
+        if (r == 2 && it % 2 == 0) {
+          CHILD_CHECK(perseus_allreduce_on_stream(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0,
+                                                  nullptr) == PERSEUS_OK);
+        } else if (r == 1 && it % 3 == 0) {
           perseus_handle h;
           CHILD_CHECK(perseus_allreduce(sum.c_str(), &ti, &to, PERSEUS_SUM, 1, 1, 0, &h) ==
                       PERSEUS_OK);

@@ -166,6 +166,48 @@ TEST(EngineGpuRouting, BlockingCallsOnCudaTensorsThroughTheCApi) {
   perseus_shutdown();
 }
 
+// perseus_allreduce_on_stream: `stream` is ordered after the allreduce with no handle, both
+// where the work is the producer's own ready event (in place at world size 1, the same stream:
+// nothing to wait for) and where it runs on the slot stream (a prescale, another stream).
+TEST(EngineGpuRouting, AllreduceOnStreamOrdersTheStreamAfterIt) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  ASSERT_EQ(perseus_init(), PERSEUS_OK) << perseus_last_error();
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  float* d = toDevice({0, 0, 0, 0});
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 8 * sizeof(float)), cudaSuccess);
+  int64_t shape[1] = {4};
+  perseus_tensor t{d, PERSEUS_FLOAT32, 1, shape, 0, producer};
+  for (int k = 0; k < 4; ++k) {  // first runs negotiated, the later ones from the cache
+    for (int i = 0; i < 4; ++i) pinned[i] = static_cast<float>(k * 10 + i);
+    cudaMemcpyAsync(d, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, producer);
+    ASSERT_EQ(
+        perseus_allreduce_on_stream("ar.stream.same", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, producer),
+        PERSEUS_OK)
+        << perseus_last_error();
+    cudaMemcpyAsync(pinned + 4, d, 4 * sizeof(float), cudaMemcpyDeviceToHost, producer);
+    ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(pinned[4 + i], k * 10 + i) << "run " << k;
+
+    cudaMemcpyAsync(d, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, producer);
+    ASSERT_EQ(
+        perseus_allreduce_on_stream("ar.stream.other", &t, &t, PERSEUS_SUM, 2.0, 1.0, 0, consumer),
+        PERSEUS_OK)
+        << perseus_last_error();
+    cudaMemcpyAsync(pinned + 4, d, 4 * sizeof(float), cudaMemcpyDeviceToHost, consumer);
+    ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(pinned[4 + i], 2.0f * (k * 10 + i)) << "run " << k;
+  }
+  ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+  cudaFreeHost(pinned);
+  cudaFree(d);
+  cudaStreamDestroy(consumer);
+  cudaStreamDestroy(producer);
+  perseus_shutdown();
+}
+
 TEST(EngineGpuRouting, TwoRanksOnOneGpuHostStaged) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   testing::EngineRanks ranks(2, testing::engineTestParams());

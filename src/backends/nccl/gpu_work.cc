@@ -8,13 +8,21 @@
 
 namespace perseus::nccl {
 
+namespace {
+
+std::chrono::steady_clock::time_point deadlineAfter(double timeout_s) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(timeout_s));
+}
+
+}  // namespace
+
 CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
                    std::vector<std::shared_ptr<NcclComm>> comms)
     : events_(std::move(events)),
       what_(std::move(what)),
-      deadline_(std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(timeout_s))),
+      deadline_(deadlineAfter(timeout_s)),
       timeout_s_(timeout_s),
       comms_(std::move(comms)) {
   done_ = events_->acquire();
@@ -22,14 +30,14 @@ CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double t
 
 CudaWork::CudaWork(std::shared_ptr<EventPool> events, std::string what, double timeout_s,
                    std::shared_ptr<CudaEvent> done)
-    : CudaWork(std::move(events), std::move(what), timeout_s,
-               std::vector<std::shared_ptr<NcclComm>>{}) {
-  events_->release(done_);
-  borrowed_ = std::move(done);
-  done_ = borrowed_->get();
-  done_stream_ = borrowed_->stream();
-  done_order_ = borrowed_->order();
-}
+    : events_(std::move(events)),
+      borrowed_(std::move(done)),
+      done_(borrowed_->get()),
+      done_stream_(borrowed_->stream()),
+      done_order_(borrowed_->order()),
+      what_(std::move(what)),
+      deadline_(deadlineAfter(timeout_s)),
+      timeout_s_(timeout_s) {}
 
 CudaWork::~CudaWork() {
   if (!borrowed_) events_->release(done_);
@@ -99,6 +107,10 @@ void CudaWork::wait() {
 }
 
 void CudaWork::streamWait(void* stream) {
+  // Work queued later on the stream that recorded done_ runs after it already (a world-size-1
+  // allreduce in place is done when the producer's stream gets there). The per-thread default
+  // stream's handle names another stream in each thread.
+  if (done_order_ != 0 && stream == done_stream_ && stream != cudaStreamPerThread) return;
   DeviceGuard guard(events_->device());
   checkCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0),
             "cudaStreamWaitEvent (framework stream on collective)");
