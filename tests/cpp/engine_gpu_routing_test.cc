@@ -180,25 +180,22 @@ TEST(EngineGpuRouting, AllreduceOnStreamOrdersTheStreamAfterIt) {
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 8 * sizeof(float)), cudaSuccess);
   int64_t shape[1] = {4};
   perseus_tensor t{d, PERSEUS_FLOAT32, 1, shape, 0, producer};
-  for (int k = 0; k < 4; ++k) {  // first runs negotiated, the later ones from the cache
+  // Produces k*10+i on `producer`, allreduces it with `prescale` ordering `stream` after it,
+  // reads it back on `stream`: prescale * (k*10+i) unless `stream` ran ahead.
+  auto roundTrip = [&](const char* name, double prescale, cudaStream_t stream, int k) {
     for (int i = 0; i < 4; ++i) pinned[i] = static_cast<float>(k * 10 + i);
     cudaMemcpyAsync(d, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, producer);
-    ASSERT_EQ(
-        perseus_allreduce_on_stream("ar.stream.same", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, producer),
-        PERSEUS_OK)
+    ASSERT_EQ(perseus_allreduce_on_stream(name, &t, &t, PERSEUS_SUM, prescale, 1.0, 0, stream),
+              PERSEUS_OK)
         << perseus_last_error();
-    cudaMemcpyAsync(pinned + 4, d, 4 * sizeof(float), cudaMemcpyDeviceToHost, producer);
-    ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(pinned[4 + i], k * 10 + i) << "run " << k;
-
-    cudaMemcpyAsync(d, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, producer);
-    ASSERT_EQ(
-        perseus_allreduce_on_stream("ar.stream.other", &t, &t, PERSEUS_SUM, 2.0, 1.0, 0, consumer),
-        PERSEUS_OK)
-        << perseus_last_error();
-    cudaMemcpyAsync(pinned + 4, d, 4 * sizeof(float), cudaMemcpyDeviceToHost, consumer);
-    ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(pinned[4 + i], 2.0f * (k * 10 + i)) << "run " << k;
+    cudaMemcpyAsync(pinned + 4, d, 4 * sizeof(float), cudaMemcpyDeviceToHost, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(pinned[4 + i], static_cast<float>(prescale) * (k * 10 + i)) << name << " " << k;
+  };
+  for (int k = 0; k < 4; ++k) {  // first runs negotiated, the later ones from the cache
+    roundTrip("ar.stream.same", 1.0, producer, k);
+    roundTrip("ar.stream.other", 2.0, consumer, k);
   }
   ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
   cudaFreeHost(pinned);
