@@ -13,7 +13,7 @@ rounds=${2:-3}
 side=/tmp/perseus-ab-old
 rm -rf "$side" && mkdir -p "$side/src"
 tar -xf "$old_tar" -C "$side/src" || exit 1
-python3 -m pip install -q --no-build-isolation --disable-pip-version-check --target "$side/site" \
+python3 -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target "$side/site" \
   "$side/src" >"$side/install.log" 2>&1 || { tail -20 "$side/install.log"; exit 1; }
 for round in $(seq 1 "$rounds"); do
   for tree in old new; do
