@@ -130,12 +130,12 @@ void toC(const engine::OpenedPost& o, perseus_opened* out) {
 // The allreduce entry behind perseus_allreduce, perseus_grouped_allreduce,
 // perseus_allreduce_blocking and perseus_allreduce_on_stream: the engine's handle, or none
 // for a blocking call.
-std::shared_ptr<engine::Handle> allreduce(engine::Engine& e, const char* name, int32_t count,
+// `n`: the name, checked.
+std::shared_ptr<engine::Handle> allreduce(engine::Engine& e, std::string_view n, int32_t count,
                                           const perseus_tensor* inputs,
                                           const perseus_tensor* outputs, int32_t op,
                                           double prescale, double postscale, int32_t process_set,
-                                          bool blocking, const char* call) {
-  std::string_view n = checkName(name, call);
+                                          bool blocking) {
   checkCount(count, inputs, n);
   if (outputs == nullptr)
     throw InvalidArgumentError(
@@ -198,11 +198,11 @@ perseus_status perseus_grouped_allreduce(const char* name, int32_t count,
                                          double postscale, int32_t process_set,
                                          perseus_handle* handle) {
   return guarded([&] {
-    checkName(name, "perseus_allreduce");
+    std::string_view n = checkName(name, "perseus_allreduce");
     checkHandle(handle);
     auto e = capi::requireEngine();
-    *handle = capi::publish(allreduce(*e, name, count, inputs, outputs, op, prescale, postscale,
-                                      process_set, false, "perseus_allreduce"));
+    *handle = capi::publish(
+        allreduce(*e, n, count, inputs, outputs, op, prescale, postscale, process_set, false));
   });
 }
 
@@ -210,10 +210,9 @@ perseus_status perseus_allreduce_blocking(const char* name, const perseus_tensor
                                           const perseus_tensor* output, int32_t op, double prescale,
                                           double postscale, int32_t process_set) {
   return guarded([&] {
-    checkName(name, "perseus_allreduce_blocking");
+    std::string_view n = checkName(name, "perseus_allreduce_blocking");
     auto e = capi::requireEngine();
-    allreduce(*e, name, 1, input, output, op, prescale, postscale, process_set, true,
-              "perseus_allreduce_blocking");
+    allreduce(*e, n, 1, input, output, op, prescale, postscale, process_set, true);
   });
 }
 
@@ -222,18 +221,11 @@ perseus_status perseus_allreduce_on_stream(const char* name, const perseus_tenso
                                            double prescale, double postscale, int32_t process_set,
                                            void* stream) {
   return guarded([&] {
-    checkName(name, "perseus_allreduce_on_stream");
+    std::string_view n = checkName(name, "perseus_allreduce_on_stream");
     auto e = capi::requireEngine();
     const bool cpu = input != nullptr && input->device == PERSEUS_DEVICE_CPU;
-    auto h = allreduce(*e, name, 1, input, output, op, prescale, postscale, process_set, cpu,
-                       "perseus_allreduce_on_stream");
-    if (cpu) return;
-    const int64_t spin_us = capi::runtime().spin_us.load(std::memory_order_relaxed);
-    if (h->streamReady()) {
-      h->streamWait(stream, spin_us);
-    } else {
-      e->streamWait(*h, stream, spin_us);
-    }
+    auto h = allreduce(*e, n, 1, input, output, op, prescale, postscale, process_set, cpu);
+    if (!cpu) capi::streamWait(e.get(), *h, stream);
   });
 }
 

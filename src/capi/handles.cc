@@ -150,12 +150,8 @@ perseus_status perseus_handle_cuda_stream_wait(perseus_handle handle, void* stre
   // may enqueue the work on this thread (Note [Caller-run cycles]).
   return guarded([&] {
     auto h = findHandle(handle);
-    const int64_t spin_us = capi::runtime().spin_us.load(std::memory_order_relaxed);
-    if (auto e = h->streamReady() ? nullptr : currentEngine()) {
-      e->streamWait(*h, stream, spin_us);
-    } else {
-      h->streamWait(stream, spin_us);
-    }
+    auto e = h->streamReady() ? nullptr : currentEngine();
+    capi::streamWait(e.get(), *h, stream);
   });
 }
 

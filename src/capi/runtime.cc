@@ -36,6 +36,15 @@ std::shared_ptr<engine::Engine> requireEngine() {
       "Perseus has not been initialized; call perseus_init() (hvd.init()) first");
 }
 
+void streamWait(engine::Engine* engine, engine::Handle& handle, void* stream) {
+  const int64_t spin_us = runtime().spin_us.load(std::memory_order_relaxed);
+  if (engine != nullptr && !handle.streamReady()) {
+    engine->streamWait(handle, stream, spin_us);
+  } else {
+    handle.streamWait(stream, spin_us);
+  }
+}
+
 perseus_handle publish(const std::shared_ptr<engine::Handle>& handle) {
   runtime().handles.insert(handle);
   return handle->id();

@@ -45,6 +45,11 @@ perseus_status guarded(F&& body) {
   }
 }
 
+// Orders `stream` after the handle's GPU work (a CPU op: waits for it on the host). Until the
+// engine has enqueued that work, `engine` (null: none is running) may run its cycles on this
+// thread (Note [Caller-run cycles]).
+void streamWait(engine::Engine* engine, engine::Handle& handle, void* stream);
+
 // Registers the handle for C callers and returns its id.
 perseus_handle publish(const std::shared_ptr<engine::Handle>& handle);
 std::shared_ptr<engine::Handle> findHandle(perseus_handle id);  // throws InvalidArgumentError

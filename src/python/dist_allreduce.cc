@@ -109,12 +109,10 @@ PyObject* distAllreduce(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_DECREF(name);
     return nullptr;
   }
-  const char* what = nullptr;
-  const perseus_status status =
-      allreduceOnItsStream(name_utf8, t, op, 1.0, 1.0, group.process_set, &what);
+  const perseus_status status = allreduceOnItsStream(name_utf8, t, op, 1.0, 1.0, group.process_set);
   if (status == PERSEUS_ERR_DUPLICATE_NAME) return name;
   Py_DECREF(name);
-  if (status != PERSEUS_OK) return finish(status, what);
+  if (status != PERSEUS_OK) return finish(status, "perseus_allreduce_on_stream");
   Py_INCREF(group.completed);
   return group.completed;
 }

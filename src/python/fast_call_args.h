@@ -33,9 +33,9 @@ bool parseTensorReduce(PyObject* const* args, TensorReduce& a);
 // The in-place allreduce of `t` as torch.distributed orders a blocking collective, the GIL
 // released around the engine calls: a CPU tensor's returns once done; a CUDA tensor's once the
 // engine enqueued the GPU work and t.cuda_stream waits for it, with no host block for the GPU
-// work itself. *what names the C API call a failed status came from.
+// work itself (perseus_allreduce_on_stream, which a failed status comes from).
 perseus_status allreduceOnItsStream(const char* name, FlatTensor& t, long op, double prescale,
-                                    double postscale, long process_set, const char** what);
+                                    double postscale, long process_set);
 
 // A METH_FASTCALL function as the PyCFunction a PyMethodDef stores; the cast through
 // void(*)() is the documented way and keeps -Wcast-function-type quiet.

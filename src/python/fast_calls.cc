@@ -77,11 +77,10 @@ bool parseTensorReduce(PyObject* const* args, TensorReduce& a) {
 }
 
 perseus_status allreduceOnItsStream(const char* name, FlatTensor& t, long op, double prescale,
-                                    double postscale, long process_set, const char** what) {
+                                    double postscale, long process_set) {
   const auto op32 = static_cast<int32_t>(op);
   const auto set32 = static_cast<int32_t>(process_set);
   perseus_status status;
-  *what = "perseus_allreduce_on_stream";
   Py_BEGIN_ALLOW_THREADS;
   status = perseus_allreduce_on_stream(name, &t.t, &t.t, op32, prescale, postscale, set32,
                                        t.t.cuda_stream);
@@ -174,10 +173,8 @@ PyObject* allreduceOnStream(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   }
   InplaceAllreduce a;
   if (!parseInplaceAllreduce(args, nargs, a)) return nullptr;
-  const char* what = nullptr;
-  const perseus_status status =
-      allreduceOnItsStream(a.name, a.t, a.op, a.prescale, a.postscale, a.process_set, &what);
-  return finish(status, what);
+  return finish(allreduceOnItsStream(a.name, a.t, a.op, a.prescale, a.postscale, a.process_set),
+                "perseus_allreduce_on_stream");
 }
 
 // broadcast_inplace(name, address, dtype, shape, root, process_set[, device, stream])
