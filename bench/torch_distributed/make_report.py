@@ -37,6 +37,17 @@ def _rounds(row):
                      for t, f in zip(times, faults))
 
 
+def _by_round(row, gloo, inverse):
+    """'; by round 1.23x, 1.44x': the ratio to Gloo within each round, whose backends ran back to
+    back, so that a drift of the machine between rounds does not enter it (the median rows can
+    come from different rounds). `inverse`: the ratio is Gloo's step over this row's."""
+    mine, theirs = row.get("rounds_step_ms"), gloo.get("rounds_step_ms")
+    if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+        return ""
+    ratios = [(g / m if inverse else m / g) for m, g in zip(mine, theirs)]
+    return "; by round " + ", ".join("%.2fx" % r for r in ratios)
+
+
 def ddp_table(rows):
     out = ["| ranks | model | backend | samples/s | step ms (median of rounds) | rounds' step ms "
            "(page faults/step) | vs Gloo | bucket allreduces alone ms |",
@@ -51,7 +62,8 @@ def ddp_table(rows):
             floor = _find(rows, "ddp", "local", ranks)
             floor_ratio = floor["samples_per_s"] / gloo["samples_per_s"] if gloo and floor else None
             verdict = "" if ratio is None or lib != "perseus" else _verdict(
-                ratio, ">=", DDP_BAR, floor_ratio) + _with_comm(row, floor, gloo)
+                ratio, ">=", DDP_BAR, floor_ratio) + _by_round(row, gloo, True) + _with_comm(
+                    row, floor, gloo)
             out.append("| %d | %s (%d tensors, %d params) | %s | %.0f | %.1f | %s | %s%s | %s |" % (
                 ranks, row["model"], row["tensors"], row["params"], lib, row["samples_per_s"],
                 row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
@@ -100,7 +112,7 @@ def fsdp_table(rows):
             floor = _find(rows, "fsdp2", "local", ranks)
             floor_ratio = floor["step_ms"] / gloo["step_ms"] if gloo and floor else None
             verdict = "" if ratio is None or lib != "perseus" else _verdict(
-                ratio, "<=", FSDP_BAR, floor_ratio)
+                ratio, "<=", FSDP_BAR, floor_ratio) + _by_round(row, gloo, False)
             out.append("| %d | %s (%.1fM params, batch %d/rank) | %s | %.0f | %s | %s%s | %s |" % (
                 ranks, row["model"], row["params"] / 1e6, row["batch_per_rank"], lib,
                 row["step_ms"], _rounds(row), "%.2fx" % ratio if ratio else "-", verdict,
