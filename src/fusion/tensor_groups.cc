@@ -55,9 +55,11 @@ size_t fusionBytes(const Response& r, size_t tensor, int set_size) {
 std::vector<FusionGroup> planGroups(const std::vector<Response>& responses, int set_size,
                                     int64_t threshold) {
   std::vector<FusionGroup> groups;
+  groups.reserve(responses.size());
   std::map<Key, size_t> open;  // key -> index of the group still accepting tensors
   const auto limit = static_cast<size_t>(threshold);
   for (size_t i = 0; i < responses.size(); ++i) {
+    const bool last_response = i + 1 == responses.size();
     const Response& r = responses[i];
     if (!fusable(r) || r.tensors.empty()) {
       FusionGroup g;
@@ -87,8 +89,10 @@ std::vector<FusionGroup> planGroups(const std::vector<Response>& responses, int 
       g.items.push_back({i, t});
       g.bytes = bytes;
       groups.push_back(std::move(g));
-      // A tensor that fills the buffer alone leaves the open group open for smaller ones.
-      if (bytes < limit) open[key] = groups.size() - 1;
+      // A tensor that fills the buffer alone leaves the open group open for smaller ones. The
+      // last tensor opens none: nothing comes after it (a cycle of one call plans no map).
+      const bool last = last_response && t + 1 == r.tensors.size();
+      if (bytes < limit && !last) open[key] = groups.size() - 1;
     }
   }
   for (FusionGroup& g : groups) {

@@ -34,6 +34,8 @@ class ControlVector {
   // Work pending in the process set whose group id is `group` (0..63).
   void setSetWork(int group) { clearBit(1, group); }
   bool anySetWork(int group) const { return !testBit(1, group); }
+  // Every group some rank has work in, bit g for group id g.
+  uint64_t setsWithWork() const { return ~words_[1]; }
   void setReady(int bit) { setBit(2, bit); }
   bool ready(int bit) const { return testBit(2, bit); }
   void setInvalid(int bit) { clearBit(2 + ready_words_, bit); }

@@ -14,6 +14,7 @@
 #include "collectives/communicator.h"
 #include "engine/entry.h"
 #include "engine/exec/executor.h"
+#include "negotiation/control.h"
 #include "negotiation/coordinator.h"
 #include "negotiation/response_cache.h"
 
@@ -56,6 +57,7 @@ struct ProcessSet {
   ResponseCache cache;
   std::unique_ptr<Coordinator> coordinator;  // set rank 0 only
   FusionBuffer fusion;
+  ControlVector control;  // the negotiation's, rewritten every cycle (its words stay allocated)
 
   std::unordered_map<std::string, std::unique_ptr<Entry>> entries;  // by name, in flight
   std::vector<Entry*> fresh;     // submitted since the last negotiation, not yet classified

@@ -75,7 +75,7 @@ SetNegotiator::Agreement SetNegotiator::negotiate(ProcessSet& set, bool global, 
   std::vector<Request> announced;  // other sets' new requests, for the cross-set check
   if (global) announced = cross_set_.announce();
 
-  ControlVector cv = describeThisRank(set, global, shutdown, now, invalid_bits, announced);
+  ControlVector& cv = describeThisRank(set, global, shutdown, now, invalid_bits, announced);
   exchangeControl(set, &cv);
   set.any_joined = cv.anyFlag(ControlFlag::kJoined);
   if (global && !learnJobFacts(set, shutdown, cv, &out)) return out;
@@ -90,19 +90,21 @@ SetNegotiator::Agreement SetNegotiator::negotiate(ProcessSet& set, bool global, 
   }
   out.more_work = !set.uncached.empty();
   cached_responses_.fetch_add(cached, std::memory_order_relaxed);
+  const auto agreed = Clock::now();
   negotiation_ns_.fetch_add(
       static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(agreed - now).count()),
       std::memory_order_relaxed);
-  recordWaits(set, global, out.responses, timeline);
+  recordWaits(set, global, out.responses, timeline, agreed);
   return out;
 }
 
-ControlVector SetNegotiator::describeThisRank(ProcessSet& set, bool global, bool shutdown,
-                                              Clock::time_point now,
-                                              const std::vector<int>& invalid_bits,
-                                              const std::vector<Request>& announced) {
-  ControlVector cv(set.cache.numBits());
+ControlVector& SetNegotiator::describeThisRank(ProcessSet& set, bool global, bool shutdown,
+                                               Clock::time_point now,
+                                               const std::vector<int>& invalid_bits,
+                                               const std::vector<Request>& announced) {
+  ControlVector& cv = set.control;
+  cv.reset(set.cache.numBits());
   bool stall_check_due =
       set.coordinator && set.coordinator->numWaiting() > 0 && now >= set.next_stall_check;
   if (!set.uncached.empty() || stall_check_due || !announced.empty()) {
@@ -155,7 +157,7 @@ bool SetNegotiator::learnJobFacts(ProcessSet& set, bool shutdown, const ControlV
     out->leaving = ranksThatSaid(*set.comm, shutdown);  // so the others can name them
     return false;
   }
-  for (int g = 0; g < kMaxGroups; ++g) set_work_[g] = cv.anySetWork(g);
+  sets_with_work_ = cv.setsWithWork();
   if (straggler_ && cv.anyFlag(ControlFlag::kStragglerWindow)) straggler_->exchange(*set.comm);
   return true;
 }
@@ -228,10 +230,10 @@ std::vector<Response> SetNegotiator::coordinateUncached(ProcessSet& set, bool gl
 }
 
 void SetNegotiator::recordWaits(ProcessSet& set, bool global,
-                                const std::vector<Response>& responses, Timeline* timeline) {
+                                const std::vector<Response>& responses, Timeline* timeline,
+                                Clock::time_point now) {
   StragglerWatch* watch = global ? straggler_.get() : nullptr;
   if (responses.empty() || (!timeline && !watch)) return;
-  const auto now = Clock::now();
   for (const Response& r : responses) {
     auto it = set.entries.find(r.name);
     if (it == set.entries.end()) continue;

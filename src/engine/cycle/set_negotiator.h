@@ -59,7 +59,7 @@ class SetNegotiator {
   // carries this rank's `shutdown` and the job-wide facts. `timeline` may be null.
   Agreement negotiate(ProcessSet& set, bool global, bool shutdown, Timeline* timeline);
   // Whether the last global negotiation said that some rank has work in set `group`.
-  bool setHasWork(int group) const { return set_work_[group]; }
+  bool setHasWork(int group) const { return (sets_with_work_ >> group) & 1; }
 
   NegotiationStats stats() const;
 
@@ -69,10 +69,11 @@ class SetNegotiator {
   // rank needs renegotiated (a changed request, a stalled hit).
   void classifyFresh(ProcessSet& set, Clock::time_point now, std::vector<int>* invalid_bits);
   // The negotiation's steps after classifyFresh, in order.
-  // This rank's state for the control-vector exchange: flags, ready and invalid bits.
-  ControlVector describeThisRank(ProcessSet& set, bool global, bool shutdown, Clock::time_point now,
-                                 const std::vector<int>& invalid_bits,
-                                 const std::vector<Request>& announced);
+  // This rank's state for the control-vector exchange: flags, ready and invalid bits, written
+  // into set.control.
+  ControlVector& describeThisRank(ProcessSet& set, bool global, bool shutdown,
+                                  Clock::time_point now, const std::vector<int>& invalid_bits,
+                                  const std::vector<Request>& announced);
   // The ready bits: the cached responses this rank can run now.
   void markReady(ProcessSet& set, ControlVector* cv);
   // The control-vector allreduce over the set's members.
@@ -94,10 +95,10 @@ class SetNegotiator {
   void inspectStalls(ProcessSet& set, std::vector<Response>* responses);
   // Set rank 0: the notices of collectives that waited past PERSEUS_STALL_DIAGNOSIS.
   std::vector<StallNotice> diagnoseStalls(ProcessSet& set, Clock::time_point now);
-  // This rank's wait for each of the cycle's responses: the timeline's NEGOTIATE spans and the
-  // straggler watch.
+  // This rank's wait for each of the cycle's responses until `now`, when they were agreed: the
+  // timeline's NEGOTIATE spans and the straggler watch.
   void recordWaits(ProcessSet& set, bool global, const std::vector<Response>& responses,
-                   Timeline* timeline);
+                   Timeline* timeline, Clock::time_point now);
 
   const Params& params_;
   ProcessSetTable& sets_;
@@ -108,7 +109,8 @@ class SetNegotiator {
   const std::vector<std::string> hostnames_;
   std::unique_ptr<StragglerWatch> straggler_;  // null when PERSEUS_STRAGGLER_THRESHOLD=0
   std::vector<StallNotice> notices_;           // set rank 0: for this coordinator round
-  bool set_work_[kMaxGroups] = {};
+  static_assert(kMaxGroups <= 64, "one word of the control vector holds the sets' work");
+  uint64_t sets_with_work_ = 0;  // bit g: some rank has work in the set of group id g
 
   std::atomic<uint64_t> control_exchanges_{0}, control_bytes_{0}, coordinator_rounds_{0},
       cached_responses_{0}, coordinated_responses_{0}, negotiation_ns_{0};
