@@ -44,8 +44,9 @@ void Submissions::release(int32_t set, Entry* const* done, size_t n) {
   for (size_t i = 0; i < n; ++i) in_flight_.erase({set, done[i]->request.name});
 }
 
-std::vector<std::unique_ptr<Entry>> Submissions::drain() {
-  std::vector<std::unique_ptr<Entry>> batch;
+std::vector<std::unique_ptr<Entry>> Submissions::drain(std::vector<std::unique_ptr<Entry>> spare) {
+  spare.clear();
+  std::vector<std::unique_ptr<Entry>> batch = std::move(spare);
   std::lock_guard<std::mutex> lock(mu_);
   batch.swap(queue_);
   queued_.store(false, std::memory_order_relaxed);

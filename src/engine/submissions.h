@@ -51,8 +51,9 @@ class Submissions {
   // Whether entries wait in the queue. A seq_cst load: the engine thread re-checks it after
   // announcing that it blocks (Dekker, Note [Engine cycle]).
   bool hasQueued() const { return queued_.load(); }
-  // The queued entries, in submission order (the cycle holder).
-  std::vector<std::unique_ptr<Entry>> drain();
+  // The queued entries, in submission order (the cycle holder). `spare`'s storage becomes the
+  // queue's: a caller that hands back the last batch, emptied, makes no allocation per drain.
+  std::vector<std::unique_ptr<Entry>> drain(std::vector<std::unique_ptr<Entry>> spare = {});
 
   // Records the first stop's cause, forgets every in-flight name and returns the queued
   // entries for the caller to fail.

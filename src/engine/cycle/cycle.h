@@ -145,7 +145,9 @@ class Cycle {
   CrossSetNames cross_set_;
   SetNegotiator negotiator_;
   bool more_work_ = false;
-  std::vector<Entry*> done_scratch_;  // execute(): a group's finished CPU entries
+  std::vector<Entry*> done_scratch_;             // execute(): a group's finished CPU entries
+  std::vector<Entry*> entries_scratch_;          // execute(): storage for the responses' entries
+  std::vector<std::unique_ptr<Entry>> drained_;  // drain(): the last batch's storage, empty
 
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> cycles_{0};

@@ -35,7 +35,7 @@ Cycle::Cycle(Parts parts, Listener listener)
 
 bool Cycle::drain() {
   if (!submissions_.hasQueued()) return false;
-  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain();
+  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain(std::move(drained_));
   auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
     submissions_.release(raw->request.process_set, raw->request.name);
     raw->handle->complete(code, message);
@@ -59,7 +59,10 @@ bool Cycle::drain() {
     set->entries[raw->request.name] = std::move(e);
     set->fresh.push_back(raw);
   }
-  return !batch.empty();
+  const bool any = !batch.empty();
+  batch.clear();  // every entry moved or failed above
+  drained_ = std::move(batch);
+  return any;
 }
 
 bool Cycle::pending() const { return sets_.pending(); }

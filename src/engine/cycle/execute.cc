@@ -16,16 +16,17 @@ bool isData(OpType op) {
 
 // This rank's entry of each response (null where it takes part without one), each expecting
 // all of its response's tensors.
-std::vector<Entry*> matchEntries(ProcessSet& set, const std::vector<Response>& responses) {
-  std::vector<Entry*> entries(responses.size(), nullptr);
+// `entries` (reused storage): this rank's entry of each response, or null.
+void matchEntries(ProcessSet& set, const std::vector<Response>& responses,
+                  std::vector<Entry*>* entries) {
+  entries->assign(responses.size(), nullptr);
   for (size_t i = 0; i < responses.size(); ++i) {
     auto it = set.entries.find(responses[i].name);
     if (it != set.entries.end()) {
-      entries[i] = it->second.get();
-      entries[i]->tensors_left = responses[i].tensors.size();
+      (*entries)[i] = it->second.get();
+      (*entries)[i]->tensors_left = responses[i].tensors.size();
     }
   }
-  return entries;
 }
 
 // The global set's responses, before any of their entries completes (Note [Posted
@@ -76,7 +77,9 @@ void failEntries(const Error& e, const FusionGroup& g, const std::vector<Respons
 
 void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
   if (responses.empty()) return;
-  std::vector<Entry*> entries = matchEntries(set, responses);
+  // The scratch vector is taken, not borrowed: a nested execute() would allocate its own.
+  std::vector<Entry*> entries = std::move(entries_scratch_);
+  matchEntries(set, responses, &entries);
   if (set.group_id == kGlobalGroup && fast_path_.enabled())
     learnPosts(fast_path_, set, responses, entries);
   const auto negotiated = timeline_ ? Clock::now() : Clock::time_point{};
@@ -118,6 +121,7 @@ void Cycle::execute(ProcessSet& set, std::vector<Response>& responses) {
     finishGroup(set, done_scratch_.data(), done_scratch_.size());
     done_scratch_.clear();
   }
+  entries_scratch_ = std::move(entries);
   if (!stop_message.empty()) breakEngine(TimeoutError(stop_message), "stall inspection");
 }
 
