@@ -2,10 +2,11 @@
 // via the response cache) -> shared-memory collective -> handle completion, with 2 (or argv[1])
 // forked ranks on this host, bootstrapped like perseusrun does.
 //
-//   engine_latency_bench [ranks=2] [iterations=20000] [bytes=4] [async|blocking]
+//   engine_latency_bench [ranks=2] [iterations=20000] [bytes=4] [async|blocking] [name=lat]
 //
 // async (the default): perseus_allreduce, perseus_wait, perseus_release; blocking:
-// perseus_allreduce_blocking.
+// perseus_allreduce_blocking. `name`: the tensor's name; torch.distributed's (e.g.
+// pt.0.allreduce.float32.1.3) are longer than a std::string holds without allocating.
 //
 // Prints per-rank median and p10/p90 of per-op time over batches of back-to-back ops.
 #include <signal.h>
@@ -25,7 +26,7 @@ namespace {
 
 constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 
-int runRank(int iterations, int64_t bytes, bool blocking) {
+int runRank(int iterations, int64_t bytes, bool blocking, const char* name) {
   if (perseus_init() != PERSEUS_OK) {
     std::fprintf(stderr, "init: %s\n", perseus_last_error());
     return 1;
@@ -37,14 +38,14 @@ int runRank(int iterations, int64_t bytes, bool blocking) {
   perseus_tensor t{buf.data(), PERSEUS_FLOAT32, 1, &count, PERSEUS_DEVICE_CPU, nullptr};
   auto one = [&] {
     if (blocking) {
-      if (perseus_allreduce_blocking("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0) != PERSEUS_OK) {
+      if (perseus_allreduce_blocking(name, &t, &t, PERSEUS_SUM, 1.0, 1.0, 0) != PERSEUS_OK) {
         std::fprintf(stderr, "allreduce: %s\n", perseus_last_error());
         std::exit(1);
       }
       return;
     }
     perseus_handle h;
-    if (perseus_allreduce("lat", &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h) != PERSEUS_OK ||
+    if (perseus_allreduce(name, &t, &t, PERSEUS_SUM, 1.0, 1.0, 0, &h) != PERSEUS_OK ||
         perseus_wait(h, 30) != PERSEUS_OK) {
       std::fprintf(stderr, "allreduce: %s\n", perseus_last_error());
       std::exit(1);
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 20000;
   const int64_t bytes = argc > 3 ? std::atoll(argv[3]) : 4;
   const bool blocking = argc > 4 && std::string(argv[4]) == "blocking";
+  const char* name = argc > 5 ? argv[5] : "lat";
   void* server = nullptr;
   int32_t port = 0;
   if (perseus_store_server_start("127.0.0.1", 0, kSecret, &port, &server) != PERSEUS_OK) {
@@ -99,7 +101,7 @@ int main(int argc, char** argv) {
       setenv("PERSEUS_CONTROLLER_PORT", std::to_string(port).c_str(), 1);
       setenv("PERSEUS_SECRET", kSecret, 1);
       std::fflush(stdout);
-      _exit(runRank(iterations, bytes, blocking));
+      _exit(runRank(iterations, bytes, blocking, name));
     }
     pids.push_back(pid);
   }

@@ -13,8 +13,7 @@ Submissions::Admission Submissions::submit(std::unique_ptr<Entry>& e, bool queue
     *stop = stop_;
     return Admission::kStopped;
   }
-  if (!in_flight_.insert({e->request.process_set, e->request.name}).second)
-    return Admission::kDuplicate;
+  if (!claimLocked(e->request.process_set, e->request.name)) return Admission::kDuplicate;
   if (!queue) return Admission::kClaimed;
   pushLocked(e);
   return Admission::kQueued;
@@ -22,26 +21,31 @@ Submissions::Admission Submissions::submit(std::unique_ptr<Entry>& e, bool queue
 
 Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim, Stop* stop) {
   std::lock_guard<std::mutex> lock(mu_);
-  Key key{e->request.process_set, e->request.name};
+  const int32_t set = e->request.process_set;
   if (stop_.stopped()) {
     *stop = stop_;
-    if (!claim) in_flight_.erase(key);
+    if (!claim) in_flight_[set].erase(e->request.name);
     return Admission::kStopped;
   }
   // Another thread submitted the name while the post fell back: the later one fails.
-  if (claim && !in_flight_.insert(std::move(key)).second) return Admission::kDuplicate;
+  if (claim && !claimLocked(set, e->request.name)) return Admission::kDuplicate;
   pushLocked(e);
   return Admission::kQueued;
 }
 
 void Submissions::release(int32_t set, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase({set, name});
+  in_flight_[set].erase(name);
 }
 
 void Submissions::release(int32_t set, Entry* const* done, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < n; ++i) in_flight_.erase({set, done[i]->request.name});
+  auto& names = in_flight_[set];
+  for (size_t i = 0; i < n; ++i) names.erase(done[i]->request.name);
+}
+
+bool Submissions::claimLocked(int32_t set, const std::string& name) {
+  return in_flight_[set].insert(name).second;
 }
 
 std::vector<std::unique_ptr<Entry>> Submissions::drain(std::vector<std::unique_ptr<Entry>> spare) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -61,19 +62,16 @@ class Submissions {
   Stop stopCause() const;
 
  private:
-  using Key = std::pair<int32_t, std::string>;
-  // Hashed: the engine thread erases one key per completed tensor, and a tree erase
-  // (rebalance, string compares) was a tenth of its time with 1000 tensors per step.
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      return std::hash<std::string>()(k.second) ^ static_cast<size_t>(k.first);
-    }
-  };
+  // Names claimed in `set`; a new one is copied in once.
+  bool claimLocked(int32_t set, const std::string& name);
   void pushLocked(std::unique_ptr<Entry>& e);
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> queue_;
-  std::unordered_set<Key, KeyHash> in_flight_;
+  // Per process set, hashed by name: the engine thread erases one name per completed tensor (a
+  // tree erase was a tenth of its time with 1000 tensors per step), by the entry's own string
+  // (a (set, name) key would copy the name for every lookup).
+  std::unordered_map<int32_t, std::unordered_set<std::string>> in_flight_;
   Stop stop_;
   std::atomic<bool> queued_{false};
 };
