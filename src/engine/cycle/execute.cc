@@ -14,9 +14,8 @@ bool isData(OpType op) {
          op == OpType::kAlltoall || op == OpType::kReducescatter;
 }
 
-// This rank's entry of each response (null where it takes part without one), each expecting
-// all of its response's tensors.
-// `entries` (reused storage): this rank's entry of each response, or null.
+// Into `entries` (storage the caller reuses): this rank's entry of each response (null where it
+// takes part without one), each expecting all of its response's tensors.
 void matchEntries(ProcessSet& set, const std::vector<Response>& responses,
                   std::vector<Entry*>* entries) {
   entries->assign(responses.size(), nullptr);
