@@ -2,7 +2,7 @@
 
     python bench/torch_distributed/run.py [--rounds 3] [--fsdp-ranks 2,4] [--quick]
                                           [--skip ddp,fsdp] [--build-dir build/rel]
-                                          [--bind-to core|none]
+                                          [--bind-to core|none] [--out torch_distributed]
 
 Runs the source tree with --build-dir's extension, or the installed package where that
 directory does not exist.
@@ -15,8 +15,9 @@ that no backend can beat, measured in the same run, so that each bar reads again
 reachable.
 Each bench runs its backends in --rounds interleaved rounds, the order rotating from round to
 round, and keeps the median round per backend: on a shared machine single runs differ by as
-much as the backends do. Writes bench/results/torch_distributed.jsonl and
-bench/results/torch_distributed.md (make_report.py), which names this command.
+much as the backends do. Writes bench/results/OUT.jsonl and bench/results/OUT.md (make_report.py,
+which names this command); a run that skips a bench or changes the setting names its own OUT, so
+that the full report stays whole.
 """
 import argparse
 import datetime
@@ -76,7 +77,7 @@ def publish(rows, r, args, load_before):
     rows = rows + [row for row in r.rows if row.get("collective") == "skipped"]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "torch_distributed.jsonl"), "w") as f:
+    with open(os.path.join(RESULTS, args.out + ".jsonl"), "w") as f:
         for row in rows:
             f.write(json.dumps(dict(row, date=stamp)) + "\n")
     cmd = " ".join(["python", "bench/torch_distributed/run.py"] + sys.argv[1:])
@@ -87,7 +88,7 @@ def publish(rows, r, args, load_before):
     heap = ["%s=%s" % (k, os.environ[k]) for k in HEAP_ENV if k in os.environ]
     if heap:
         machine += "; glibc heap thresholds fixed for every rank (%s)" % ", ".join(heap)
-    return write_report(rows, cmd, machine, stamp, os.path.join(RESULTS, "torch_distributed.md"))
+    return write_report(rows, cmd, machine, stamp, os.path.join(RESULTS, args.out + ".md"))
 
 
 def main():
@@ -102,6 +103,8 @@ def main():
     p.add_argument("--bind-to", choices=("core", "none"), default="core",
                    help="every rank of every backend on its own share of the cores (core, as "
                         "perseusrun does), or where the scheduler puts it (placement.py)")
+    p.add_argument("--out", default="torch_distributed",
+                   help="the report's name under bench/results/ (.md and .jsonl)")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     load_before = os.getloadavg()[0]
