@@ -34,9 +34,10 @@
 #   --only-binary :all: --python-version 3.12 -d .whl); then
 #   run(command="PARTS='gpu td soak' bash scripts/device_bench.sh", carry=[".whl"], timeout_s=600)
 #   A second call on the still-warm machine skips the install when perseus imports already.
-# What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md,
-# percall.txt, resnet50.txt, small_ops.md/.jsonl, small_ops_stages.txt, torchrun_start.md,
-# diagnosis_cost.md, chaos_soak.md, soak_raw.tgz with each soak's log).
+# What comes back under $OUT: device_bench.log and each part's report (torch_distributed.md, or
+# the name TD_ARGS gives with --out; percall.txt, resnet50.txt, small_ops.md/.jsonl,
+# small_ops_stages.txt, torchrun_start.md, diagnosis_cost.md, chaos_soak.md, soak_raw.tgz with
+# each soak's log).
 # Environment: DEADLINE_S (default 560) bounds the whole call; SOAK_SEED (default 4811);
 # RESNET_ROUNDS (default 2); TD_ARGS; TD_LIMIT_S (the td bench's limit; default: what is left
 # but 100 s for what follows it; the bench rewrites its report after every round, so a cut run
@@ -106,9 +107,14 @@ if has smallops; then
   step "small ops stages, 2 ranks" 120 bash -c "mpirun --bind-to none -np 2 python3 bench/small_ops/stages.py --sizes 4,64,1024 --reps 21 | tee '$OUT/small_ops_stages.txt'"
 fi
 if has td; then
+  td_stamp=$OUT/.td_started
+  : >"$td_stamp"
   step "td DDP 2 ranks, FSDP2 2 and 4 ranks" "${TD_LIMIT_S:-$(( $(left) - 100 ))}" \
     python3 bench/torch_distributed/run.py ${TD_ARGS:---rounds 3 --fsdp-ranks 2,4}
-  cp bench/results/torch_distributed.md bench/results/torch_distributed.jsonl "$OUT/" 2>/dev/null
+  # The report the bench wrote, under whatever name TD_ARGS gave it (run.py --out).
+  find bench/results -maxdepth 1 -name 'torch_distributed*' -newer "$td_stamp" \
+    -exec cp {} "$OUT/" \;
+  rm -f "$td_stamp"
   step "td percall 2 CPU ranks" 90 bash -c "python3 -m perseus.runner -np 2 python3 bench/torch_distributed/percall.py | tee '$OUT/percall.txt'"
 fi
 if has fsdpprobe; then
