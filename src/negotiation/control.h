@@ -33,7 +33,7 @@ class ControlVector {
   bool anyFlag(ControlFlag f) const { return !testBit(0, static_cast<int>(f)); }
   // Work pending in the process set whose group id is `group` (0..63).
   void setSetWork(int group) { clearBit(1, group); }
-  bool anySetWork(int group) const { return !testBit(1, group); }
+  bool anySetWork(int group) const { return (setsWithWork() >> group) & 1; }
   // Every group some rank has work in, bit g for group id g.
   uint64_t setsWithWork() const { return ~words_[1]; }
   void setReady(int bit) { setBit(2, bit); }
