@@ -126,23 +126,24 @@ DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int
 namespace {
 
 // One process drives one device per call: a grouped call's tensors share it.
-void addTensor(Entry& e, const TensorView& t) {
-  if (!e.inputs.empty() && t.device != e.device) {
+void addTensor(Entry& e, size_t i, const TensorView& t) {
+  if (i > 0 && t.device != e.device) {
     throw InvalidArgumentError(PERSEUS_STR(
         opTypeName(e.request.op) << " '" << e.request.name << "': tensors on devices " << e.device
                                  << " and " << t.device << " in one call; submit them separately"));
   }
-  e.request.tensors.push_back({t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim)});
+  TensorMeta& meta = e.request.tensors[i];
+  meta.dtype = t.dtype;
+  meta.shape.assign(t.shape, t.shape + t.ndim);
   e.inputs.push_back(t.data);
   e.device = t.device;
   e.cuda_stream = t.cuda_stream;
   e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
-// The call as the request the engine negotiates: the first allocation on its way.
-std::unique_ptr<Entry> entryOf(const Call& c) {
-  auto e = std::make_unique<Entry>();
-  Request& q = e->request;
+// The call as the request the engine negotiates, in a new or recycled entry (Entry::recycle()).
+void fillEntry(Entry& e, const Call& c) {
+  Request& q = e.request;
   q.op = c.op;
   q.name.assign(c.name.data(), c.name.size());
   q.process_set = c.set;
@@ -153,12 +154,12 @@ std::unique_ptr<Entry> entryOf(const Call& c) {
   q.num_splits = static_cast<int32_t>(c.splits.size());
   q.set_ranks.assign(c.set_ranks.begin(), c.set_ranks.end());
   q.set_id = c.set_id;
+  q.tensors.resize(c.inputs.size());
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    addTensor(*e, c.inputs[i]);
-    e->outputs.push_back(c.outputs.empty() ? nullptr : c.outputs[i]);
+    addTensor(e, i, c.inputs[i]);
+    e.outputs.push_back(c.outputs.empty() ? nullptr : c.outputs[i]);
   }
-  e->splits.assign(c.splits.begin(), c.splits.end());
-  return e;
+  e.splits.assign(c.splits.begin(), c.splits.end());
 }
 
 }  // namespace
@@ -186,7 +187,7 @@ std::shared_ptr<Handle> Engine::post(const Call& c) {
       fast_path_->progress(*handle);  // the other ranks may have posted already
       break;
     case FastPath::PostResult::kNotPosted:
-      handle = queue(entryOf(c));
+      handle = queue(c);
       break;
   }
   return handle;
@@ -219,10 +220,12 @@ std::shared_ptr<Handle> Engine::finishOpened(const OpenedPost& opened, void* out
   return handle;
 }
 
-std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
+std::shared_ptr<Handle> Engine::queue(const Call& c) {
+  Submissions::Stop stop;
+  std::unique_ptr<Entry> e = submissions_.blankEntry(&stop);
+  fillEntry(*e, c);
   e->submitted = Clock::now();
   prepareDevice(*e);
-  Submissions::Stop stop = submissions_.stopCause();
   if (!stop.stopped()) {
     directory_.validate(*e);
     e->handle = Handle::create(e->request.name);

@@ -32,19 +32,27 @@ int64_t coarseSteadyNs() {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
+// Handle ids: unique in the process, across engines (create()).
+std::atomic<int64_t> next_handle_id{1};
 }  // namespace
 
 std::shared_ptr<Handle> Handle::create(std::string name) {
-  return create(std::make_shared<const std::string>(std::move(name)));
+  auto h = std::make_shared<Handle>(next_handle_id.fetch_add(1, std::memory_order_relaxed),
+                                    std::move(name));
+  h->stamp(true);
+  return h;
 }
 
 std::shared_ptr<Handle> Handle::create(Name name, bool timed) {
-  static std::atomic<int64_t> next_id{1};
-  auto h =
-      std::make_shared<Handle>(next_id.fetch_add(1, std::memory_order_relaxed), std::move(name));
-  h->timed_ = timed;
-  h->submitted_ns_ = timed ? steadyNs() : coarseSteadyNs();
+  auto h = std::make_shared<Handle>(next_handle_id.fetch_add(1, std::memory_order_relaxed),
+                                    std::move(name));
+  h->stamp(timed);
   return h;
+}
+
+void Handle::stamp(bool timed) {
+  timed_ = timed;
+  submitted_ns_ = timed ? steadyNs() : coarseSteadyNs();
 }
 
 namespace {

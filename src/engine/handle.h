@@ -51,7 +51,8 @@ class Handle {
   using Callback = std::function<void(StatusCode, const std::string&)>;
 
   using Name = std::shared_ptr<const std::string>;
-  Handle(int64_t id, Name name) : id_(id), name_(std::move(name)) {}
+  Handle(int64_t id, Name name) : id_(id), shared_name_(std::move(name)) {}
+  Handle(int64_t id, std::string name) : id_(id), own_name_(std::move(name)) {}
   // A handle with an id that is unique in the process, across engines (the C API may
   // re-initialise), so a stale id never finds another engine's handle. Stamps the submission.
   static std::shared_ptr<Handle> create(std::string name);
@@ -63,7 +64,7 @@ class Handle {
   static std::shared_ptr<Handle> create(Name name, bool timed = true);
 
   int64_t id() const { return id_; }
-  const std::string& name() const { return *name_; }
+  const std::string& name() const { return shared_name_ ? *shared_name_ : own_name_; }
 
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Spins for `spin_us`, then blocks. Returns false if `timeout_s` (>= 0) passed first.
@@ -102,8 +103,13 @@ class Handle {
   bool streamReady() const { return gpu_work_published_.load(std::memory_order_acquire) || done(); }
 
  private:
+  // Stamps the submission (create()'s `timed`).
+  void stamp(bool timed);
+
   const int64_t id_;
-  const Name name_;
+  // The name: shared with its owner, or the handle's own (one allocation fewer per handle).
+  const Name shared_name_;
+  const std::string own_name_;
   std::atomic<bool> done_{false};
   StatusCode status_ = StatusCode::kOk;
   std::string message_;

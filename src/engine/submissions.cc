@@ -7,6 +7,15 @@ void Submissions::pushLocked(std::unique_ptr<Entry>& e) {
   queued_.store(true);
 }
 
+std::unique_ptr<Entry> Submissions::blankEntry(Stop* stop) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *stop = stop_;
+  if (spare_entries_.empty()) return std::make_unique<Entry>();
+  std::unique_ptr<Entry> e = std::move(spare_entries_.back());
+  spare_entries_.pop_back();
+  return e;
+}
+
 Submissions::Admission Submissions::submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_.stopped()) {
@@ -24,7 +33,7 @@ Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim,
   const int32_t set = e->request.process_set;
   if (stop_.stopped()) {
     *stop = stop_;
-    if (!claim) in_flight_[set].erase(e->request.name);
+    if (!claim) releaseLocked(in_flight_[set], e->request.name);
     return Admission::kStopped;
   }
   // Another thread submitted the name while the post fell back: the later one fails.
@@ -35,23 +44,43 @@ Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim,
 
 void Submissions::release(int32_t set, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  in_flight_[set].erase(name);
+  releaseLocked(in_flight_[set], name);
 }
 
 void Submissions::release(int32_t set, Entry* const* done, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& names = in_flight_[set];
-  for (size_t i = 0; i < n; ++i) names.erase(done[i]->request.name);
+  for (size_t i = 0; i < n; ++i) releaseLocked(names, done[i]->request.name);
+}
+
+void Submissions::releaseLocked(NameSet& names, const std::string& name) {
+  NameSet::node_type node = names.extract(name);
+  if (!node.empty() && spare_names_.size() < kKeptEntries) spare_names_.push_back(std::move(node));
 }
 
 bool Submissions::claimLocked(int32_t set, const std::string& name) {
-  return in_flight_[set].insert(name).second;
+  NameSet& names = in_flight_[set];
+  if (spare_names_.empty()) return names.insert(name).second;
+  NameSet::node_type node = std::move(spare_names_.back());
+  spare_names_.pop_back();
+  node.value().assign(name);
+  NameSet::insert_return_type inserted = names.insert(std::move(node));
+  if (!inserted.inserted) spare_names_.push_back(std::move(inserted.node));
+  return inserted.inserted;
 }
 
-std::vector<std::unique_ptr<Entry>> Submissions::drain(std::vector<std::unique_ptr<Entry>> spare) {
+std::vector<std::unique_ptr<Entry>> Submissions::drain(
+    std::vector<std::unique_ptr<Entry>> spare, std::vector<std::unique_ptr<Entry>>* retired) {
   spare.clear();
   std::vector<std::unique_ptr<Entry>> batch = std::move(spare);
   std::lock_guard<std::mutex> lock(mu_);
+  if (retired != nullptr) {
+    for (auto& e : *retired) {
+      if (spare_entries_.size() == kKeptEntries) break;
+      spare_entries_.push_back(std::move(e));
+    }
+    retired->clear();  // frees any beyond kKeptEntries
+  }
   batch.swap(queue_);
   queued_.store(false, std::memory_order_relaxed);
   return batch;

@@ -57,7 +57,9 @@ bool Cycle::negotiateAndRun(ProcessSet& set, bool shutdown, Phase* phase) {
   if (out.more_work) more_work_ = true;
   phase->executing = true;
   execute(set, out.responses);
-  return !out.responses.empty();
+  const bool ran = !out.responses.empty();
+  set.agreed = std::move(out.responses);
+  return ran;
 }
 
 std::string Cycle::shutdownMessage(const std::vector<int>& leaving) const {

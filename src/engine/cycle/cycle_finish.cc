@@ -22,18 +22,27 @@ void Cycle::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
   if (n == 0) return;
   submissions_.release(set.id, done, n);
   for (size_t i = 0; i < n; ++i) {
-    // Keep the entry (and the name the map key refers to) alive until its handle completed.
-    auto node = set.entries.extract(done[i]->request.name);
+    // Keep the entry (and the name the handle's message may read) alive until its handle
+    // completed.
+    std::unique_ptr<Entry> owned = set.take(done[i]->request.name);
     done[i]->handle->complete(done[i]->error, done[i]->error_message);
+    retire(std::move(owned));
   }
 }
 
 void Cycle::finishGpu(ProcessSet& set, Entry* e) {
   submissions_.release(set.id, e->request.name);
-  auto node = set.entries.extract(e->request.name);
+  std::unique_ptr<Entry> owned = set.take(e->request.name);
   e->handle->setGpuWork(e->gpu_works);
   gpu_completion_.add(e->handle, std::move(e->gpu_works), e->error, e->error_message,
                       timeline_ ? Clock::now() : Clock::time_point{});
+  retire(std::move(owned));
+}
+
+void Cycle::retire(std::unique_ptr<Entry> e) {
+  if (!e) return;
+  e->recycle();
+  retired_.push_back(std::move(e));
 }
 
 void Cycle::pollGpu() {

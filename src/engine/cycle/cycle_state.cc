@@ -35,7 +35,7 @@ Cycle::Cycle(Parts parts, Listener listener)
 
 bool Cycle::drain() {
   if (!submissions_.hasQueued()) return false;
-  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain(std::move(drained_));
+  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain(std::move(drained_), &retired_);
   auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
     submissions_.release(raw->request.process_set, raw->request.name);
     raw->handle->complete(code, message);
@@ -56,7 +56,7 @@ bool Cycle::drain() {
       failQueued(raw, StatusCode::kMismatch, *failure);
       continue;
     }
-    set->entries[raw->request.name] = std::move(e);
+    set->adopt(std::move(e));
     set->fresh.push_back(raw);
   }
   const bool any = !batch.empty();

@@ -47,6 +47,11 @@ struct ProcessSet {
   bool member() const { return rank >= 0; }
   // True when this rank must take part in the set's negotiation this cycle.
   bool hasWork() const;
+  // entries[e's name] = e, in a node that an earlier take() kept if any: the name's copy then
+  // reuses that node's storage.
+  void adopt(std::unique_ptr<Entry> e);
+  // Removes `name`'s entry and returns it (null when there is none), keeping its node.
+  std::unique_ptr<Entry> take(const std::string& name);
 
   const int32_t id;
   const int group_id;
@@ -59,7 +64,12 @@ struct ProcessSet {
   FusionBuffer fusion;
   ControlVector control;  // the negotiation's, rewritten every cycle (its words stay allocated)
 
-  std::unordered_map<std::string, std::unique_ptr<Entry>> entries;  // by name, in flight
+  using EntryMap = std::unordered_map<std::string, std::unique_ptr<Entry>>;
+  EntryMap entries;                              // by name, in flight
+  std::vector<EntryMap::node_type> spare_nodes;  // take()'s, emptied, for adopt()
+  // The last negotiation's responses, kept after they ran so that the next one copies its
+  // cached responses over them (SetNegotiator::Agreement).
+  std::vector<Response> agreed;
   std::vector<Entry*> fresh;     // submitted since the last negotiation, not yet classified
   std::vector<Entry*> uncached;  // to send to the coordinator at the next chance
   bool joined = false;           // global set: this rank called join() and it is not done

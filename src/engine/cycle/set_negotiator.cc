@@ -81,7 +81,8 @@ SetNegotiator::Agreement SetNegotiator::negotiate(ProcessSet& set, bool global, 
   if (global && !learnJobFacts(set, shutdown, cv, &out)) return out;
   dropInvalidated(set, cv);
 
-  out.responses = takeCachedResponses(set, cv);
+  out.responses = std::move(set.agreed);
+  takeCachedResponses(set, cv, &out.responses);
   const size_t cached = out.responses.size();
   if (cv.anyFlag(ControlFlag::kUncached)) {
     std::vector<Response> fresh = coordinateUncached(set, global, announced);
@@ -182,19 +183,24 @@ void SetNegotiator::dropInvalidated(ProcessSet& set, const ControlVector& cv) {
   }
 }
 
-std::vector<Response> SetNegotiator::takeCachedResponses(ProcessSet& set, const ControlVector& cv) {
-  std::vector<Response> responses;
-  responses.reserve(set.entries.size());
+void SetNegotiator::takeCachedResponses(ProcessSet& set, const ControlVector& cv,
+                                        std::vector<Response>* out) {
+  size_t n = 0;
   for (int b = 0; b < cv.numBits(); ++b) {
     if (!cv.ready(b) || cv.invalid(b) || !set.cache.has(b)) continue;
-    responses.push_back(set.cache.response(b));
+    if (n < out->size()) {
+      (*out)[n] = set.cache.response(b);
+    } else {
+      out->push_back(set.cache.response(b));
+    }
+    ++n;
     set.cache.touch(b);
   }
-  for (Response& r : responses) {
+  out->resize(n);
+  for (Response& r : *out) {
     auto it = set.entries.find(r.name);
     if (it != set.entries.end()) it->second->cache_bit = -1;  // now waiting for execution
   }
-  return responses;
 }
 
 std::vector<Response> SetNegotiator::coordinateUncached(ProcessSet& set, bool global,

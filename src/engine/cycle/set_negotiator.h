@@ -50,10 +50,12 @@ class SetNegotiator {
 
   // What the set's members agreed on in one negotiation.
   struct Agreement {
-    std::vector<Response> responses;  // to execute, in order
-    bool shutdown = false;            // global set: some rank shuts the job down
-    std::vector<int> leaving;         // with `shutdown`: the ranks that asked for it
-    bool more_work = false;           // requests left for the coordinator's next round
+    // To execute, in order. Made in the storage of set.agreed, which the caller gives back
+    // after running them (ProcessSet::agreed).
+    std::vector<Response> responses;
+    bool shutdown = false;     // global set: some rank shuts the job down
+    std::vector<int> leaving;  // with `shutdown`: the ranks that asked for it
+    bool more_work = false;    // requests left for the coordinator's next round
   };
   // One negotiation of `set` (collective over its members). `global`: the global set, which
   // carries this rank's `shutdown` and the job-wide facts. `timeline` may be null.
@@ -84,8 +86,9 @@ class SetNegotiator {
   // Cached responses that some rank invalidated, or that a joined rank cannot serve, go back
   // to the coordinator.
   void dropInvalidated(ProcessSet& set, const ControlVector& cv);
-  // The cached responses that every member is ready for.
-  std::vector<Response> takeCachedResponses(ProcessSet& set, const ControlVector& cv);
+  // The cached responses that every member is ready for, copied over *out's elements (whose
+  // names' and shapes' storage they reuse), which are then as many.
+  void takeCachedResponses(ProcessSet& set, const ControlVector& cv, std::vector<Response>* out);
   // Sends the uncached requests (and `announced`) to the coordinator and caches its answers.
   std::vector<Response> coordinateUncached(ProcessSet& set, bool global,
                                            const std::vector<Request>& announced);
