@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -40,7 +41,8 @@ class GpuEvent {
 
 // One tensor of a collective. input may equal output (in place).
 struct GpuTensor {
-  std::string name;                 // for error messages and the NaN report
+  // For error messages and the NaN report: the engine's name, borrowed for the backend call.
+  std::string_view name;
   const void* input = nullptr;      // device pointer
   void* output = nullptr;           // device pointer (ignored where the call takes an explicit out)
   size_t count = 0;                 // elements

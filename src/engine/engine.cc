@@ -56,7 +56,10 @@ Cycle::Parts Engine::cycleParts() {
 Cycle::Listener Engine::cycleListener() {
   Cycle::Listener l;
   l.set_added = [this](const ProcessSetInfo& info) { directory_.added(info); };
-  l.set_removed = [this](int32_t id) { directory_.removed(id); };
+  l.set_removed = [this](int32_t id) {
+    directory_.removed(id);
+    submissions_.forgetSet(id);
+  };
   l.stall_warning = [this](const std::string& text) { directory_.setStallWarning(text); };
   l.stall_notices = [this](const std::vector<StallNotice>& n) { stall_report_.report(n); };
   return l;

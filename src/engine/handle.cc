@@ -133,18 +133,15 @@ void Handle::streamWait(void* stream, int64_t spin_us) const {
   if (!streamReady()) {
     spinFor(spin_us, std::chrono::steady_clock::now(), [&] { return streamReady(); });
   }
-  std::vector<std::shared_ptr<backends::GpuWork>> works;
   {
     std::unique_lock<std::mutex> lock(mu_);
     // Negotiation may still be running: the work does not exist yet.
     cv_.wait(lock, [&] { return has_gpu_work_ || done(); });
     if (done() && status_ != StatusCode::kOk) throw Error(status_, message_);
-    works = gpu_works_;
-    if (!has_gpu_work_) {
-      if (done()) return;  // a CPU op that finished: nothing on any stream to wait for
-    }
+    if (!has_gpu_work_) return;  // a CPU op that finished: nothing on any stream to wait for
   }
-  for (const auto& w : works) w->streamWait(stream);
+  // Published once, never changed after: read without the lock and without a copy.
+  for (const auto& w : gpu_works_) w->streamWait(stream);
 }
 
 HandleTable::HandleTable() : ring_(kRingSize) {}

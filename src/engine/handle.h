@@ -97,6 +97,9 @@ class Handle {
   // for the work on the GPU. Throws the handle's error if it failed, UnsupportedError for a
   // handle that never gets GPU work (CPU ops).
   void setGpuWork(std::vector<std::shared_ptr<backends::GpuWork>> works);
+  // The published GPU work, which never changes after setGpuWork(): for its caller's thread,
+  // and for any thread that saw streamReady() with the handle not done.
+  const std::vector<std::shared_ptr<backends::GpuWork>>& gpuWorks() const { return gpu_works_; }
   void streamWait(void* stream, int64_t spin_us = 0) const;
   // True once streamWait() no longer waits on the host: the GPU work is published, or the
   // handle is done.
@@ -119,8 +122,9 @@ class Handle {
   int64_t submitted_ns_ = 0;
   int64_t completed_ns_ = 0;  // written before done_ is published
   bool timed_ = true;
-  std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;  // guarded by mu_
-  bool has_gpu_work_ = false;                                  // guarded by mu_
+  // Written once, under mu_, before has_gpu_work_; read-only from then on.
+  std::vector<std::shared_ptr<backends::GpuWork>> gpu_works_;
+  bool has_gpu_work_ = false;                    // guarded by mu_
   std::atomic<bool> gpu_work_published_{false};  // has_gpu_work_, for streamWait()'s spin
 
   mutable std::mutex mu_;

@@ -33,7 +33,10 @@ Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim,
   const int32_t set = e->request.process_set;
   if (stop_.stopped()) {
     *stop = stop_;
-    if (!claim) releaseLocked(in_flight_[set], e->request.name);
+    if (!claim) {
+      auto it = in_flight_.find(set);
+      if (it != in_flight_.end()) releaseLocked(it->second, e->request.name);
+    }
     return Admission::kStopped;
   }
   // Another thread submitted the name while the post fell back: the later one fails.
@@ -44,13 +47,20 @@ Submissions::Admission Submissions::queue(std::unique_ptr<Entry>& e, bool claim,
 
 void Submissions::release(int32_t set, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  releaseLocked(in_flight_[set], name);
+  auto it = in_flight_.find(set);
+  if (it != in_flight_.end()) releaseLocked(it->second, name);
 }
 
 void Submissions::release(int32_t set, Entry* const* done, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& names = in_flight_[set];
-  for (size_t i = 0; i < n; ++i) releaseLocked(names, done[i]->request.name);
+  auto it = in_flight_.find(set);
+  if (it == in_flight_.end()) return;
+  for (size_t i = 0; i < n; ++i) releaseLocked(it->second, done[i]->request.name);
+}
+
+void Submissions::forgetSet(int32_t set) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase(set);
 }
 
 void Submissions::releaseLocked(NameSet& names, const std::string& name) {

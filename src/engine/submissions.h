@@ -51,6 +51,9 @@ class Submissions {
   void release(int32_t set, const std::string& name);
   // The names of `n` completed entries of `set`, under one lock.
   void release(int32_t set, Entry* const* done, size_t n);
+  // A removed set's names (set ids are never reused): what is still queued for it fails in the
+  // cycle's drain, whose release then finds nothing to release.
+  void forgetSet(int32_t set);
 
   // Whether entries wait in the queue. A seq_cst load: the engine thread re-checks it after
   // announcing that it blocks (Dekker, Note [Engine cycle]).

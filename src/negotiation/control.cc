@@ -16,7 +16,11 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
   const int rank = comm.rank();
   if (size == 1 || count == 0) return;
   const size_t bytes = count * sizeof(uint64_t);
-  std::vector<uint64_t> tmp(count);
+  // A control vector is a few words: its partner's copy lives on the stack unless it is long.
+  constexpr size_t kStackWords = 32;
+  uint64_t stack_words[kStackWords];
+  std::vector<uint64_t> heap_words(count > kStackWords ? count : 0);
+  uint64_t* tmp = count > kStackWords ? heap_words.data() : stack_words;
   // Communicator::exchange in set ranks; an empty side is simply left out.
   auto send = [&](int peer, const void* data) { comm.exchange({{peer, data, bytes}}, {}); };
   auto recv = [&](int peer, void* data) { comm.exchange({}, {{peer, data, bytes}}); };
@@ -36,7 +40,7 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
   int vrank;
   if (rank < 2 * rem) {
     const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
-    comm.exchange({{partner, words, bytes}}, {{partner, tmp.data(), bytes}});
+    comm.exchange({{partner, words, bytes}}, {{partner, tmp, bytes}});
     if (rank % 2 == 0) {
       vrank = -1;
     } else {
@@ -50,7 +54,7 @@ void allreduceAnd(collectives::Communicator& comm, uint64_t* words, size_t count
     for (int mask = 1; mask < pof2; mask <<= 1) {
       int vpeer = vrank ^ mask;
       int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
-      comm.exchange({{peer, words, bytes}}, {{peer, tmp.data(), bytes}});
+      comm.exchange({{peer, words, bytes}}, {{peer, tmp, bytes}});
       absorb();
     }
   }

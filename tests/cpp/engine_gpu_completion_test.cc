@@ -48,7 +48,8 @@ struct Fixture {
   std::shared_ptr<Handle> add(const std::string& name, std::vector<std::shared_ptr<ScriptedWork>> w,
                               StatusCode code = StatusCode::kOk, std::string message = "") {
     auto h = Handle::create(name);
-    completion.add(h, {w.begin(), w.end()}, code, std::move(message), {});
+    h->setGpuWork({w.begin(), w.end()});
+    completion.add(h, code, std::move(message), {});
     return h;
   }
 };

@@ -126,7 +126,7 @@ std::shared_ptr<GpuWork> NcclBackend::finishAllreduce(const Call& call, const Gp
         cudaMemcpyAsync(host, plan.nan_flag, sizeof(int), cudaMemcpyDeviceToHost, call.stream),
         "cudaMemcpyAsync (NaN flag)");
     nan_host = host;
-    for (const auto& t : batch.tensors) names.push_back(t.name);
+    for (const auto& t : batch.tensors) names.emplace_back(t.name);
   }
   const CommState& s = *call.state;
   std::vector<std::shared_ptr<NcclComm>> comms;

@@ -11,15 +11,17 @@ namespace perseus::nccl {
 std::string describe(const char* op, const std::vector<GpuTensor>& tensors) {
   std::string s;
   if (tensors.size() == 1) {  // built for every work: one allocation
-    const std::string& name = tensors[0].name;
+    const std::string_view name = tensors[0].name;
     s.reserve(std::char_traits<char>::length(op) + name.size() + 13);
     s.append(op).append(" of tensor '").append(name).append("'");
     return s;
   }
   s = std::string(op) + " of ";
   s += std::to_string(tensors.size()) + " tensors (";
-  for (size_t i = 0; i < tensors.size() && i < 3; ++i)
-    s += (i ? ", '" : "'") + tensors[i].name + "'";
+  for (size_t i = 0; i < tensors.size() && i < 3; ++i) {
+    s += i ? ", '" : "'";
+    s.append(tensors[i].name).append("'");
+  }
   return s + (tensors.size() > 3 ? ", ...)" : ")");
 }
 

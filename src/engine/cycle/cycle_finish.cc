@@ -33,8 +33,8 @@ void Cycle::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
 void Cycle::finishGpu(ProcessSet& set, Entry* e) {
   submissions_.release(set.id, e->request.name);
   std::unique_ptr<Entry> owned = set.take(e->request.name);
-  e->handle->setGpuWork(e->gpu_works);
-  gpu_completion_.add(e->handle, std::move(e->gpu_works), e->error, e->error_message,
+  e->handle->setGpuWork(std::move(e->gpu_works));
+  gpu_completion_.add(e->handle, e->error, e->error_message,
                       timeline_ ? Clock::now() : Clock::time_point{});
   retire(std::move(owned));
 }

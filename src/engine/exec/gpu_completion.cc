@@ -4,10 +4,9 @@
 
 namespace perseus::engine {
 
-void GpuCompletion::add(std::shared_ptr<Handle> handle,
-                        std::vector<std::shared_ptr<backends::GpuWork>> works, StatusCode code,
-                        std::string message, Clock::time_point launched) {
-  pending_.push_back({std::move(handle), std::move(works), code, std::move(message), launched});
+void GpuCompletion::add(std::shared_ptr<Handle> handle, StatusCode code, std::string message,
+                        Clock::time_point launched) {
+  pending_.push_back({std::move(handle), code, std::move(message), launched});
 }
 
 // Note [GPU completion by stream]
@@ -38,7 +37,7 @@ bool GpuCompletion::findDone(const BreakEngine& break_engine) {
     Pending& p = pending_[i];
     p.done = true;
     try {
-      for (auto& w : p.works) p.done = workDone(*w) && p.done;
+      for (auto& w : p.handle->gpuWorks()) p.done = workDone(*w) && p.done;
     } catch (const Error& err) {
       // The backend aborted its communicators: a lost peer or a timeout breaks the engine as
       // on the CPU path; anything else fails this handle only.

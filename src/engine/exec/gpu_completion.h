@@ -28,11 +28,11 @@ class GpuCompletion {
   // Called by poll() with a failure that must stop the engine, and what was running.
   using BreakEngine = std::function<void(const Error& cause, const std::string& during)>;
 
-  // Keeps `handle` until `works` are done. `code`/`message`: the entry's own error, if any
-  // (reported once the work is done). `launched`: for the timeline's COMMUNICATE span (unset:
-  // none).
-  void add(std::shared_ptr<Handle> handle, std::vector<std::shared_ptr<backends::GpuWork>> works,
-           StatusCode code, std::string message, Clock::time_point launched);
+  // Keeps `handle` until the work it published (Handle::setGpuWork()) is done. `code`/`message`:
+  // the entry's own error, if any (reported once the work is done). `launched`: for the
+  // timeline's COMMUNICATE span (unset: none).
+  void add(std::shared_ptr<Handle> handle, StatusCode code, std::string message,
+           Clock::time_point launched);
 
   // Completes every handle whose work finished, or failed on its own (a local CUDA error:
   // that handle only), in the order they were added. A lost peer, a timeout or a shutdown that
@@ -48,8 +48,7 @@ class GpuCompletion {
 
  private:
   struct Pending {
-    std::shared_ptr<Handle> handle;
-    std::vector<std::shared_ptr<backends::GpuWork>> works;
+    std::shared_ptr<Handle> handle;  // with its published GPU work
     StatusCode code = StatusCode::kOk;
     std::string message;
     Clock::time_point launched;
