@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "common/status.h"
@@ -90,12 +92,15 @@ void fusedCase(World1& w, Params p, float tolerance) {
   GpuBatch batch;
   std::vector<float*> bufs;
   std::vector<std::vector<float>> hosts;
+  // A GpuTensor borrows its name for the call: the names outlive the batch.
+  std::vector<std::string> names;
+  for (size_t i = 0; i < counts.size(); ++i) names.push_back("t" + std::to_string(i));
   for (size_t i = 0; i < counts.size(); ++i) {
     float* b = nullptr;
     EXPECT_EQ(cudaMalloc(&b, counts[i] * 4), cudaSuccess);
     hosts.push_back(upload(b, counts[i], rng));
     bufs.push_back(b);
-    batch.tensors.push_back({"t" + std::to_string(i), b, b, counts[i], nullptr});  // in place
+    batch.tensors.push_back({names[i], b, b, counts[i], nullptr});  // in place
   }
   auto work = backend->allreduce(*w.comm, batch, ReduceOp::kSum, 2.0, 0.25);
   work->wait();
@@ -144,8 +149,9 @@ TEST_F(GpuNccl, NanCheckNamesTheFirstTensor) {
   host[3999] = INFINITY;
   CK(cudaMemcpy(b, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   GpuBatch batch;
+  const std::string names[] = {"w0", "w1", "w2", "w3"};  // borrowed by the batch's tensors
   for (int i = 0; i < 4; ++i)
-    batch.tensors.push_back({"w" + std::to_string(i), b + i * 1000, b + i * 1000, 1000, nullptr});
+    batch.tensors.push_back({names[i], b + i * 1000, b + i * 1000, 1000, nullptr});
   auto work = backend->allreduce(*w.comm, batch, ReduceOp::kSum, 1.0, 1.0);
   work->wait();
   EXPECT_EQ(work->nonFiniteTensor(), "w2");
