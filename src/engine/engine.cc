@@ -144,7 +144,7 @@ void addTensor(Entry& e, size_t i, const TensorView& t) {
   e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
-// The call as the request the engine negotiates, in a new or recycled entry (Entry::recycle()).
+// The call as the request the engine negotiates.
 void fillEntry(Entry& e, const Call& c) {
   Request& q = e.request;
   q.op = c.op;
@@ -224,11 +224,14 @@ std::shared_ptr<Handle> Engine::finishOpened(const OpenedPost& opened, void* out
 }
 
 std::shared_ptr<Handle> Engine::queue(const Call& c) {
-  Submissions::Stop stop;
-  std::unique_ptr<Entry> e = submissions_.blankEntry(&stop);
+  // A new entry per call, on purpose: recycling completed entries saved six allocations a
+  // call but doubled the page faults of DDP's training thread under glibc's default heap
+  // trimming (bench/results/ddp_entry_recycling_ab.txt).
+  auto e = std::make_unique<Entry>();
   fillEntry(*e, c);
   e->submitted = Clock::now();
   prepareDevice(*e);
+  Submissions::Stop stop = submissions_.stopCause();
   if (!stop.stopped()) {
     directory_.validate(*e);
     e->handle = Handle::create(e->request.name);

@@ -12,12 +12,6 @@
 namespace perseus::engine {
 
 struct Entry {
-  // Back to a new entry's state, keeping the storage of the name, the tensors (and their shapes)
-  // and the buffer lists, so that a recycled entry (Submissions::blankEntry) carries the next
-  // call of the same form without allocating. request.tensors keeps its elements, for the
-  // next filler to resize and overwrite.
-  void recycle();
-
   Request request;
   // Per tensor: the caller's input and output buffers. A null output means the library
   // allocates it in the handle (allgather, alltoall, reducescatter).

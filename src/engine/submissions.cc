@@ -7,15 +7,6 @@ void Submissions::pushLocked(std::unique_ptr<Entry>& e) {
   queued_.store(true);
 }
 
-std::unique_ptr<Entry> Submissions::blankEntry(Stop* stop) {
-  std::lock_guard<std::mutex> lock(mu_);
-  *stop = stop_;
-  if (spare_entries_.empty()) return std::make_unique<Entry>();
-  std::unique_ptr<Entry> e = std::move(spare_entries_.back());
-  spare_entries_.pop_back();
-  return e;
-}
-
 Submissions::Admission Submissions::submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_.stopped()) {
@@ -65,7 +56,7 @@ void Submissions::forgetSet(int32_t set) {
 
 void Submissions::releaseLocked(NameSet& names, const std::string& name) {
   NameSet::node_type node = names.extract(name);
-  if (!node.empty() && spare_names_.size() < kKeptEntries) spare_names_.push_back(std::move(node));
+  if (!node.empty() && spare_names_.size() < kKeptNames) spare_names_.push_back(std::move(node));
 }
 
 bool Submissions::claimLocked(int32_t set, const std::string& name) {
@@ -79,18 +70,10 @@ bool Submissions::claimLocked(int32_t set, const std::string& name) {
   return inserted.inserted;
 }
 
-std::vector<std::unique_ptr<Entry>> Submissions::drain(
-    std::vector<std::unique_ptr<Entry>> spare, std::vector<std::unique_ptr<Entry>>* retired) {
+std::vector<std::unique_ptr<Entry>> Submissions::drain(std::vector<std::unique_ptr<Entry>> spare) {
   spare.clear();
   std::vector<std::unique_ptr<Entry>> batch = std::move(spare);
   std::lock_guard<std::mutex> lock(mu_);
-  if (retired != nullptr) {
-    for (auto& e : *retired) {
-      if (spare_entries_.size() == kKeptEntries) break;
-      spare_entries_.push_back(std::move(e));
-    }
-    retired->clear();  // frees any beyond kKeptEntries
-  }
   batch.swap(queue_);
   queued_.store(false, std::memory_order_relaxed);
   return batch;

@@ -38,9 +38,6 @@ class Submissions {
     kStopped,    // the engine stopped (`*stop` says why): nothing is claimed
   };
 
-  // An entry to fill for a submission: a recycled one (drain()'s `retired`) while any is kept,
-  // else a new one; and, in `*stop`, why the engine stopped (kOk while it runs).
-  std::unique_ptr<Entry> blankEntry(Stop* stop);
   // Claims e's (set, name), and queues e when `queue`.
   Admission submit(std::unique_ptr<Entry>& e, bool queue, Stop* stop);
   // Queues e, whose name the caller holds claimed, or, with `claim`, claims it first (a post
@@ -60,10 +57,7 @@ class Submissions {
   bool hasQueued() const { return queued_.load(); }
   // The queued entries, in submission order (the cycle holder). `spare`'s storage becomes the
   // queue's: a caller that hands back the last batch, emptied, makes no allocation per drain.
-  // `retired`: completed entries, recycled (Entry::recycle()), that blankEntry() hands out again
-  // (up to kKeptEntries of them); taken under the same lock, and emptied.
-  std::vector<std::unique_ptr<Entry>> drain(std::vector<std::unique_ptr<Entry>> spare = {},
-                                            std::vector<std::unique_ptr<Entry>>* retired = nullptr);
+  std::vector<std::unique_ptr<Entry>> drain(std::vector<std::unique_ptr<Entry>> spare = {});
 
   // Records the first stop's cause, forgets every in-flight name and returns the queued
   // entries for the caller to fail.
@@ -72,8 +66,8 @@ class Submissions {
 
  private:
   using NameSet = std::unordered_set<std::string>;
-  // Enough for a step's worth of small calls in flight; beyond it, entries and names are freed.
-  static constexpr size_t kKeptEntries = 256;
+  // Enough for a step's worth of small calls in flight; beyond it, released names are freed.
+  static constexpr size_t kKeptNames = 256;
 
   // Names claimed in `set`; a new one is copied in once, into a released name's node if any.
   bool claimLocked(int32_t set, const std::string& name);
@@ -86,10 +80,8 @@ class Submissions {
   // tree erase was a tenth of its time with 1000 tensors per step), by the entry's own string
   // (a (set, name) key would copy the name for every lookup).
   std::unordered_map<int32_t, NameSet> in_flight_;
-  // Released names' nodes and completed entries, kept with their storage for the next
-  // submissions, which then allocate nothing for the same names and tensors' forms.
+  // Released names' nodes, kept with their storage: the next claims copy into them.
   std::vector<NameSet::node_type> spare_names_;
-  std::vector<std::unique_ptr<Entry>> spare_entries_;
   Stop stop_;
   std::atomic<bool> queued_{false};
 };

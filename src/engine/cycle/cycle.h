@@ -124,8 +124,6 @@ class Cycle {
   // of their names, then each handle.
   void finishGroup(ProcessSet& set, Entry* const* done, size_t n);
   void finishGpu(ProcessSet& set, Entry* e);
-  // A completed entry, recycled, for the next drain() to hand to submissions_ for reuse.
-  void retire(std::unique_ptr<Entry> e);
   void breakEngine(const Error& cause, const std::string& during);
   // "Perseus was shut down: rank 1 on host b called shutdown() ..." for the pending operations.
   std::string shutdownMessage(const std::vector<int>& leaving) const;
@@ -150,7 +148,6 @@ class Cycle {
   std::vector<Entry*> done_scratch_;             // execute(): a group's finished CPU entries
   std::vector<Entry*> entries_scratch_;          // execute(): storage for the responses' entries
   std::vector<std::unique_ptr<Entry>> drained_;  // drain(): the last batch's storage, empty
-  std::vector<std::unique_ptr<Entry>> retired_;  // retire()'s, until the next drain()
 
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> cycles_{0};

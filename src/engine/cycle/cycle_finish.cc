@@ -26,7 +26,6 @@ void Cycle::finishGroup(ProcessSet& set, Entry* const* done, size_t n) {
     // completed.
     std::unique_ptr<Entry> owned = set.take(done[i]->request.name);
     done[i]->handle->complete(done[i]->error, done[i]->error_message);
-    retire(std::move(owned));
   }
 }
 
@@ -36,13 +35,6 @@ void Cycle::finishGpu(ProcessSet& set, Entry* e) {
   e->handle->setGpuWork(std::move(e->gpu_works));
   gpu_completion_.add(e->handle, e->error, e->error_message,
                       timeline_ ? Clock::now() : Clock::time_point{});
-  retire(std::move(owned));
-}
-
-void Cycle::retire(std::unique_ptr<Entry> e) {
-  if (!e) return;
-  e->recycle();
-  retired_.push_back(std::move(e));
 }
 
 void Cycle::pollGpu() {

@@ -35,7 +35,7 @@ Cycle::Cycle(Parts parts, Listener listener)
 
 bool Cycle::drain() {
   if (!submissions_.hasQueued()) return false;
-  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain(std::move(drained_), &retired_);
+  std::vector<std::unique_ptr<Entry>> batch = submissions_.drain(std::move(drained_));
   auto failQueued = [this](Entry* raw, StatusCode code, const std::string& message) {
     submissions_.release(raw->request.process_set, raw->request.name);
     raw->handle->complete(code, message);
