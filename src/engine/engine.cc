@@ -129,24 +129,26 @@ DuplicateNameError Engine::duplicateName(OpType op, const std::string& name, int
 namespace {
 
 // One process drives one device per call: a grouped call's tensors share it.
-void addTensor(Entry& e, size_t i, const TensorView& t) {
-  if (i > 0 && t.device != e.device) {
+void addTensor(Entry& e, const TensorView& t) {
+  if (!e.inputs.empty() && t.device != e.device) {
     throw InvalidArgumentError(PERSEUS_STR(
         opTypeName(e.request.op) << " '" << e.request.name << "': tensors on devices " << e.device
                                  << " and " << t.device << " in one call; submit them separately"));
   }
-  TensorMeta& meta = e.request.tensors[i];
-  meta.dtype = t.dtype;
-  meta.shape.assign(t.shape, t.shape + t.ndim);
+  e.request.tensors.push_back({t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim)});
   e.inputs.push_back(t.data);
   e.device = t.device;
   e.cuda_stream = t.cuda_stream;
   e.request.device_kind = t.device >= 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
 }
 
-// The call as the request the engine negotiates.
-void fillEntry(Entry& e, const Call& c) {
-  Request& q = e.request;
+// The call as the request the engine negotiates: the first allocation on its way. A new entry
+// per call, on purpose: recycling completed entries saved six allocations a call but doubled
+// the page faults of DDP's training thread under glibc's default heap trimming
+// (bench/results/ddp_entry_recycling_ab.txt).
+std::unique_ptr<Entry> entryOf(const Call& c) {
+  auto e = std::make_unique<Entry>();
+  Request& q = e->request;
   q.op = c.op;
   q.name.assign(c.name.data(), c.name.size());
   q.process_set = c.set;
@@ -157,12 +159,12 @@ void fillEntry(Entry& e, const Call& c) {
   q.num_splits = static_cast<int32_t>(c.splits.size());
   q.set_ranks.assign(c.set_ranks.begin(), c.set_ranks.end());
   q.set_id = c.set_id;
-  q.tensors.resize(c.inputs.size());
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    addTensor(e, i, c.inputs[i]);
-    e.outputs.push_back(c.outputs.empty() ? nullptr : c.outputs[i]);
+    addTensor(*e, c.inputs[i]);
+    e->outputs.push_back(c.outputs.empty() ? nullptr : c.outputs[i]);
   }
-  e.splits.assign(c.splits.begin(), c.splits.end());
+  e->splits.assign(c.splits.begin(), c.splits.end());
+  return e;
 }
 
 }  // namespace
@@ -190,7 +192,7 @@ std::shared_ptr<Handle> Engine::post(const Call& c) {
       fast_path_->progress(*handle);  // the other ranks may have posted already
       break;
     case FastPath::PostResult::kNotPosted:
-      handle = queue(c);
+      handle = queue(entryOf(c));
       break;
   }
   return handle;
@@ -223,12 +225,7 @@ std::shared_ptr<Handle> Engine::finishOpened(const OpenedPost& opened, void* out
   return handle;
 }
 
-std::shared_ptr<Handle> Engine::queue(const Call& c) {
-  // A new entry per call, on purpose: recycling completed entries saved six allocations a
-  // call but doubled the page faults of DDP's training thread under glibc's default heap
-  // trimming (bench/results/ddp_entry_recycling_ab.txt).
-  auto e = std::make_unique<Entry>();
-  fillEntry(*e, c);
+std::shared_ptr<Handle> Engine::queue(std::unique_ptr<Entry> e) {
   e->submitted = Clock::now();
   prepareDevice(*e);
   Submissions::Stop stop = submissions_.stopCause();

@@ -224,9 +224,8 @@ class Engine {
   [[noreturn]] void refused(OpType op, std::string_view name, FastPath::PostResult why) const;
   // The call with Call::opened offered to the post lane (openAllreduce(), openAllgather()).
   bool open(const Call& call);
-  // The negotiated path: makes c's entry, validates it and queues it, or fails its handle if the
-  // engine stopped.
-  std::shared_ptr<Handle> queue(const Call& c);
+  // The negotiated path: validates `e` and queues it, or fails its handle if the engine stopped.
+  std::shared_ptr<Handle> queue(std::unique_ptr<Entry> e);
   // The lane's `requeue`: a post that falls back, whose name is not claimed in submissions_
   // yet, is queued for negotiation, or fails if the engine stopped. Any thread.
   void requeue(std::unique_ptr<Entry> e);
